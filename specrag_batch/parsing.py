@@ -1,0 +1,169 @@
+"""Parsing drafter output into (answer α, rationale β), robustly and task-aware.
+
+The drafter's reply is prefilled with ``"Rationale:"`` (see :mod:`specrag_batch.prompts`), so
+the generated text is expected as ``" <rationale>\\nAnswer: <answer>"``. Parsing never raises
+and never drops a draft: anything unexpected becomes a flag on the draft.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+
+ANSWER_RE = re.compile(r"(?im)^\s*(?:\*\*)?\s*(?:final\s+)?answer\s*(?:\*\*)?\s*[:\-]\s*(?:\*\*)?")
+LETTERS = string.ascii_uppercase
+
+# draft flags
+NO_ANSWER_FIELD = "no_answer_field"
+EMPTY = "empty_draft"
+EMPTY_ANSWER = "empty_answer"
+TRUNCATED = "truncated_at_max_tokens"
+REPETITION = "repetition"
+NOT_A_LABEL = "answer_not_a_label"
+NOT_A_CHOICE = "answer_not_a_choice"
+
+
+@dataclass
+class ParsedDraft:
+    """Parsed draft. Spans are half-open character ranges into the *generated* text."""
+
+    answer: str
+    rationale: str
+    answer_span: tuple[int, int] | None
+    rationale_span: tuple[int, int] | None
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        """A draft usable for selection: it has an answer of the right kind."""
+        return not ({EMPTY, EMPTY_ANSWER, NOT_A_LABEL, NOT_A_CHOICE} & set(self.flags))
+
+
+def normalize_answer(s: str) -> str:
+    """SQuAD-style normalisation: lower case, drop punctuation, articles and extra spaces."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start] in " \t\r\n*\"'`":
+        start += 1
+    while end > start and text[end - 1] in " \t\r\n*\"'`":
+        end -= 1
+    return start, end
+
+
+def has_repetition(text: str, n: int = 8, times: int = 4) -> bool:
+    """True when some n-word sequence occurs at least ``times`` times (degenerate loop)."""
+    words = text.split()
+    if len(words) < n * times:
+        return False
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(words) - n + 1):
+        g = tuple(words[i:i + n])
+        counts[g] = counts.get(g, 0) + 1
+        if counts[g] >= times:
+            return True
+    return False
+
+
+def match_label(answer: str, labels: list[str]) -> str | None:
+    """Map free text to one of ``labels`` (case/underscore/space-insensitive), else None.
+
+    An exact normalised match wins; otherwise the single label mentioned in the text (the
+    longest when several overlap, e.g. ``NOT_ENOUGH_INFO`` over ``INFO``)."""
+    def norm(x: str) -> str:
+        return re.sub(r"[\s_\-]+", " ", x.strip().lower()).strip(" .!*\"'")
+    a = norm(answer)
+    for lab in labels:
+        if a == norm(lab):
+            return lab
+    hits = [lab for lab in labels if re.search(r"\b" + re.escape(norm(lab)) + r"\b", a)]
+    hits = [h for h in hits if not any(h != o and norm(h) in norm(o) for o in hits)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def match_choice(answer: str, choices: list[str]) -> str | None:
+    """Map an answer to one option text: by letter (``C``, ``(C)``, ``C.``) or by text."""
+    a = answer.strip()
+    # a bare letter ("C", "(C)", "C.") or a letter with a separator ("C. text", "(C) text");
+    # not "A planet ..." where "A" is an article
+    m = re.match(r"^\(?([A-Za-z])(?:[.):]?$|\)\s|[.:]\s)", a)
+    if m:
+        idx = LETTERS.find(m.group(1).upper())
+        if 0 <= idx < len(choices):
+            return choices[idx]
+    na = normalize_answer(a)
+    for c in choices:
+        if normalize_answer(c) == na:
+            return c
+    hits = [c for c in choices if normalize_answer(c) and normalize_answer(c) in na]
+    if len(hits) == 1:
+        return hits[0]
+    return None
+
+
+def parse_draft(generated: str, task: str, *, labels: list[str] | None = None,
+                choices: list[str] | None = None, finish_reason: str | None = None) -> ParsedDraft:
+    """Split generated text into rationale and answer, and canonicalise the answer.
+
+    Args:
+        generated: the text the drafter generated after the prefilled ``"Rationale:"``.
+        task: ``qa`` | ``claim`` | ``choice``.
+        labels: the configured claim labels (``claim``).
+        choices: the option texts (``choice``).
+        finish_reason: vLLM's finish reason; ``"length"`` flags a truncated draft.
+
+    Returns:
+        :class:`ParsedDraft`; ``answer`` is canonical: a label for ``claim``, an option text for
+        ``choice``, the stripped text for ``qa``. Spans point at the raw text the answer/rationale
+        came from (for token log-probs).
+    """
+    flags: list[str] = []
+    if finish_reason == "length":
+        flags.append(TRUNCATED)
+    if not generated.strip():
+        return ParsedDraft("", "", None, None, flags + [EMPTY])
+    if has_repetition(generated):
+        flags.append(REPETITION)
+
+    m = ANSWER_RE.search(generated)
+    if m:
+        r_span = _strip_span(generated, 0, m.start())
+        a_end = generated.find("\n", m.end())
+        a_end = len(generated) if a_end < 0 else a_end
+        a_span = _strip_span(generated, m.end(), a_end)
+        while a_span[1] > a_span[0] and generated[a_span[1] - 1] == ".":
+            a_span = (a_span[0], a_span[1] - 1)
+    else:
+        flags.append(NO_ANSWER_FIELD)
+        # fall back to the last sentence as the answer; the rest is the rationale
+        body = _strip_span(generated, 0, len(generated))
+        cut = max(generated.rfind(". ", body[0], body[1] - 1), generated.rfind("\n", body[0], body[1] - 1))
+        if cut > body[0]:
+            r_span, a_span = _strip_span(generated, body[0], cut + 1), _strip_span(generated, cut + 1, body[1])
+        else:
+            r_span, a_span = (body[0], body[0]), body
+    rationale = generated[r_span[0]:r_span[1]]
+    raw_answer = generated[a_span[0]:a_span[1]].strip().rstrip(".").strip()
+    answer = raw_answer
+    if task == "claim":
+        lab = match_label(raw_answer, labels or []) or (
+            match_label(generated, labels or []) if NO_ANSWER_FIELD in flags else None)
+        if lab is None:
+            flags.append(NOT_A_LABEL)
+        else:
+            answer = lab
+    elif task == "choice":
+        opt = match_choice(raw_answer, choices or [])
+        if opt is None:
+            flags.append(NOT_A_CHOICE)
+        else:
+            answer = opt
+    if not answer:
+        flags.append(EMPTY_ANSWER)
+    return ParsedDraft(answer, rationale, a_span if a_span[1] > a_span[0] else None,
+                       r_span if r_span[1] > r_span[0] else None, flags)

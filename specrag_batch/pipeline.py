@@ -1,0 +1,274 @@
+"""The Speculative RAG core: validated rows in, output rows out, for one chunk of a shard.
+
+Stages (each its own module): retrieval -> multi-perspective sampling -> drafting ->
+verification -> selection -> evaluation; or, in ``standard`` mode, retrieval -> one answer
+from all N documents by the verifier model. Every input row yields exactly one output row:
+answered, or carrying an ``error`` that names the row and the field.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol, Sequence
+
+from .config import RunConfig
+from .drafting import DraftRequest, PromptTooLongError, fitted_prompt, run_drafts
+from .evaluation import score_row
+from .models import model_id
+from .prompts import task_instruction
+from .retrieval import embed, get_retriever
+from .sampling import cluster_documents, row_seed, sample_subsets
+from .schema import Document, QueryRow
+from .selection import Draft, Selection, consensus, select
+from .standard import standard_request
+from .verification import verify
+
+STAGES = ("retrieval", "sampling", "drafting", "verification", "selection")
+
+
+class EngineLike(Protocol):  # pragma: no cover - typing only
+    tokenizer: object
+    def generate(self, prompts, **kw): ...
+    def prompt_logprobs(self, prompts, desc: str = ...): ...
+
+
+@dataclass
+class StageTimer:
+    """Wall seconds per stage, accumulated over chunks."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+
+@dataclass
+class RunInfo:
+    """Identifiers copied into every output row."""
+
+    run_id: str
+    source_file: str
+
+
+def _prepare_documents(row: QueryRow, docs: list[Document] | None, top_n: int) -> list[Document]:
+    """Top-N in given order, without empty or duplicate passages (flags record removals)."""
+    out, seen = [], set()
+    for d in docs or []:
+        if not d.text.strip():
+            if "empty_documents_removed" not in row.flags:
+                row.flags.append("empty_documents_removed")
+            continue
+        key = " ".join(d.text.split()).lower()
+        if key in seen:
+            if "duplicate_documents_removed" not in row.flags:
+                row.flags.append("duplicate_documents_removed")
+            continue
+        seen.add(key)
+        out.append(d)
+        if len(out) == top_n:
+            break
+    return out
+
+
+def retrieve(rows: Sequence[QueryRow], cfg: RunConfig) -> dict[int, list[Document]]:
+    """Stage 1. Position in ``rows`` -> its top-N documents; rows without documents use the
+    FAISS index (``retrieval.index``); rows left with none get an error."""
+    docs: dict[int, list[Document]] = {}
+    need = [i for i, r in enumerate(rows) if r.error is None and r.documents is None]
+    if need and cfg.retrieval.index:
+        found = get_retriever(cfg.retrieval.index).search([rows[i].query for i in need], cfg.retrieval.top_n)
+        for i, ds in zip(need, found):
+            rows[i].documents = ds
+    for i, r in enumerate(rows):
+        if r.error is not None:
+            continue
+        if r.documents is None:
+            r.error = (f"row {r.row_index} (query_id={r.query_id!r}): field 'documents': missing "
+                       "and no retrieval index configured (retrieval.index)")
+            r.flags.append("no_documents")
+            continue
+        docs[i] = _prepare_documents(r, r.documents, cfg.retrieval.top_n)
+        if not docs[i]:
+            r.error = f"row {r.row_index} (query_id={r.query_id!r}): field 'documents': no documents (N = 0)"
+            r.flags.append("no_documents")
+            del docs[i]
+    return docs
+
+
+def multi_perspective_subsets(rows: Sequence[QueryRow], docs: dict[int, list[Document]],
+                              cfg: RunConfig) -> dict[int, list[tuple[int, ...]]]:
+    """Stage 2 (paper §3.2): query-conditioned embeddings of every (query, document) pair of
+    the chunk in one encoder call, K-Means per row, m subsets of one document per cluster."""
+    s = cfg.sampling
+    order = list(docs)
+    texts = [s.query_instruction.format(query=rows[i].query, document=f"{d.title}\n{d.text}".strip())
+             for i in order for d in docs[i]]
+    vecs = embed(cfg.retrieval.embedding_model, texts) if s.strategy != "random" else None
+    out, pos = {}, 0
+    for i in order:
+        n = len(docs[i])
+        seed = row_seed(cfg.seed, rows[i].query_id)
+        if n < s.num_clusters:
+            rows[i].flags.append("fewer_documents_than_k")
+        if vecs is not None:
+            labels = cluster_documents(vecs[pos:pos + n], s.num_clusters, seed, s.kmeans_n_init)
+        else:
+            import numpy as np
+            labels = np.zeros(n, dtype=int)
+        pos += n
+        out[i] = sample_subsets(labels, s.num_drafts, seed, s.strategy, k=s.num_clusters)
+    return out
+
+
+def _question_block(r: QueryRow, cfg: RunConfig) -> str:
+    return task_instruction(r.task, r.query, r.choices, cfg.claim_labels)
+
+
+def _fail(r: QueryRow, field_: str, reason: str) -> None:
+    r.error = f"row {r.row_index} (query_id={r.query_id!r}): field '{field_}': {reason}"
+
+
+def run_speculative(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLike,
+                    verifier: EngineLike | None, timer: StageTimer) -> dict[int, tuple[list[Draft], Selection]]:
+    """Stages 1-5 for a chunk. Returns position -> (drafts, selection) for rows without error."""
+    with timer.stage("retrieval"):
+        docs = retrieve(rows, cfg)
+    with timer.stage("sampling"):
+        subsets = multi_perspective_subsets(rows, docs, cfg)
+    d = cfg.drafter
+    with timer.stage("drafting"):
+        reqs: list[DraftRequest] = []
+        for i, subs in subsets.items():
+            r = rows[i]
+            try:
+                for sub in subs:
+                    sel_docs = [docs[i][j] for j in sub]
+                    ids, cut = fitted_prompt(drafter.tokenizer, r.task, r.query, sel_docs, r.choices,
+                                             cfg.claim_labels, cfg.retrieval.max_doc_tokens,
+                                             d.max_model_len - d.max_tokens)
+                    if cut and "truncated_documents" not in r.flags:
+                        r.flags.append("truncated_documents")
+                    reqs.append(DraftRequest(i, r.task, [x.doc_id for x in sel_docs], ids, r.choices))
+            except PromptTooLongError as e:
+                _fail(r, "query", str(e))
+                reqs = [q for q in reqs if q.row != i]
+        drafts = run_drafts(drafter, reqs, max_tokens=d.max_tokens, temperature=d.temperature,
+                            top_p=d.top_p, seed=cfg.seed, labels=cfg.claim_labels, desc="drafting")
+    by_row: dict[int, list[Draft]] = defaultdict(list)
+    for q, dr in zip(reqs, drafts):
+        by_row[q.row].append(dr)
+
+    sel = cfg.selection
+    c = cfg.consensus_threshold
+    fast = {i: consensus(ds, c) for i, ds in by_row.items()}
+    with timer.stage("verification"):
+        if verifier is not None and (sel.use_self_consistency or sel.use_self_reflection):
+            items = [(_question_block(rows[i], cfg), dr) for i, ds in by_row.items()
+                     if not fast[i] for dr in ds if dr.valid]
+            verify(verifier, items, cfg.reflection_question, cfg.verifier.max_model_len - 1)
+    out = {}
+    with timer.stage("selection"):
+        for i, ds in by_row.items():
+            rseed = row_seed(cfg.seed + 1, rows[i].query_id) if sel.random_selection else None
+            out[i] = (ds, select(ds, use_draft=sel.use_draft_score, use_sc=sel.use_self_consistency,
+                                 use_sr=sel.use_self_reflection, tau_min=sel.tau_min,
+                                 fast_path=fast[i], random_seed=rseed))
+    return out
+
+
+def run_standard(rows: Sequence[QueryRow], cfg: RunConfig, generator: EngineLike,
+                 timer: StageTimer) -> dict[int, tuple[list[Draft], Selection]]:
+    """Standard RAG for a chunk: retrieval, then one generation per row over all N documents."""
+    with timer.stage("retrieval"):
+        docs = retrieve(rows, cfg)
+    v = cfg.verifier
+    with timer.stage("drafting"):
+        reqs = []
+        for i, ds in docs.items():
+            r = rows[i]
+            try:
+                req, cut = standard_request(generator.tokenizer, i, r.task, r.query, ds, r.choices,
+                                            cfg.claim_labels, cfg.retrieval.max_doc_tokens,
+                                            v.max_model_len - v.max_tokens)
+            except PromptTooLongError as e:
+                _fail(r, "query", str(e))
+                continue
+            if cut:
+                r.flags.append("truncated_documents")
+            reqs.append(req)
+        drafts = run_drafts(generator, reqs, max_tokens=v.max_tokens, temperature=v.temperature,
+                            top_p=v.top_p, seed=cfg.seed, labels=cfg.claim_labels, desc="standard RAG")
+    out = {}
+    with timer.stage("selection"):
+        for q, dr in zip(reqs, drafts):
+            out[q.row] = ([dr], select([dr], use_draft=True, use_sc=False, use_sr=False,
+                                       tau_min=cfg.selection.tau_min))
+    return out
+
+
+def _draft_record(d: Draft) -> dict:
+    return {"doc_ids": d.doc_ids, "answer": d.answer, "rationale": d.rationale,
+            "score": d.score, "score_draft": d.score_draft,
+            "score_self_consistency": d.score_self_consistency,
+            "score_self_reflection": d.score_self_reflection, "flags": d.flags}
+
+
+def output_row(r: QueryRow, result: tuple[list[Draft], Selection] | None, n_docs: int | None,
+               cfg: RunConfig, info: RunInfo) -> dict:
+    """One output record (see :data:`schema.OUTPUT_SCHEMA`)."""
+    rec = {"query_id": r.query_id, "task": r.task, "query": r.query, "answer": None,
+           "rationale": None, "score": None, "score_draft": None, "score_self_consistency": None,
+           "score_self_reflection": None, "low_confidence": None, "fast_path": None,
+           "num_documents": n_docs, "drafts": [], "flags": list(r.flags), "error": r.error,
+           "gold": r.gold, "correct": None, "exact_match": None, "f1": None, "mode": cfg.mode,
+           "drafter_model": model_id(cfg.drafter.model) if cfg.mode == "speculative" else None,
+           "verifier_model": model_id(cfg.verifier.model), "run_id": info.run_id,
+           "source_file": info.source_file}
+    if r.error is None and result is not None:
+        drafts, s = result
+        rec["drafts"] = [_draft_record(d) for d in drafts]
+        rec["low_confidence"] = s.low_confidence
+        rec["fast_path"] = s.fast_path
+        rec["flags"] += [f for f in s.flags if f not in rec["flags"]]
+        if s.index is not None:
+            best = drafts[s.index]
+            rec.update(answer=best.answer, rationale=best.rationale, score=s.score,
+                       score_draft=best.score_draft,
+                       score_self_consistency=best.score_self_consistency,
+                       score_self_reflection=best.score_self_reflection)
+            rec["flags"] += [f for f in best.flags if f not in rec["flags"]]
+        if any("non_finite_logprob" in d.flags for d in drafts) and "non_finite_logprob" not in rec["flags"]:
+            rec["flags"].append("non_finite_logprob")
+    if r.error is None:
+        m = score_row(r.task, rec["answer"], r.gold)
+        rec.update(correct=m.correct, exact_match=m.exact_match, f1=m.f1)
+    return rec
+
+
+def process_rows(rows: Sequence[QueryRow], cfg: RunConfig, *, drafter: EngineLike | None,
+                 verifier: EngineLike, info: RunInfo, timer: StageTimer | None = None) -> list[dict]:
+    """Run the configured mode over rows, in chunks of ``cfg.chunk_rows``; one record per row,
+    in input order. Row errors from validation pass straight through."""
+    timer = timer or StageTimer()
+    records: list[dict] = []
+    for start in range(0, len(rows), cfg.chunk_rows):
+        chunk = list(rows[start:start + cfg.chunk_rows])
+        if cfg.mode == "standard":
+            res = run_standard(chunk, cfg, verifier, timer)
+        else:
+            if drafter is None:
+                raise ValueError("speculative mode needs a drafter engine")
+            res = run_speculative(chunk, cfg, drafter, verifier, timer)
+        for i, r in enumerate(chunk):
+            n_docs = None if r.documents is None else len(
+                _prepare_documents(QueryRow(0, "", "", ""), r.documents, cfg.retrieval.top_n))
+            records.append(output_row(r, res.get(i), n_docs, cfg, info))
+    return records

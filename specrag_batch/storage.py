@@ -22,7 +22,8 @@ def storage_options(uri: str) -> dict:
     """fsspec options for ``uri``; S3 honours ``SPECRAG_S3_ENDPOINT_URL``/``AWS_ENDPOINT_URL``."""
     if uri.startswith(("s3://", "s3a://")):
         ep = os.environ.get("SPECRAG_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-        opts: dict = {"skip_instance_cache": False}
+        # other processes write here too (resumed runs, readers): never trust a cached listing
+        opts: dict = {"skip_instance_cache": False, "use_listings_cache": False}
         if ep:
             opts["client_kwargs"] = {"endpoint_url": ep}
         return opts

@@ -20,6 +20,12 @@ SAMPLES = ROOT / "samples"
 os.environ.setdefault("SPECRAG_PROGRESS", "0")
 
 
+def subprocess_env(tmp_path) -> dict:
+    """Environment for CLI subprocesses: their own Prefect home (a temporary database)."""
+    return {**os.environ, "SPECRAG_PROGRESS": "0", "PREFECT_HOME": str(tmp_path / "prefect-home"),
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}
+
+
 def small_config(**over):
     """SmolLM2-135M in both roles; short drafts; paper's m/k scaled down for speed."""
     from specrag_batch.config import load_config

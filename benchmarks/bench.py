@@ -80,8 +80,16 @@ def delta(before: dict, engines) -> dict:
     return {n: {k: round(v - before[n][k], 3) for k, v in e.stats.as_dict().items()} for n, e in engines.items()}
 
 
+def cold(engines) -> None:
+    """Empty vLLM's prefix caches so that no measurement reuses an earlier one's prompts."""
+    for e in {id(x): x for x in engines.values()}.values():
+        e.llm.reset_prefix_cache()
+
+
 def run(rows_dicts, cfg, engines, record=False) -> dict:
-    """One mode over rows; wall time, engine time and tokens measured around it."""
+    """One mode over rows, starting from empty prefix caches; wall time, engine time and tokens
+    measured around it."""
+    cold(engines)
     rows = to_rows(copy.deepcopy(rows_dicts))
     d = engines["drafter"] if cfg.mode == "speculative" else None
     v = engines["verifier"]
@@ -132,11 +140,13 @@ def reselect(recs: list[dict], **kw) -> float:
 
 
 def replay(calls, engines) -> float:
-    """Bare vLLM on exactly the prompts the pipeline sent: seconds inside ``LLM.generate``."""
+    """Bare vLLM on exactly the prompts the pipeline sent: seconds inside ``LLM.generate``,
+    from empty prefix caches like the pipeline run it replays."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     total = 0.0
+    cold(engines)
     for role, cs in calls.items():
         llm = engines[role].llm
         for kind, prompts, kw in cs:

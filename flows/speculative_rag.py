@@ -130,7 +130,13 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     futures = process_shard_task.map(shards, unmapped(input_uri), unmapped(output_uri),
                                      unmapped(cfg.model_dump_json()), unmapped(run_id),
                                      [seen[s] for s in shards], fingerprints)
-    results = [ShardResult(**f.result()) for f in futures]
+    results = []
+    for shard, fut in zip(shards, futures):
+        try:
+            results.append(ShardResult(**fut.result()))
+        except Exception as e:  # noqa: BLE001 - an unexpected failure fails its shard only
+            log.error("%s: shard failed: %s", shard, e)
+            results.append(ShardResult(shard, None, "failed", error=f"{type(e).__name__}: {shard}: {e}"))
     stats = {e.name: {k: round(v - before.get(e.name, {}).get(k, 0), 3)
                       for k, v in e.stats.as_dict().items()} for e in loaded_engines()}
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,

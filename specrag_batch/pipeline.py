@@ -96,6 +96,7 @@ def retrieve(rows: Sequence[QueryRow], cfg: RunConfig) -> dict[int, list[Documen
             r.flags.append("no_documents")
             continue
         docs[i] = _prepare_documents(r, r.documents, cfg.retrieval.top_n)
+        r.num_documents = len(docs[i])
         if not docs[i]:
             r.error = f"row {r.row_index} (query_id={r.query_id!r}): field 'documents': no documents (N = 0)"
             r.flags.append("no_documents")
@@ -221,13 +222,13 @@ def _draft_record(d: Draft) -> dict:
             "score_self_reflection": d.score_self_reflection, "flags": d.flags}
 
 
-def output_row(r: QueryRow, result: tuple[list[Draft], Selection] | None, n_docs: int | None,
-               cfg: RunConfig, info: RunInfo) -> dict:
+def output_row(r: QueryRow, result: tuple[list[Draft], Selection] | None, cfg: RunConfig,
+               info: RunInfo) -> dict:
     """One output record (see :data:`schema.OUTPUT_SCHEMA`)."""
     rec = {"query_id": r.query_id, "task": r.task, "query": r.query, "answer": None,
            "rationale": None, "score": None, "score_draft": None, "score_self_consistency": None,
            "score_self_reflection": None, "low_confidence": None, "fast_path": None,
-           "num_documents": n_docs, "drafts": [], "flags": list(r.flags), "error": r.error,
+           "num_documents": r.num_documents, "drafts": [], "flags": list(r.flags), "error": r.error,
            "gold": r.gold, "correct": None, "exact_match": None, "f1": None, "mode": cfg.mode,
            "drafter_model": model_id(cfg.drafter.model) if cfg.mode == "speculative" else None,
            "verifier_model": model_id(cfg.verifier.model), "run_id": info.run_id,
@@ -267,8 +268,5 @@ def process_rows(rows: Sequence[QueryRow], cfg: RunConfig, *, drafter: EngineLik
             if drafter is None:
                 raise ValueError("speculative mode needs a drafter engine")
             res = run_speculative(chunk, cfg, drafter, verifier, timer)
-        for i, r in enumerate(chunk):
-            n_docs = None if r.documents is None else len(
-                _prepare_documents(QueryRow(0, "", "", ""), r.documents, cfg.retrieval.top_n))
-            records.append(output_row(r, res.get(i), n_docs, cfg, info))
+        records += [output_row(r, res.get(i), cfg, info) for i, r in enumerate(chunk)]
     return records

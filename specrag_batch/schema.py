@@ -60,6 +60,7 @@ class QueryRow:
     gold: list[str] | None = None
     error: str | None = None
     flags: list[str] = field(default_factory=list)
+    num_documents: int | None = None  # N after retrieval (set by the pipeline)
 
 
 def _is_string(t: pa.DataType) -> bool:

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol, Sequence
 
+import numpy as np
+
 from .config import RunConfig
 from .drafting import DraftRequest, PromptTooLongError, fitted_prompt, run_drafts
 from .evaluation import score_row
@@ -121,8 +123,7 @@ def multi_perspective_subsets(rows: Sequence[QueryRow], docs: dict[int, list[Doc
             rows[i].flags.append("fewer_documents_than_k")
         if vecs is not None:
             labels = cluster_documents(vecs[pos:pos + n], s.num_clusters, seed, s.kmeans_n_init)
-        else:
-            import numpy as np
+        else:  # random subsets: no clustering needed
             labels = np.zeros(n, dtype=int)
         pos += n
         out[i] = sample_subsets(labels, s.num_drafts, seed, s.strategy, k=s.num_clusters)

@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 
 from specrag_batch import resume, storage
-from specrag_batch.config import RunConfig
 
 from .conftest import ROOT, sample_rows, small_config, subprocess_env
 from .test_flow import read_outputs, run_flow, write_inputs

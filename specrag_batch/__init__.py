@@ -10,10 +10,10 @@ __all__ = ["RunConfig", "load_config", "run_batch", "__version__"]
 
 
 def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None = None,
-              overwrite: bool = False) -> dict:
+              overwrite: bool = False, execution=None) -> dict:
     """Run the pipeline over ``input_uri`` into ``output_uri``; returns the run manifest.
 
     See :func:`specrag_batch.cli.run_batch`."""
     from .cli import run_batch as _run
 
-    return _run(input_uri, output_uri, config, run_id, overwrite)
+    return _run(input_uri, output_uri, config, run_id, overwrite, execution)

@@ -23,24 +23,26 @@ console = Console()
 
 
 def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None = None,
-              overwrite: bool = False) -> dict:
+              overwrite: bool = False, execution=None) -> dict:
     """Python API: run the Prefect flow and return the run manifest (dict).
 
     ``config`` is a :class:`RunConfig`, a dict, a YAML path, or None (defaults). Re-running
-    the same call resumes (finished shards are skipped).
+    the same call resumes (finished shards are skipped). ``execution`` is an
+    :class:`~specrag_batch.execution.ExecutionConfig` or dict (task runner: threads or Ray;
+    fused or disaggregated stages); it never changes results.
 
     Raises:
         resume.RunConflictError: ``output_uri`` holds results of another input/config and
             ``overwrite`` is false.
         FileNotFoundError: ``input_uri`` does not exist."""
-    from flows.speculative_rag import speculative_rag_flow
+    from flows.speculative_rag import run_flow
     from .config import RunConfig, load_config
 
     if isinstance(config, (str, Path)):
         config = load_config(config)
     if isinstance(config, RunConfig):
         config = config.model_dump(mode="json")
-    return speculative_rag_flow(input_uri, output_uri, config, run_id, overwrite)
+    return run_flow(input_uri, output_uri, config, run_id, overwrite, execution)
 
 
 def print_summary(m: dict) -> None:
@@ -94,6 +96,12 @@ def run(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of a different "
                                    "input/config already in --output (default: refuse)."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON instead of a table."),
+    task_runner: str = typer.Option("threads", "--task-runner", help="threads (this process) or "
+                                    "ray (a Ray cluster through prefect-ray; needs the 'ray' extra)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster: 'auto', "
+                                              "'ray://host:10001'; default: start Ray locally."),
+    stages: str = typer.Option("fused", "--stages", help="fused, or disaggregated (drafting "
+                               "tasks write intermediate draft Parquet; verification tasks read it)."),
 ) -> None:
     """Run Speculative RAG (or Standard RAG) over Parquet query shards.
 
@@ -103,12 +111,20 @@ def run(
 
     if mode not in (None, "speculative", "standard"):
         raise typer.BadParameter("must be 'speculative' or 'standard'", param_hint="--mode")
+    from pydantic import ValidationError
+
+    from .execution import ExecutionConfig
+
+    try:
+        execution = ExecutionConfig(task_runner=task_runner, ray_address=ray_address, stages=stages)
+    except ValidationError as e:
+        raise typer.BadParameter(e.errors()[0]["msg"], param_hint="--task-runner/--stages")
     cfg = load_config(config, {
         "mode": mode, "drafter.model": drafter, "verifier.model": verifier,
         "retrieval.top_n": top_n, "retrieval.index": index, "sampling.num_drafts": drafts,
         "sampling.num_clusters": clusters, "selection.tau_min": tau_min, "seed": seed})
     try:
-        manifest = run_batch(input, output, cfg, run_id, overwrite)
+        manifest = run_batch(input, output, cfg, run_id, overwrite, execution)
     except (RunConflictError, FileNotFoundError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2)

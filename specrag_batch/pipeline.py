@@ -138,9 +138,13 @@ def _fail(r: QueryRow, field_: str, reason: str) -> None:
     r.error = f"row {r.row_index} (query_id={r.query_id!r}): field '{field_}': {reason}"
 
 
-def run_speculative(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLike,
-                    verifier: EngineLike | None, timer: StageTimer) -> dict[int, tuple[list[Draft], Selection]]:
-    """Stages 1-5 for a chunk. Returns position -> (drafts, selection) for rows without error."""
+def draft_rows(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLike,
+               timer: StageTimer) -> dict[int, list[Draft]]:
+    """Stages 1-3 for a chunk (retrieval, multi-perspective sampling, drafting; paper §3.2).
+
+    Returns position in ``rows`` -> its m drafts (with ``score_draft``), for rows that got
+    drafts; rows that fail carry an ``error``. This is all a verifier needs besides the row's
+    question: in disaggregated runs it is what the intermediate draft Parquet holds."""
     with timer.stage("retrieval"):
         docs = retrieve(rows, cfg)
     with timer.stage("sampling"):
@@ -167,7 +171,18 @@ def run_speculative(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLik
     by_row: dict[int, list[Draft]] = defaultdict(list)
     for q, dr in zip(reqs, drafts):
         by_row[q.row].append(dr)
+    return dict(by_row)
 
+
+def verify_and_select(rows: Sequence[QueryRow], by_row: dict[int, list[Draft]], cfg: RunConfig,
+                      verifier: EngineLike | None,
+                      timer: StageTimer) -> dict[int, tuple[list[Draft], Selection]]:
+    """Stages 4-5 for a chunk (paper §3.3): consensus fast path, verifier scores ρ_SC and ρ_SR
+    of every remaining valid draft in one batched call (question block only, never the
+    documents), then ρ = ρ_draft·ρ_SC·ρ_SR (log space) and argmax.
+
+    ``by_row`` maps position in ``rows`` -> drafts, in row order (as :func:`draft_rows`
+    returns it). Returns position -> (drafts, selection)."""
     sel = cfg.selection
     c = cfg.consensus_threshold
     fast = {i: consensus(ds, c) for i, ds in by_row.items()}
@@ -184,6 +199,12 @@ def run_speculative(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLik
                                  use_sr=sel.use_self_reflection, tau_min=sel.tau_min,
                                  fast_path=fast[i], random_seed=rseed))
     return out
+
+
+def run_speculative(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLike,
+                    verifier: EngineLike | None, timer: StageTimer) -> dict[int, tuple[list[Draft], Selection]]:
+    """Stages 1-5 for a chunk. Returns position -> (drafts, selection) for rows without error."""
+    return verify_and_select(rows, draft_rows(rows, cfg, drafter, timer), cfg, verifier, timer)
 
 
 def run_standard(rows: Sequence[QueryRow], cfg: RunConfig, generator: EngineLike,
@@ -261,8 +282,8 @@ def process_rows(rows: Sequence[QueryRow], cfg: RunConfig, *, drafter: EngineLik
     in input order. Row errors from validation pass straight through."""
     timer = timer or StageTimer()
     records: list[dict] = []
-    for start in range(0, len(rows), cfg.chunk_rows):
-        chunk = list(rows[start:start + cfg.chunk_rows])
+    for idx in _chunks(len(rows), cfg.chunk_rows):
+        chunk = [rows[i] for i in idx]
         if cfg.mode == "standard":
             res = run_standard(chunk, cfg, verifier, timer)
         else:
@@ -270,4 +291,42 @@ def process_rows(rows: Sequence[QueryRow], cfg: RunConfig, *, drafter: EngineLik
                 raise ValueError("speculative mode needs a drafter engine")
             res = run_speculative(chunk, cfg, drafter, verifier, timer)
         records += [output_row(r, res.get(i), cfg, info) for i, r in enumerate(chunk)]
+    return records
+
+
+def _chunks(n: int, size: int) -> Iterator[range]:
+    for start in range(0, n, size):
+        yield range(start, min(start + size, n))
+
+
+def draft_stage(rows: Sequence[QueryRow], cfg: RunConfig, *, drafter: EngineLike,
+                timer: StageTimer | None = None) -> dict[int, list[Draft]]:
+    """Disaggregated runs, drafter side: stages 1-3 over a shard's rows in chunks of
+    ``cfg.chunk_rows`` (the same chunks as :func:`process_rows`). Returns position in
+    ``rows`` -> drafts; failing rows get an ``error``. Speculative mode only.
+
+    Raises:
+        ValueError: ``cfg.mode`` is not ``speculative``."""
+    if cfg.mode != "speculative":
+        raise ValueError("disaggregated drafting needs mode 'speculative'")
+    timer = timer or StageTimer()
+    out: dict[int, list[Draft]] = {}
+    for idx in _chunks(len(rows), cfg.chunk_rows):
+        chunk = [rows[i] for i in idx]
+        out.update({idx[j]: ds for j, ds in draft_rows(chunk, cfg, drafter, timer).items()})
+    return out
+
+
+def verify_stage(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]], cfg: RunConfig, *,
+                 verifier: EngineLike, info: RunInfo, timer: StageTimer | None = None) -> list[dict]:
+    """Disaggregated runs, verifier side: stages 4-5 over drafts read back from the
+    intermediate draft Parquet, chunked as in :func:`process_rows`; one output record per row,
+    in input order (rows with an ``error`` pass through)."""
+    timer = timer or StageTimer()
+    records: list[dict] = []
+    for idx in _chunks(len(rows), cfg.chunk_rows):
+        chunk = [rows[i] for i in idx]
+        by_row = {j: drafts[i] for j, i in enumerate(idx) if i in drafts and rows[i].error is None}
+        res = verify_and_select(chunk, by_row, cfg, verifier, timer)
+        records += [output_row(r, res.get(j), cfg, info) for j, r in enumerate(chunk)]
     return records

@@ -7,7 +7,9 @@ A run is keyed by (input URI, output URI, config hash). The output prefix holds:
   single completed upload on S3);
 * ``_shards/<shard>.json``: the shard's *done marker*, written only after its data object is
   complete: config hash, input fingerprint (size + ETag/mtime), row counts, run id, metrics;
-* ``_manifest.json``: the run manifest, rewritten at the end of every run.
+* ``_manifest.json``: the run manifest, rewritten at the end of every run;
+* ``_drafts/``: in disaggregated runs, the intermediate draft shards and their own
+  ``_drafts/_shards/`` done markers, same rules: a verifier re-run reuses finished drafts.
 
 Readers trust only shards that have a done marker. Re-running the same command skips shards
 whose marker matches the config hash and the input fingerprint, recomputes the rest, and
@@ -25,6 +27,7 @@ from . import storage
 
 RUN_FILE = "_run.json"
 SHARDS_DIR = "_shards"
+DRAFTS_DIR = "_drafts"  # intermediate draft shards of disaggregated runs (same layout inside)
 
 
 class RunConflictError(RuntimeError):
@@ -92,10 +95,11 @@ def clear_previous(output_uri: str) -> None:
     """Remove a previous run's markers, the data objects they name, its manifest and key.
     Files the pipeline did not write are left alone."""
     fs, path = storage.filesystem(output_uri)
-    mdir = storage.join(output_uri, SHARDS_DIR)
-    if storage.exists(mdir):
+    proto = output_uri.split("://", 1)[0] + "://" if "://" in output_uri else ""
+    for mdir in (storage.join(output_uri, SHARDS_DIR), storage.join(output_uri, DRAFTS_DIR, SHARDS_DIR)):
+        if not storage.exists(mdir):
+            continue
         for f in fs.find(storage.filesystem(mdir)[1]):
-            proto = output_uri.split("://", 1)[0] + "://" if "://" in output_uri else ""
             m = _read_json(proto + f if proto and not f.startswith(proto) else f)
             if m and m.get("output"):
                 _remove(m["output"])
@@ -134,3 +138,10 @@ def remove_stale_temporaries(output_uri: str) -> int:
             fs.rm_file(f)
             n += 1
     return n
+
+
+def discard(output_uri: str, shard_out_uri: str) -> None:
+    """Remove a shard's done marker, then its data object (used for intermediate draft shards
+    once the final output is done; marker first, so a crash never leaves a marker without data)."""
+    _remove(marker_uri(output_uri, shard_out_uri))
+    _remove(shard_out_uri)

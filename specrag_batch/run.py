@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import storage
+from . import intermediate, storage
 from .config import RunConfig
 from .evaluation import summarize
-from .pipeline import STAGES, RunInfo, StageTimer, process_rows
+from .pipeline import STAGES, RunInfo, StageTimer, draft_stage, process_rows, verify_stage
 from .schema import OUTPUT_SCHEMA, InputSchemaError, validate_table
 
 MANIFEST = "_manifest.json"
@@ -90,41 +90,101 @@ class ShardResult:
     summary: dict = field(default_factory=dict)
     run_id: str | None = None
     resumed: bool = False
+    engines: dict = field(default_factory=dict)  # engine usage by this shard's task(s)
+    worker: str | None = None  # host:pid of the process that ran it (verification if split)
+    draft_worker: str | None = None  # disaggregated: host:pid of the drafting process
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def read_validated(shard_uri: str, seen_before: set[str]):
-    """Read and validate a shard. Raises InputSchemaError / OSError / ArrowInvalid."""
+def read_validated(shard_uri: str, seen_before: set[str], task: str | None = None):
+    """Read and validate a shard (``task``: the run's fixed task, see ``RunConfig.task``).
+
+    Raises InputSchemaError / OSError / ArrowInvalid."""
     table = storage.read_parquet(shard_uri)
-    return validate_table(table, shard_uri, seen_ids=set(seen_before))
+    return validate_table(table, shard_uri, seen_ids=set(seen_before), task=task)
+
+
+_FILE_ERRORS = (InputSchemaError, OSError, pa.ArrowInvalid, ValueError)
+
+
+def _file_failure(shard_uri: str, e: Exception, t0: float) -> ShardResult:
+    msg = str(e) if str(e).startswith(shard_uri) else f"{shard_uri}: {e}"
+    return ShardResult(shard_uri, None, "failed", error=f"{type(e).__name__}: {msg}",
+                       seconds=time.perf_counter() - t0)
+
+
+def _final(shard_uri: str, out_uri: str, run_id: str, rows_in: int, records: list[dict],
+           t0: float, timer: StageTimer, write) -> ShardResult:
+    table = pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA)
+    write(out_uri, table)
+    return ShardResult(shard_uri, out_uri, "ok", run_id=run_id, rows_in=rows_in, rows_out=table.num_rows,
+                       errors=sum(r["error"] is not None for r in records),
+                       seconds=time.perf_counter() - t0,
+                       stage_seconds={k: round(v, 3) for k, v in timer.seconds.items()},
+                       summary=summarize(records))
 
 
 def process_shard(shard_uri: str, output_uri: str, cfg: RunConfig, run_id: str, *,
                   seen_before: set[str], out_uri: str, drafter, verifier,
                   read=read_validated, write=storage.write_parquet_atomic) -> ShardResult:
-    """Process one shard end to end and write its output atomically.
+    """Process one shard end to end (stages 1-5) and write its output atomically.
 
     A file-level problem (unreadable, wrong schema) returns status ``failed`` with the cause
     naming the file; it never raises, so other shards go on."""
     t0 = time.perf_counter()
     try:
-        rows = read(shard_uri, seen_before)
-    except (InputSchemaError, OSError, pa.ArrowInvalid, ValueError) as e:
-        msg = str(e) if str(e).startswith(shard_uri) else f"{shard_uri}: {e}"
-        return ShardResult(shard_uri, None, "failed", error=f"{type(e).__name__}: {msg}",
-                           seconds=time.perf_counter() - t0)
+        rows = read(shard_uri, seen_before, cfg.task)
+    except _FILE_ERRORS as e:
+        return _file_failure(shard_uri, e, t0)
     timer = StageTimer()
     records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
                            info=RunInfo(run_id, shard_uri), timer=timer)
-    table = pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA)
-    write(out_uri, table)
-    return ShardResult(shard_uri, out_uri, "ok", run_id=run_id, rows_in=len(rows), rows_out=table.num_rows,
-                       errors=sum(r["error"] is not None for r in records),
+    return _final(shard_uri, out_uri, run_id, len(rows), records, t0, timer, write)
+
+
+def draft_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:
+    """Intermediate draft shard of an input shard: ``<output>/_drafts/<shard name>``."""
+    return shard_output_uri(input_uri, shard_uri, storage.join(output_uri, intermediate.DRAFTS_DIR))
+
+
+def draft_shard(shard_uri: str, cfg: RunConfig, run_id: str, *, seen_before: set[str],
+                draft_uri: str, drafter, read=read_validated,
+                write=storage.write_parquet_atomic) -> ShardResult:
+    """Disaggregated runs, drafter side: stages 1-3 of one shard, written whole to
+    ``draft_uri`` as intermediate draft Parquet (:mod:`intermediate`). Every input row is in
+    it (failing rows with their ``error``). File-level problems return status ``failed``."""
+    t0 = time.perf_counter()
+    try:
+        rows = read(shard_uri, seen_before, cfg.task)
+    except _FILE_ERRORS as e:
+        return _file_failure(shard_uri, e, t0)
+    timer = StageTimer()
+    drafts = draft_stage(rows, cfg, drafter=drafter, timer=timer)
+    table = intermediate.to_table(rows, drafts)
+    write(draft_uri, table)
+    return ShardResult(shard_uri, draft_uri, "ok", run_id=run_id, rows_in=len(rows),
+                       rows_out=table.num_rows, errors=sum(r.error is not None for r in rows),
                        seconds=time.perf_counter() - t0,
-                       stage_seconds={k: round(v, 3) for k, v in timer.seconds.items()},
-                       summary=summarize(records))
+                       stage_seconds={k: round(v, 3) for k, v in timer.seconds.items()})
+
+
+def verify_shard(shard_uri: str, draft_uri: str, cfg: RunConfig, run_id: str, *, out_uri: str,
+                 verifier, read=storage.read_parquet,
+                 write=storage.write_parquet_atomic) -> ShardResult:
+    """Disaggregated runs, verifier side: read a draft shard, run stages 4-5 in the chunks of a
+    fused run, write the shard's output atomically. A draft shard that cannot be read returns
+    status ``failed`` naming it."""
+    t0 = time.perf_counter()
+    try:
+        rows, drafts = intermediate.from_table(read(draft_uri), draft_uri)
+    except _FILE_ERRORS as e:
+        return _file_failure(draft_uri, e, t0)
+    timer = StageTimer()
+    records = verify_stage(rows, drafts, cfg, verifier=verifier, info=RunInfo(run_id, shard_uri),
+                           timer=timer)
+    return _final(shard_uri, out_uri, run_id, len(rows), records, t0, timer, write)
 
 
 def merge_summaries(parts: list[dict]) -> dict:

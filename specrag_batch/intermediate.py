@@ -1,0 +1,86 @@
+"""Intermediate draft Parquet: the hand-off between drafting and verification when the two
+stages run on different worker pools (``execution.stages = "disaggregated"``).
+
+A drafter worker runs stages 1-3 (retrieval, multi-perspective sampling, drafting; paper
+§3.2) over a shard and writes ``<output>/_drafts/<shard>.parquet``: one row per input row, in
+input order, with the row's question, its validation state and its m drafts (answer α,
+rationale β, document ids, draft score ρ_draft). A verifier worker reads it and runs stages
+4-5 (paper §3.3) in the same chunks as a fused run, so both topologies give the same answers.
+
+The documents themselves are not in the file: the verifier never reads them (paper §3.3).
+Scores are stored as float64, so ρ_draft survives the round trip bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pyarrow as pa
+
+from .resume import DRAFTS_DIR  # noqa: F401 - sub-prefix of the output holding draft shards
+from .schema import QueryRow
+from .selection import Draft
+
+_STR_LIST = pa.list_(pa.string())
+
+INTERMEDIATE_DRAFT_TYPE = pa.struct([
+    ("doc_ids", _STR_LIST),
+    ("answer", pa.string()),
+    ("rationale", pa.string()),
+    ("flags", _STR_LIST),
+    ("valid", pa.bool_()),
+    ("score_draft", pa.float64()),
+])
+
+DRAFTS_SCHEMA = pa.schema([
+    ("row_index", pa.int64()),
+    ("query_id", pa.string()),
+    ("query", pa.string()),
+    ("task", pa.string()),
+    ("choices", _STR_LIST),
+    ("gold", _STR_LIST),
+    ("error", pa.string()),
+    ("flags", _STR_LIST),
+    ("num_documents", pa.int64()),
+    ("drafts", pa.list_(INTERMEDIATE_DRAFT_TYPE)),
+])
+"""One row per input row. ``drafts`` is empty for a row with an ``error`` (never dropped)."""
+
+
+def to_table(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]]) -> pa.Table:
+    """Rows (after stages 1-3) and their drafts (position in ``rows`` -> drafts) as a
+    :data:`DRAFTS_SCHEMA` table, in input order."""
+    recs = []
+    for i, r in enumerate(rows):
+        recs.append({
+            "row_index": r.row_index, "query_id": r.query_id, "query": r.query, "task": r.task,
+            "choices": r.choices, "gold": r.gold, "error": r.error, "flags": list(r.flags),
+            "num_documents": r.num_documents,
+            "drafts": [{"doc_ids": d.doc_ids, "answer": d.answer, "rationale": d.rationale,
+                        "flags": list(d.flags), "valid": d.valid, "score_draft": d.score_draft}
+                       for d in drafts.get(i, [])],
+        })
+    return pa.Table.from_pylist(recs, schema=DRAFTS_SCHEMA)
+
+
+def from_table(table: pa.Table, file: str) -> tuple[list[QueryRow], dict[int, list[Draft]]]:
+    """Inverse of :func:`to_table`: (rows, position -> drafts) with verifier scores unset.
+
+    Raises:
+        ValueError: the table is not a draft shard of this version (names ``file``)."""
+    missing = [n for n in DRAFTS_SCHEMA.names if n not in table.schema.names]
+    if missing:
+        raise ValueError(f"{file}: not an intermediate draft shard (missing columns {missing})")
+    rows: list[QueryRow] = []
+    drafts: dict[int, list[Draft]] = {}
+    for i, rec in enumerate(table.select(DRAFTS_SCHEMA.names).to_pylist()):
+        rows.append(QueryRow(row_index=rec["row_index"], query_id=rec["query_id"],
+                             query=rec["query"], task=rec["task"], choices=rec["choices"],
+                             gold=rec["gold"], error=rec["error"], flags=list(rec["flags"] or []),
+                             num_documents=rec["num_documents"]))
+        if rec["drafts"]:
+            drafts[i] = [Draft(doc_ids=list(d["doc_ids"] or []), answer=d["answer"],
+                               rationale=d["rationale"], flags=list(d["flags"] or []),
+                               valid=d["valid"], score_draft=d["score_draft"])
+                         for d in rec["drafts"]]
+    return rows, drafts

@@ -1,0 +1,119 @@
+"""Scale-out: shards on a local Ray cluster (2 worker processes, each with its own real vLLM
+engine) through prefect-ray, and disaggregated drafting/verification through intermediate
+draft Parquet. Both must give exactly the single-process answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from specrag_batch import storage
+
+from .conftest import _free_port, sample_rows, small_config
+
+pytestmark = pytest.mark.slow
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """`ray start --head` with 2 CPUs: 2 worker processes for tasks asking 1 CPU each."""
+    tmp = tmp_path_factory.mktemp("ray")
+    port = _free_port()
+    env = {**os.environ, "PREFECT_HOME": str(tmp / "prefect-home"), "SPECRAG_PROGRESS": "0",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run([RAY, "start", "--head", "--port", str(port), "--num-cpus", "2",
+                    "--include-dashboard=false", "--disable-usage-stats"],
+                   env=env, check=True, capture_output=True, timeout=180)
+    yield f"127.0.0.1:{port}"
+    subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """4 shards of real rows (PopQA questions and Climate-FEVER claims)."""
+    d = tmp_path_factory.mktemp("in")
+    for i, (name, skip) in enumerate([("popqa", 0), ("popqa", 2), ("climate_fever", 0), ("climate_fever", 2)]):
+        pq.write_table(sample_rows(name, 2, skip), d / f"part-{i}.parquet")
+    return str(d)
+
+
+def outputs(prefix: str) -> dict[str, list[dict]]:
+    """Output shard name -> rows without run-specific columns."""
+    out = {}
+    for f in storage.list_files(prefix):
+        rel = f[len(prefix):]
+        if f.endswith(".parquet") and "/_" not in rel:
+            out[f.rsplit("/", 1)[-1]] = pq.read_table(f).drop_columns(["run_id"]).to_pylist()
+    return out
+
+
+def same_threads() -> dict:
+    """Ray sets OMP_NUM_THREADS = num_cpus of a task; give each engine this process's thread
+    count so float reductions run in the same order (bit-identical scores)."""
+    import torch
+
+    return {"num_cpus": 1, "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(torch.get_num_threads())}}}
+
+
+@pytest.fixture(scope="module")
+def reference(prefect_harness, inputs, tmp_path_factory):
+    """The single-process run (threads task runner, fused stages)."""
+    from flows.speculative_rag import run_flow
+
+    out = str(tmp_path_factory.mktemp("ref"))
+    m = run_flow(inputs, out, small_config().model_dump(mode="json"))
+    assert m["failed_shards"] == 0 and m["rows_out"] == 8
+    return outputs(out)
+
+
+def test_disaggregated_threads_same_answers_and_resumes_from_drafts(prefect_harness, inputs, reference, tmp_path):
+    from flows.speculative_rag import run_flow
+
+    cfg = small_config().model_dump(mode="json")
+    out = str(tmp_path / "out")
+    m = run_flow(inputs, out, cfg, execution={"stages": "disaggregated", "keep_drafts": True})
+    assert outputs(out) == reference
+    assert m["stage_seconds"]["drafting"] > 0 and m["stage_seconds"]["verification"] >= 0
+    drafts = sorted(os.listdir(tmp_path / "out" / "_drafts"))
+    assert drafts == ["_shards"] + [f"part-{i}.parquet" for i in range(4)]
+    t = pq.read_table(tmp_path / "out" / "_drafts" / "part-0.parquet")
+    assert "documents" not in t.column_names  # the verifier side never gets the documents
+    assert t.num_rows == 2 and all(len(d) >= 1 for d in t.column("drafts").to_pylist())
+    # crash after drafting, before the shard's output: its drafts are reused, not redrafted
+    os.remove(tmp_path / "out" / "part-1.parquet")
+    os.remove(tmp_path / "out" / "_shards" / "part-1.parquet.json")
+    m2 = run_flow(inputs, out, cfg, execution={"stages": "disaggregated"})
+    assert outputs(out) == reference
+    assert m2["resumed_shards"] == 3
+    [eng] = m2["engines"].values()
+    assert eng["calls"] == 1  # one verification call for the recomputed shard; no drafting call
+    # without keep_drafts the finished draft shard is removed, its marker first
+    assert not os.path.exists(tmp_path / "out" / "_drafts" / "part-1.parquet")
+    assert not os.path.exists(tmp_path / "out" / "_drafts" / "_shards" / "part-1.parquet.json")
+
+
+@pytest.mark.parametrize("stages", ["fused", "disaggregated"])
+def test_ray_cluster_two_workers_same_answers(prefect_harness, ray_cluster, inputs, reference, tmp_path, stages):
+    from flows.speculative_rag import run_flow
+
+    res = same_threads()
+    ex = {"task_runner": "ray", "ray_address": ray_cluster, "stages": stages,
+          "shard_resources": res, "drafter_resources": res, "verifier_resources": res}
+    out = str(tmp_path / "out")
+    m = run_flow(inputs, out, small_config().model_dump(mode="json"), execution=ex)
+    assert m["failed_shards"] == 0 and m["rows_out"] == 8
+    assert outputs(out) == reference
+    workers = {s["worker"] for s in m["shards"]} | {s["draft_worker"] for s in m["shards"]} - {None}
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    assert me not in workers and len(workers) == 2, workers  # each Ray worker its own engine
+    assert m["engines"]["smollm2-135m-instruct"]["generated_tokens"] > 0  # summed from workers
+    assert json.loads(storage.read_bytes(f"{out}/_manifest.json"))["execution"]["task_runner"] == "ray"

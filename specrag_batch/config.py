@@ -101,6 +101,10 @@ class RunConfig(_Strict):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    task: Literal["qa", "claim", "choice"] | None = Field(
+        None, description="fixed task for every row (e.g. 'claim' for bulk claim "
+        "verification): the input's `task` column becomes optional and a row naming another "
+        "task gets a row error; None = per-row `task` column")
     claim_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_CLAIM_LABELS))
     reflection_question: str = REFLECTION_QUESTION
     chunk_rows: int = Field(
@@ -128,8 +132,10 @@ class RunConfig(_Strict):
         return self.selection.consensus_min or self.sampling.num_drafts
 
     def config_hash(self) -> str:
-        """sha256 (first 16 hex) of the canonical JSON of this config."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """sha256 (first 16 hex) of the canonical JSON of this config. Optional fields added
+        after 0.1 (``task``) count only when set, so earlier runs keep their hash."""
+        data = self.model_dump(mode="json", exclude={"task"} if self.task is None else None)
+        blob = json.dumps(data, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -143,18 +149,28 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Build a :class:`RunConfig` from an optional YAML file plus dotted-key overrides.
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                base: dict[str, Any] | None = None) -> RunConfig:
+    """Build a :class:`RunConfig` from an optional YAML file (local path or storage URI) plus
+    dotted-key overrides.
 
     ``overrides`` maps dotted keys (``"sampling.num_drafts"``) to values; they win over the file.
+    ``base`` is an inline config mapping used instead of a file.
 
     Raises:
         FileNotFoundError: the YAML file does not exist.
         pydantic.ValidationError: a field is unknown or out of range (message names the field).
     """
-    data: dict[str, Any] = {}
+    if path is not None and base is not None:
+        raise ValueError("give either a config file or an inline config, not both")
+    data: dict[str, Any] = dict(base or {})
     if path is not None:
-        text = Path(path).read_text()
+        if "://" in str(path):  # e.g. s3://bucket/configs/nightly.yaml
+            from .storage import read_bytes
+
+            text = read_bytes(str(path)).decode()
+        else:
+            text = Path(path).read_text()
         data = yaml.safe_load(text) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: top level of a config file must be a mapping")

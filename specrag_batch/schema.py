@@ -79,14 +79,16 @@ def _is_document_struct(t: pa.DataType) -> bool:
         _is_string(names[n]) or pa.types.is_null(names[n]) for n in ("doc_id", "title", "text") if n in names)
 
 
-def check_schema(schema: pa.Schema, file: str) -> None:
-    """Check column presence and types.
+def check_schema(schema: pa.Schema, file: str, task: str | None = None) -> None:
+    """Check column presence and types. With a fixed ``task`` the ``task`` column is optional.
 
     Raises:
         InputSchemaError: a required column is missing or any known column has a wrong type.
     """
     names = set(schema.names)
     for col in REQUIRED:
+        if col == "task" and task is not None and col not in names:
+            continue
         if col not in names:
             raise InputSchemaError(file, col, f"required column missing (have: {sorted(names)})")
         if not (_is_string(schema.field(col).type) or pa.types.is_null(schema.field(col).type)):
@@ -103,7 +105,8 @@ def check_schema(schema: pa.Schema, file: str) -> None:
                 raise InputSchemaError(file, col, f"expected list<string>, got {t}")
 
 
-def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None) -> list[QueryRow]:
+def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
+                   task: str | None = None) -> list[QueryRow]:
     """Validate a shard and return one :class:`QueryRow` per input row, in input order.
 
     Args:
@@ -111,13 +114,18 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None)
         file: its URI, used in messages.
         seen_ids: query ids already seen in earlier shards of this run; updated in place.
             A repeated id (within or across shards) gets a row error, never a silent drop.
+        task: the run's fixed task (config ``task``, e.g. ``claim`` for bulk claim
+            verification): a missing ``task`` column means every row has it, and a row naming
+            another task gets a row error.
 
     Raises:
         InputSchemaError: file-level problem (see :func:`check_schema`).
     """
-    check_schema(table.schema, file)
+    check_schema(table.schema, file, task)
     seen = seen_ids if seen_ids is not None else set()
     cols = {c: table.column(c).to_pylist() for c in (*REQUIRED, *OPTIONAL) if c in table.schema.names}
+    if "task" not in cols:
+        cols["task"] = [task] * table.num_rows
     rows: list[QueryRow] = []
     for i in range(table.num_rows):
         qid = cols["query_id"][i]
@@ -134,6 +142,9 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None)
         elif cols["task"][i] not in TASKS:
             err = (f"{where} (query_id={qid!r}): field 'task': unknown value "
                    f"{cols['task'][i]!r} (expected one of {', '.join(TASKS)})")
+        elif task is not None and cols["task"][i] != task:
+            err = (f"{where} (query_id={qid!r}): field 'task': {cols['task'][i]!r}, but this run "
+                   f"only takes {task!r} rows (config 'task')")
         if qid is not None:
             seen.add(qid)
         docs = cols.get("documents", [None] * table.num_rows)[i]

@@ -10,7 +10,6 @@ all other dates ran.
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Any
 
@@ -73,7 +72,7 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
         raise ValueError(f"parameter 'max_concurrency': must be >= 1, got {max_concurrency}")
     dates = [d.isoformat() for d in dates_between(start_date, end_date)]
     cfg = resolve_config(config, config_path, config_overrides).model_dump(mode="json")
-    ex = execution if isinstance(execution, ExecutionConfig) else ExecutionConfig.model_validate(execution or {})
+    ex = ExecutionConfig.coerce(execution)
     log = get_run_logger()
     log.info("backfill %s..%s: %d dates, %d at a time", dates[0], dates[-1], len(dates), max_concurrency)
     with ray_session(ex):
@@ -88,19 +87,3 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
                            f"(summary: {json.dumps(summary['dates'])})")
     return summary
 
-
-def main() -> None:  # pragma: no cover - thin CLI
-    ap = argparse.ArgumentParser(description="Backfill Speculative RAG over a date range.")
-    ap.add_argument("input_root")
-    ap.add_argument("output_root")
-    ap.add_argument("start_date")
-    ap.add_argument("end_date")
-    ap.add_argument("--config")
-    ap.add_argument("--max-concurrency", type=int, default=2)
-    a = ap.parse_args()
-    print(json.dumps(backfill_flow(a.input_root, a.output_root, a.start_date, a.end_date,
-                                   a.max_concurrency, config_path=a.config), indent=2))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

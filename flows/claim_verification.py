@@ -9,8 +9,6 @@ label distribution of the answers, read back from the written output.
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import Counter
 from typing import Any
 
@@ -53,7 +51,7 @@ def claim_verification_flow(input_uri: str, output_uri: str, config_path: str | 
     if claim_labels is not None:
         over["claim_labels"] = claim_labels
     cfg = resolve_config(config, config_path, over)
-    ex = execution if isinstance(execution, ExecutionConfig) else ExecutionConfig.model_validate(execution or {})
+    ex = ExecutionConfig.coerce(execution)
     manifest = run_flow(input_uri, output_uri, cfg.model_dump(mode="json"), None, overwrite, ex)
     manifest["label_counts"] = label_counts(manifest)
     get_run_logger().info("labels: %s (labels allowed: %s)", manifest["label_counts"], cfg.claim_labels)
@@ -61,16 +59,3 @@ def claim_verification_flow(input_uri: str, output_uri: str, config_path: str | 
         raise RuntimeError(f"{manifest['failed_shards']} shard(s) failed; see {manifest['manifest_uri']}")
     return manifest
 
-
-def main() -> None:  # pragma: no cover - thin CLI
-    ap = argparse.ArgumentParser(description="Bulk claim verification with Speculative RAG.")
-    ap.add_argument("input_uri")
-    ap.add_argument("output_uri")
-    ap.add_argument("--config")
-    a = ap.parse_args()
-    m = claim_verification_flow(a.input_uri, a.output_uri, config_path=a.config)
-    print(json.dumps({"rows_out": m["rows_out"], "label_counts": m["label_counts"]}))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

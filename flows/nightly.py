@@ -6,13 +6,12 @@ scheduled day in the deployment's timezone minus ``lag_days``; a retry or a re-r
 same date resumes (finished shards are skipped). Deployed by ``prefect.yaml`` on a cron
 schedule; run by hand with::
 
-    python -m flows.nightly s3://bucket/queries s3://bucket/answers --date 2026-11-28
+    specrag-batch nightly --input-root s3://bucket/queries --output-root s3://bucket/answers \
+        --date 2026-11-28 --config configs/demo.yaml
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -57,7 +56,7 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
     listed in the manifest), so Prefect retries/alerts apply; a retry resumes."""
     day = parse_date(date, "date") if date else scheduled_date(timezone, lag_days)
     cfg = resolve_config(config, config_path, config_overrides)
-    ex = execution if isinstance(execution, ExecutionConfig) else ExecutionConfig.model_validate(execution or {})
+    ex = ExecutionConfig.coerce(execution)
     get_run_logger().info("nightly partition %s (%s)", day, timezone)
     manifest = run_partition(input_root, output_root, day, cfg.model_dump(mode="json"), ex, overwrite)
     if manifest["failed_shards"]:
@@ -65,18 +64,3 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
                            f"see {manifest['manifest_uri']}")
     return manifest
 
-
-def main() -> None:  # pragma: no cover - thin CLI
-    ap = argparse.ArgumentParser(description="Nightly Speculative RAG over one date partition.")
-    ap.add_argument("input_root")
-    ap.add_argument("output_root")
-    ap.add_argument("--date")
-    ap.add_argument("--config")
-    ap.add_argument("--timezone", default="UTC")
-    a = ap.parse_args()
-    m = nightly_flow(a.input_root, a.output_root, a.date, timezone=a.timezone, config_path=a.config)
-    print(json.dumps({k: m[k] for k in ("date", "rows_in", "rows_out", "failed_shards")}))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

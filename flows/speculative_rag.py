@@ -208,8 +208,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     Returns the run manifest, also written to ``<output_uri>/_manifest.json``."""
     t0 = time.perf_counter()
     cfg = RunConfig.model_validate(config or {})
-    ex = ExecutionConfig.model_validate(execution or {}) if not isinstance(execution, ExecutionConfig) \
-        else execution
+    ex = ExecutionConfig.coerce(execution)
     if ex.stages == "disaggregated" and cfg.mode != "speculative":
         raise ValueError("execution.stages 'disaggregated' needs config mode 'speculative'")
     run_id = run_id or new_run_id()
@@ -262,7 +261,7 @@ def run_flow(input_uri: str, output_uri: str, config: dict | None = None, run_id
              overwrite: bool = False, execution: ExecutionConfig | dict | None = None) -> dict:
     """Run :func:`speculative_rag_flow` on the task runner ``execution`` names (threads here,
     or a Ray cluster). Called inside another flow, it runs as a subflow. Returns the manifest."""
-    ex = execution if isinstance(execution, ExecutionConfig) else ExecutionConfig.model_validate(execution or {})
+    ex = ExecutionConfig.coerce(execution)
     runner = ex.task_runner_instance()
     return speculative_rag_flow.with_options(task_runner=runner)(
         input_uri, output_uri, config, run_id, overwrite, ex)

@@ -1,4 +1,4 @@
-"""Command line: ``specrag-batch run``, ``specrag-batch index build``, ``specrag-batch models``."""
+"""Command line: ``specrag-batch run | nightly | backfill | claims | index build | models``."""
 
 from __future__ import annotations
 
@@ -74,6 +74,35 @@ def print_summary(m: dict) -> None:
             console.print(f"[red]shard failed[/red] {s['input']}: {s['error']}")
 
 
+TASK_RUNNER = typer.Option("threads", "--task-runner", help="threads (this process) or ray (a "
+                           "Ray cluster through prefect-ray; needs the 'ray' extra).")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster: 'auto', 'ray://host:10001'; "
+                           "default: start Ray locally.")
+STAGES_OPT = typer.Option("fused", "--stages", help="fused, or disaggregated (drafting tasks write "
+                          "intermediate draft Parquet; verification tasks read it).")
+CONFIG_OPT = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
+                          help="YAML run config (see configs/).")
+
+
+def _execution(task_runner: str, ray_address: str | None, stages: str):
+    """ExecutionConfig from CLI flags; a bad value is a usage error naming the flag."""
+    from pydantic import ValidationError
+
+    from .execution import ExecutionConfig
+
+    try:
+        return ExecutionConfig(task_runner=task_runner, ray_address=ray_address, stages=stages)
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = {"task_runner": "--task-runner", "stages": "--stages"}.get(str(err["loc"][0]), "--ray-address")
+        raise typer.BadParameter(err["msg"], param_hint=flag) from None
+
+
+def _fail(e: Exception, code: int) -> None:
+    console.print(f"[red]error:[/red] {e}")
+    raise typer.Exit(code)
+
+
 @app.command()
 def run(
     input: str = typer.Option(..., "--input", "-i", help="Input URI: a Parquet file or a prefix/"
@@ -96,12 +125,9 @@ def run(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of a different "
                                    "input/config already in --output (default: refuse)."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON instead of a table."),
-    task_runner: str = typer.Option("threads", "--task-runner", help="threads (this process) or "
-                                    "ray (a Ray cluster through prefect-ray; needs the 'ray' extra)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster: 'auto', "
-                                              "'ray://host:10001'; default: start Ray locally."),
-    stages: str = typer.Option("fused", "--stages", help="fused, or disaggregated (drafting "
-                               "tasks write intermediate draft Parquet; verification tasks read it)."),
+    task_runner: str = TASK_RUNNER,
+    ray_address: Optional[str] = RAY_ADDRESS,
+    stages: str = STAGES_OPT,
 ) -> None:
     """Run Speculative RAG (or Standard RAG) over Parquet query shards.
 
@@ -111,14 +137,7 @@ def run(
 
     if mode not in (None, "speculative", "standard"):
         raise typer.BadParameter("must be 'speculative' or 'standard'", param_hint="--mode")
-    from pydantic import ValidationError
-
-    from .execution import ExecutionConfig
-
-    try:
-        execution = ExecutionConfig(task_runner=task_runner, ray_address=ray_address, stages=stages)
-    except ValidationError as e:
-        raise typer.BadParameter(e.errors()[0]["msg"], param_hint="--task-runner/--stages")
+    execution = _execution(task_runner, ray_address, stages)
     cfg = load_config(config, {
         "mode": mode, "drafter.model": drafter, "verifier.model": verifier,
         "retrieval.top_n": top_n, "retrieval.index": index, "sampling.num_drafts": drafts,
@@ -126,14 +145,121 @@ def run(
     try:
         manifest = run_batch(input, output, cfg, run_id, overwrite, execution)
     except (RunConflictError, FileNotFoundError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2)
+        _fail(e, 2)
     if json_out:
         print(json.dumps(manifest, indent=2, default=str))
     else:
         print_summary(manifest)
     if manifest["failed_shards"]:
         raise typer.Exit(1)
+
+
+@app.command()
+def nightly(
+    input_root: str = typer.Option(..., "--input-root", help="Prefix holding date=YYYY-MM-DD/ partitions."),
+    output_root: str = typer.Option(..., "--output-root", help="Prefix for the output partitions."),
+    date: Optional[str] = typer.Option(None, "--date", help="Partition YYYY-MM-DD (default: "
+                                       "today in --timezone minus --lag-days)."),
+    timezone: str = typer.Option("UTC", "--timezone", help="IANA timezone of the schedule."),
+    lag_days: int = typer.Option(1, "--lag-days", min=0, help="1 = yesterday's partition."),
+    config: Optional[Path] = CONFIG_OPT,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of another config."),
+    task_runner: str = TASK_RUNNER,
+    ray_address: Optional[str] = RAY_ADDRESS,
+    stages: str = STAGES_OPT,
+) -> None:
+    """The nightly job (flows/nightly.py) over one date partition; re-running resumes."""
+    from flows.nightly import nightly_flow
+    from flows.partitions import parse_date
+
+    from .resume import RunConflictError
+
+    ex = _execution(task_runner, ray_address, stages)
+    try:
+        if date:
+            parse_date(date, "date")
+        m = nightly_flow(input_root, output_root, date, lag_days, timezone,
+                         config_path=str(config) if config else None, execution=ex, overwrite=overwrite)
+    except (RunConflictError, FileNotFoundError, ValueError) as e:
+        _fail(e, 2)
+    except RuntimeError as e:  # failed shards: listed in the partition's manifest
+        _fail(e, 1)
+    print_summary(m)
+
+
+@app.command()
+def backfill(
+    input_root: str = typer.Option(..., "--input-root", help="Prefix holding date=YYYY-MM-DD/ partitions."),
+    output_root: str = typer.Option(..., "--output-root", help="Prefix for the output partitions."),
+    start: str = typer.Option(..., "--start", help="First date, YYYY-MM-DD."),
+    end: str = typer.Option(..., "--end", help="Last date, YYYY-MM-DD (inclusive)."),
+    max_concurrency: int = typer.Option(2, "--max-concurrency", min=1, help="Dates in flight at once."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="A date without input "
+                                       "partition does not fail the backfill."),
+    config: Optional[Path] = CONFIG_OPT,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of another config."),
+    task_runner: str = TASK_RUNNER,
+    ray_address: Optional[str] = RAY_ADDRESS,
+    stages: str = STAGES_OPT,
+) -> None:
+    """Backfill (flows/backfill.py): every date of --start..--end as its own resumable run."""
+    from flows.backfill import backfill_flow
+    from flows.partitions import dates_between
+
+    ex = _execution(task_runner, ray_address, stages)
+    try:
+        dates_between(start, end)
+    except ValueError as e:
+        _fail(e, 2)
+    try:
+        s = backfill_flow(input_root, output_root, start, end, max_concurrency,
+                          config_path=str(config) if config else None, execution=ex,
+                          overwrite=overwrite, allow_missing=allow_missing)
+    except RuntimeError as e:
+        _fail(e, 1)
+    t = Table(title=f"backfill {start}..{end}")
+    for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards"):
+        t.add_column(col)
+    for d in s["dates"]:
+        t.add_row(d["date"], d["status"], *(str(d.get(k, "")) for k in
+                                             ("rows_in", "rows_out", "failed_shards", "resumed_shards")))
+    console.print(t)
+
+
+@app.command()
+def claims(
+    input: str = typer.Option(..., "--input", "-i", help="Input URI of claim shards (Parquet)."),
+    output: str = typer.Option(..., "--output", "-o", help="Output URI prefix."),
+    labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated label set "
+                                         "(default: claim_labels of the config)."),
+    config: Optional[Path] = CONFIG_OPT,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of another config."),
+    task_runner: str = TASK_RUNNER,
+    ray_address: Optional[str] = RAY_ADDRESS,
+    stages: str = STAGES_OPT,
+) -> None:
+    """Bulk claim verification (flows/claim_verification.py); prints the label counts.
+
+    Every row is a claim (the task column may be absent), answered with one of the labels."""
+    from pydantic import ValidationError
+
+    from flows.claim_verification import claim_verification_flow
+
+    from .resume import RunConflictError
+
+    ex = _execution(task_runner, ray_address, stages)
+    label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
+    try:
+        m = claim_verification_flow(input, output, config_path=str(config) if config else None,
+                                    claim_labels=label_list, execution=ex, overwrite=overwrite)
+    except ValidationError as e:
+        raise typer.BadParameter(str(e.errors()[0]["msg"]), param_hint="--labels") from None
+    except (RunConflictError, FileNotFoundError) as e:
+        _fail(e, 2)
+    except RuntimeError as e:
+        _fail(e, 1)
+    print_summary(m)
+    console.print("labels: " + ", ".join(f"{k} {v}" for k, v in m["label_counts"].items()))
 
 
 @index_app.command("build")

@@ -59,6 +59,14 @@ class ExecutionConfig(BaseModel):
         default_factory=lambda: {"num_cpus": 1},
         description="Ray @remote options of a verification task (disaggregated)")
 
+    @classmethod
+    def coerce(cls, value: "ExecutionConfig | dict | None") -> "ExecutionConfig":
+        """An ExecutionConfig from itself, a mapping (flow parameters, YAML) or None (defaults).
+
+        Raises:
+            pydantic.ValidationError: unknown key or bad value (named in the message)."""
+        return value if isinstance(value, cls) else cls.model_validate(value or {})
+
     def task_runner_instance(self):
         """A new Prefect task runner for a flow run (``flow.with_options(task_runner=...)``).
 

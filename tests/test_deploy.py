@@ -220,3 +220,26 @@ def test_claim_verification_flow_fixed_task_and_labels(prefect_harness, tmp_path
     assert sum(m["label_counts"].values()) == 4
     for r in claims:  # a valid label, or flagged as not one (never silently accepted)
         assert r["answer"] in labels or "answer_not_a_label" in r["flags"]
+
+
+@pytest_slow
+def test_cli_nightly_and_backfill_commands(tmp_path):
+    """The same flows from the command line, in a fresh process (its own Prefect database)."""
+    from .conftest import subprocess_env
+
+    cli = str(Path(sys.executable).with_name("specrag-batch"))
+    inp, out = str(tmp_path / "q"), str(tmp_path / "a")
+    _partition(inp, "2026-11-27", "x.parquet", sample_rows("popqa", 1, skip=7))
+    _partition(inp, "2026-11-28", "x.parquet", sample_rows("climate_fever", 1, skip=7))
+    cfg = str(ROOT / "configs" / "test-smollm2.yaml")
+    r = subprocess.run([cli, "backfill", "--input-root", inp, "--output-root", out, "--start", "2026-11-27",
+                        "--end", "2026-11-28", "--config", cfg], env=subprocess_env(tmp_path),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "2026-11-27" in r.stdout and "2026-11-28" in r.stdout
+    assert len(_rows(f"{out}/date=2026-11-27")) == len(_rows(f"{out}/date=2026-11-28")) == 1
+    r = subprocess.run([cli, "nightly", "--input-root", inp, "--output-root", out, "--date", "2026-11-28",
+                        "--config", cfg], env=subprocess_env(tmp_path), capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "1 already done" in r.stdout  # the backfill's result for that date is reused

@@ -1,0 +1,114 @@
+"""Unit tests of the scheduled-flow helpers, the intermediate draft format, the fixed-task
+input check and the execution settings (no engines, no Prefect runs)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from flows.partitions import dates_between, parse_date, partition_uri, resolve_config, scheduled_date
+from specrag_batch import intermediate
+from specrag_batch.execution import ExecutionConfig
+from specrag_batch.schema import InputSchemaError, QueryRow, validate_table
+from specrag_batch.selection import Draft
+
+from .conftest import ROOT
+
+CLI = str(Path(sys.executable).with_name("specrag-batch"))
+
+
+def test_dates_and_partitions():
+    assert [d.isoformat() for d in dates_between("2026-02-27", "2026-03-01")] == \
+        ["2026-02-27", "2026-02-28", "2026-03-01"]
+    assert dates_between("2026-11-01", "2026-11-01") == [dt.date(2026, 11, 1)]
+    with pytest.raises(ValueError, match="end_date 2026-10-31 is before start_date 2026-11-01"):
+        dates_between("2026-11-01", "2026-10-31")
+    with pytest.raises(ValueError, match="parameter 'start_date': expected a date YYYY-MM-DD, got '2026-13-01'"):
+        dates_between("2026-13-01", "2026-12-01")
+    assert partition_uri("s3://b/q/", dt.date(2026, 1, 2)) == "s3://b/q/date=2026-01-02"
+    assert parse_date(dt.date(2026, 1, 2), "date") == dt.date(2026, 1, 2)
+
+
+def test_scheduled_date_uses_the_schedule_timezone():
+    # 23:30 UTC on the 28th is already the 29th in Amsterdam (UTC+1): yesterday = the 28th there
+    now = dt.datetime(2026, 11, 28, 23, 30, tzinfo=dt.timezone.utc)
+    assert scheduled_date("Europe/Amsterdam", 1, now) == dt.date(2026, 11, 28)
+    assert scheduled_date("UTC", 1, now) == dt.date(2026, 11, 27)
+    assert scheduled_date("America/New_York", 0, now) == dt.date(2026, 11, 28)
+
+
+def test_resolve_config_path_inline_and_overrides():
+    cfg = resolve_config(None, str(ROOT / "configs" / "claims.yaml"), {"sampling.num_drafts": 3})
+    assert cfg.task == "claim" and cfg.sampling.num_drafts == 3
+    cfg = resolve_config({"seed": 7}, None, {"task": "claim"})
+    assert cfg.seed == 7 and cfg.task == "claim"
+    with pytest.raises(ValueError, match="not both"):
+        resolve_config({"seed": 7}, "configs/demo.yaml")
+
+
+def test_config_hash_unchanged_by_unset_task():
+    from specrag_batch.config import RunConfig
+
+    base = RunConfig()
+    assert base.config_hash() == RunConfig.model_validate(base.model_dump(exclude={"task"})).config_hash()
+    assert RunConfig(task="claim").config_hash() != base.config_hash()
+
+
+def _table(**cols):
+    data = {"query_id": ["a", "b"], "query": ["x is y", "who?"], **cols}
+    return pa.table(data)
+
+
+def test_fixed_task_makes_task_column_optional_and_flags_other_tasks():
+    rows = validate_table(_table(), "f.parquet", task="claim")
+    assert [r.task for r in rows] == ["claim", "claim"] and all(r.error is None for r in rows)
+    rows = validate_table(_table(task=["claim", "qa"]), "f.parquet", task="claim")
+    assert rows[0].error is None
+    assert rows[1].error == ("f.parquet: row 1 (query_id='b'): field 'task': 'qa', but this run "
+                             "only takes 'claim' rows (config 'task')")
+    with pytest.raises(InputSchemaError, match="column 'task': required column missing"):
+        validate_table(_table(), "f.parquet")
+
+
+def test_intermediate_round_trip_keeps_rows_errors_and_scores_exactly():
+    rows = [QueryRow(0, "q0", "Q0?", "qa", gold=["a"], flags=["truncated_documents"], num_documents=4),
+            QueryRow(1, "q1", "Q1?", "choice", choices=["x", "y"], error="f: row 1: field 'choices': bad"),
+            QueryRow(2, "q2", "Q2?", "claim", num_documents=2)]
+    drafts = {0: [Draft(["d1", "d2"], "Paris", "because", ["no_answer_field"], True, -12.345678901234567),
+                  Draft(["d3"], "", "", [], False, None)],
+              2: [Draft(["d9"], "SUPPORTS", "it says so", [], True, -0.1 - 0.2)]}
+    table = intermediate.to_table(rows, drafts)
+    assert table.schema == intermediate.DRAFTS_SCHEMA and "documents" not in table.column_names
+    back_rows, back_drafts = intermediate.from_table(table, "d.parquet")
+    assert back_rows == rows and back_drafts == drafts  # floats bit for bit
+    with pytest.raises(ValueError, match="d.parquet: not an intermediate draft shard"):
+        intermediate.from_table(pa.table({"query_id": ["a"]}), "d.parquet")
+
+
+def test_execution_config_ray_options():
+    ex = ExecutionConfig.coerce({"task_runner": "ray", "drafter_resources": {"num_gpus": 1}})
+    assert ex.distributed and ExecutionConfig.coerce(None).task_runner == "threads"
+    from prefect_ray.context import RemoteOptionsContext
+
+    with ex.remote({"num_gpus": 1, "resources": {"verifier": 1}}):
+        opts = RemoteOptionsContext.get().current_remote_options
+    assert opts == {"num_gpus": 1, "resources": {"verifier": 1}, "max_calls": 0}
+    with ex.remote({"num_cpus": 1}):
+        assert RemoteOptionsContext.get().current_remote_options == {"num_cpus": 1}
+    with ExecutionConfig().remote({"num_gpus": 1}):  # threads: no Ray options at all
+        assert RemoteOptionsContext.get().current_remote_options == {}
+    with pytest.raises(Exception, match="stages"):
+        ExecutionConfig.coerce({"stages": "split"})
+
+
+def test_cli_usage_errors_name_the_flag():
+    r = subprocess.run([CLI, "backfill", "--input-root", "x", "--output-root", "y",
+                        "--start", "2026-11-05", "--end", "2026-11-01"], capture_output=True, text=True)
+    assert r.returncode == 2 and "end_date 2026-11-01 is before start_date 2026-11-05" in r.stdout
+    r = subprocess.run([CLI, "run", "-i", "x", "-o", "y", "--stages", "split"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--stages" in r.stderr

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -25,16 +27,37 @@ RAY = str(Path(sys.executable).with_name("ray"))
 
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
-    """`ray start --head` with 2 CPUs: 2 worker processes for tasks asking 1 CPU each."""
+    """`ray start --head --block` with 2 CPUs (2 worker processes for tasks asking 1 CPU each),
+    in its own process group and temp dir, so teardown stops this cluster and no other."""
     tmp = tmp_path_factory.mktemp("ray")
     port = _free_port()
     env = {**os.environ, "PREFECT_HOME": str(tmp / "prefect-home"), "SPECRAG_PROGRESS": "0",
            "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run([RAY, "start", "--head", "--port", str(port), "--num-cpus", "2",
-                    "--include-dashboard=false", "--disable-usage-stats"],
-                   env=env, check=True, capture_output=True, timeout=180)
+    log = open(tmp / "ray.log", "wb")
+    proc = subprocess.Popen([RAY, "start", "--head", "--block", "--port", str(port), "--num-cpus", "2",
+                             "--include-dashboard=false", "--disable-usage-stats",
+                             "--temp-dir", str(tmp / "r")],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        assert proc.poll() is None, (tmp / "ray.log").read_text()[-3000:]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            time.sleep(1)
+    else:
+        pytest.fail("ray head did not start: " + (tmp / "ray.log").read_text()[-3000:])
     yield f"127.0.0.1:{port}"
-    subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+    import ray
+
+    ray.shutdown()
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
 
 
 @pytest.fixture(scope="module")

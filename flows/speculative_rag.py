@@ -231,6 +231,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
         get_engine(cfg.verifier, cfg.seed)
     engine_load = time.perf_counter() - t_eng
     common = (unmapped(input_uri), unmapped(output_uri), unmapped(cfg.model_dump_json()), unmapped(run_id))
+    drafted = [None] * len(shards)
     if ex.stages == "fused":
         with ex.remote(ex.shard_resources):
             futures = process_shard_task.map(shards, *common, [seen[s] for s in shards], fingerprints)
@@ -241,12 +242,19 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
             futures = verify_shard_task.map(drafted, shards, *common, fingerprints,
                                             unmapped(ex.keep_drafts))
     results = []
-    for shard, fut in zip(shards, futures):
+    for shard, fut, dfut in zip(shards, futures, drafted):
         try:
             results.append(ShardResult(**fut.result()))
         except Exception as e:  # noqa: BLE001 - an unexpected failure fails its shard only
-            log.error("%s: shard failed: %s", shard, e)
-            results.append(ShardResult(shard, None, "failed", error=f"{type(e).__name__}: {shard}: {e}"))
+            stage = ""
+            if dfut is not None:  # verification never ran when its drafting task failed
+                try:
+                    dfut.result()
+                except Exception as de:  # noqa: BLE001
+                    e, stage = de, "drafting: "
+            log.error("%s: shard failed: %s%s", shard, stage, e)
+            results.append(ShardResult(shard, None, "failed",
+                                       error=f"{type(e).__name__}: {shard}: {stage}{e}"))
     stats = _sum_engine_stats(results) if ex.distributed else _engine_delta(before)
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
                               time.perf_counter() - t0, stats)

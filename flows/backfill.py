@@ -17,8 +17,8 @@ from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.nightly import run_partition
-from flows.partitions import dates_between, parse_date, partition_uri, resolve_config
+from flows.nightly import MissingPartitionError, run_partition
+from flows.partitions import dates_between, require_directory, resolve_config
 from specrag_batch import storage
 from specrag_batch.execution import ExecutionConfig, ray_session
 
@@ -27,11 +27,10 @@ from specrag_batch.execution import ExecutionConfig, ray_session
 def backfill_date(input_root: str, output_root: str, date: str, config: dict,
                   execution: ExecutionConfig, overwrite: bool) -> dict:
     """One date: its partition's run (a subflow), summarised; never raises for a bad date."""
-    src = partition_uri(input_root, parse_date(date, "date"))
-    if not storage.exists(src):
-        return {"date": date, "status": "missing", "input": src}
     try:
         m = run_partition(input_root, output_root, date, config, execution, overwrite)
+    except MissingPartitionError as e:
+        return {"date": date, "status": "missing", "error": str(e)}
     except Exception as e:  # noqa: BLE001 - one bad date must not stop the others
         get_run_logger().error("date %s failed: %s", date, e)
         return {"date": date, "status": "failed", "error": f"{type(e).__name__}: {e}"}
@@ -63,27 +62,36 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
             share this process's engines; with Ray each date's shards spread over the cluster.
         allow_missing: a date without input partition does not fail the run.
 
-    Returns ``{"dates": [per-date summary], "ok": n, "failed": n, "missing": n}``.
+    Returns ``{"dates": [per-date summary], "ok": n, "failed": n, "missing": n, ...}``, also
+    written to ``<output_root>/_backfills/<start>_<end>.json``.
 
     Raises:
-        ValueError: bad dates or ``max_concurrency`` < 1 (before any work).
+        ValueError: bad dates, ``max_concurrency`` < 1, config/topology mismatch (before any
+            work).
+        FileNotFoundError: ``input_root`` is not an existing directory (before any work).
         RuntimeError: after all dates ran, if any failed (or was missing and not allowed)."""
     if max_concurrency < 1:
         raise ValueError(f"parameter 'max_concurrency': must be >= 1, got {max_concurrency}")
     dates = [d.isoformat() for d in dates_between(start_date, end_date)]
-    cfg = resolve_config(config, config_path, config_overrides).model_dump(mode="json")
+    cfg = resolve_config(config, config_path, config_overrides)
     ex = ExecutionConfig.coerce(execution)
+    ex.check_mode(cfg.mode)
+    require_directory(input_root, "input_root")
     log = get_run_logger()
     log.info("backfill %s..%s: %d dates, %d at a time", dates[0], dates[-1], len(dates), max_concurrency)
     with ray_session(ex):
         results = _run_dates.with_options(task_runner=ThreadPoolTaskRunner(max_workers=max_concurrency))(
-            input_root, output_root, dates, cfg, ex, overwrite)
-    summary = {"dates": results, **{k: sum(r["status"] == k for r in results)
-                                    for k in ("ok", "failed", "missing")}}
+            input_root, output_root, dates, cfg.model_dump(mode="json"), ex, overwrite)
+    summary = {"start_date": dates[0], "end_date": dates[-1], "dates": results,
+               **{k: sum(r["status"] == k for r in results) for k in ("ok", "failed", "missing")}}
+    summary_uri = storage.join(output_root, "_backfills", f"{dates[0]}_{dates[-1]}.json")
+    storage.write_bytes_atomic(summary_uri, json.dumps(summary, indent=2).encode())
+    summary["summary_uri"] = summary_uri
     bad = [r["date"] for r in results if r["status"] == "failed"
            or (r["status"] == "missing" and not allow_missing)]
     if bad:
-        raise RuntimeError(f"backfill: dates not completed: {', '.join(bad)} "
-                           f"(summary: {json.dumps(summary['dates'])})")
+        shown = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        raise RuntimeError(f"backfill: {len(bad)} of {len(dates)} dates not completed ({shown}); "
+                           f"per-date status in {summary_uri}")
     return summary
 

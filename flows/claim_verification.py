@@ -21,17 +21,23 @@ from specrag_batch import storage
 from specrag_batch.execution import ExecutionConfig
 
 
-def label_counts(manifest: dict) -> dict[str, int]:
-    """Answers per label over the run's output shards (``null`` = not answered)."""
-    counts: Counter = Counter()
+NOT_A_LABEL = "(not a label)"
+NO_ANSWER = "(no answer)"
+
+
+def label_counts(manifest: dict, labels: list[str]) -> dict[str, int]:
+    """Answers per label over the run's output shards; answers outside ``labels`` (flagged
+    ``answer_not_a_label`` in the rows) count as ``(not a label)``, rows without an answer
+    (errors, no valid draft) as ``(no answer)``."""
+    counts: Counter = Counter({lab: 0 for lab in labels})
     for s in manifest["shards"]:
         if s["status"] != "ok" or not s["output"]:
             continue
         fs, path = storage.filesystem(s["output"])
         with fs.open(path, "rb") as f:
             for a in pq.read_table(f, columns=["answer"]).column("answer").to_pylist():
-                counts[a if a is not None else "null"] += 1
-    return dict(sorted(counts.items()))
+                counts[NO_ANSWER if a is None else a if a in labels else NOT_A_LABEL] += 1
+    return dict(counts)
 
 
 @flow(name="specrag-claim-verification", log_prints=True)
@@ -53,7 +59,7 @@ def claim_verification_flow(input_uri: str, output_uri: str, config_path: str | 
     cfg = resolve_config(config, config_path, over)
     ex = ExecutionConfig.coerce(execution)
     manifest = run_flow(input_uri, output_uri, cfg.model_dump(mode="json"), None, overwrite, ex)
-    manifest["label_counts"] = label_counts(manifest)
+    manifest["label_counts"] = label_counts(manifest, cfg.claim_labels)
     get_run_logger().info("labels: %s (labels allowed: %s)", manifest["label_counts"], cfg.claim_labels)
     if manifest["failed_shards"]:
         raise RuntimeError(f"{manifest['failed_shards']} shard(s) failed; see {manifest['manifest_uri']}")

@@ -16,10 +16,16 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from flows.partitions import parse_date, partition_uri, resolve_config, scheduled_date
+from flows.partitions import (check_timezone, parse_date, partition_uri, require_directory,
+                              resolve_config, scheduled_date)
 from flows.speculative_rag import run_flow
 from specrag_batch import storage
 from specrag_batch.execution import ExecutionConfig
+from specrag_batch.run import plan_shards
+
+
+class MissingPartitionError(FileNotFoundError):
+    """A date's input partition does not exist or holds no Parquet shard."""
 
 
 def run_partition(input_root: str, output_root: str, date, config: dict,
@@ -29,11 +35,16 @@ def run_partition(input_root: str, output_root: str, date, config: dict,
     Returns the partition's manifest plus ``date``.
 
     Raises:
-        FileNotFoundError: the input partition does not exist (upstream did not deliver)."""
+        MissingPartitionError: the input partition does not exist or has no ``*.parquet``
+            shard (upstream did not deliver; an empty run would hide that)."""
     d = parse_date(date, "date")
     src, dst = partition_uri(input_root, d), partition_uri(output_root, d)
     if not storage.exists(src):
-        raise FileNotFoundError(f"input partition {src!r} does not exist")
+        raise MissingPartitionError(f"input partition {src!r} does not exist")
+    shards, skipped = plan_shards(src)
+    if not shards:
+        raise MissingPartitionError(f"input partition {src!r} has no Parquet shards "
+                                    f"({len(skipped)} other files)")
     manifest = run_flow(src, dst, config, None, overwrite, execution)
     return {**manifest, "date": d.isoformat()}
 
@@ -54,9 +65,12 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
 
     Returns the partition's run manifest. The flow run fails when a shard failed (its rows are
     listed in the manifest), so Prefect retries/alerts apply; a retry resumes."""
-    day = parse_date(date, "date") if date else scheduled_date(timezone, lag_days)
+    check_timezone(timezone)
+    day = parse_date(date, "date") if date is not None else scheduled_date(timezone, lag_days)
     cfg = resolve_config(config, config_path, config_overrides)
     ex = ExecutionConfig.coerce(execution)
+    ex.check_mode(cfg.mode)
+    require_directory(input_root, "input_root")
     get_run_logger().info("nightly partition %s (%s)", day, timezone)
     manifest = run_partition(input_root, output_root, day, cfg.model_dump(mode="json"), ex, overwrite)
     if manifest["failed_shards"]:

@@ -28,7 +28,8 @@ from specrag_batch import resume
 from specrag_batch.config import RunConfig, load_config
 from specrag_batch.engines import get_engine, loaded_engines
 from specrag_batch.execution import ExecutionConfig
-from specrag_batch.run import (MANIFEST, ShardResult, build_manifest, draft_output_uri, draft_shard,
+from specrag_batch.run import (MANIFEST, ShardResult, build_manifest, check_layout, draft_output_uri,
+                               draft_shard,
                                duplicate_ids, new_run_id, plan_shards, process_shard,
                                read_validated, shard_output_uri, verify_shard, write_manifest)
 from specrag_batch.schema import InputSchemaError
@@ -131,7 +132,11 @@ def process_shard_task(shard_uri: str, input_uri: str, output_uri: str, config_j
     res = process_shard(shard_uri, output_uri, cfg, run_id, seen_before=seen_before,
                         out_uri=out_uri, drafter=drafter, verifier=verifier,
                         read=lambda u, s, t: read_shard(u, s, t), write=lambda u, t: write_shard(u, t))
-    return _finish(res, output_uri, cfg, fingerprint, run_id, shard_uri, before)
+    out = _finish(res, output_uri, cfg, fingerprint, run_id, shard_uri, before)
+    if res.status == "ok":  # drafts an earlier disaggregated attempt left for this shard
+        resume.discard(storage.join(output_uri, resume.DRAFTS_DIR),
+                       draft_output_uri(input_uri, shard_uri, output_uri))
+    return out
 
 
 @task(name="draft-shard", cache_policy=NO_CACHE)
@@ -169,17 +174,21 @@ def verify_shard_task(drafted: dict, shard_uri: str, input_uri: str, output_uri:
         return {k: v for k, v in drafted.items() if k != "final"}
     cfg = RunConfig.model_validate_json(config_json)
     before = _engine_snapshot()
+    drafts_root = storage.join(output_uri, resume.DRAFTS_DIR)
     res = verify_shard(shard_uri, drafted["output"], cfg, run_id,
                        out_uri=shard_output_uri(input_uri, shard_uri, output_uri),
-                       verifier=get_engine(cfg.verifier, cfg.seed),
+                       verifier=get_engine(cfg.verifier, cfg.seed), expected=drafted,
                        read=lambda u: read_drafts(u), write=lambda u, t: write_shard(u, t))
+    if res.status != "ok":  # unreadable or mismatched draft shard: drop it, a re-run redrafts
+        resume.discard(drafts_root, drafted["output"])
+        res.input, res.error = shard_uri, f"{res.error}; draft shard discarded, a re-run drafts it again"
     res.seconds += drafted["seconds"]
     res.draft_worker = drafted.get("worker")
     for k, v in drafted["stage_seconds"].items():
         res.stage_seconds[k] = round(res.stage_seconds.get(k, 0.0) + v, 3)
     out = _finish(res, output_uri, cfg, fingerprint, run_id, shard_uri, before)
     if res.status == "ok" and not keep_drafts:
-        resume.discard(storage.join(output_uri, resume.DRAFTS_DIR), drafted["output"])
+        resume.discard(drafts_root, drafted["output"])
     for name, st in drafted.get("engines", {}).items():
         cur = out["engines"].setdefault(name, {})
         for k, v in st.items():
@@ -213,11 +222,12 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     t0 = time.perf_counter()
     cfg = RunConfig.model_validate(config or {})
     ex = ExecutionConfig.coerce(execution)
-    if ex.stages == "disaggregated" and cfg.mode != "speculative":
-        raise ValueError("execution.stages 'disaggregated' needs config mode 'speculative'")
+    ex.check_mode(cfg.mode)
+    input_uri, output_uri = storage.normalize_uri(input_uri), storage.normalize_uri(output_uri)
     run_id = run_id or new_run_id()
     log = get_run_logger()
     shards, skipped, seen, fingerprints = list_shards(input_uri)
+    check_layout(input_uri, output_uri, shards)
     resume.claim_output(output_uri, input_uri, cfg.config_hash(), cfg.model_dump(mode="json"),
                         run_id, overwrite)
     resume.remove_stale_temporaries(output_uri)
@@ -250,15 +260,15 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
         try:
             results.append(ShardResult(**fut.result()))
         except Exception as e:  # noqa: BLE001 - an unexpected failure fails its shard only
-            stage = ""
+            err, stage = e, ""
             if dfut is not None:  # verification never ran when its drafting task failed
                 try:
                     dfut.result()
                 except Exception as de:  # noqa: BLE001
-                    e, stage = de, "drafting: "
-            log.error("%s: shard failed: %s%s", shard, stage, e)
+                    err, stage = de, "drafting: "
+            log.error("%s: shard failed: %s%s", shard, stage, err)
             results.append(ShardResult(shard, None, "failed",
-                                       error=f"{type(e).__name__}: {shard}: {stage}{e}"))
+                                       error=f"{type(err).__name__}: {shard}: {stage}{err}"))
     stats = _sum_engine_stats(results) if ex.distributed else _engine_delta(before)
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
                               time.perf_counter() - t0, stats)

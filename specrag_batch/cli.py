@@ -144,7 +144,7 @@ def run(
         "sampling.num_clusters": clusters, "selection.tau_min": tau_min, "seed": seed})
     try:
         manifest = run_batch(input, output, cfg, run_id, overwrite, execution)
-    except (RunConflictError, FileNotFoundError) as e:
+    except (RunConflictError, FileNotFoundError, ValueError) as e:  # ValueError: layout, topology
         _fail(e, 2)
     if json_out:
         print(json.dumps(manifest, indent=2, default=str))
@@ -170,14 +170,15 @@ def nightly(
 ) -> None:
     """The nightly job (flows/nightly.py) over one date partition; re-running resumes."""
     from flows.nightly import nightly_flow
-    from flows.partitions import parse_date
+    from flows.partitions import check_timezone, parse_date
 
     from .resume import RunConflictError
 
     ex = _execution(task_runner, ray_address, stages)
     try:
-        if date:
-            parse_date(date, "date")
+        if date is not None:
+            parse_date(date, "--date")
+        check_timezone(timezone, "--timezone")
         m = nightly_flow(input_root, output_root, date, lag_days, timezone,
                          config_path=str(config) if config else None, execution=ex, overwrite=overwrite)
     except (RunConflictError, FileNotFoundError, ValueError) as e:
@@ -208,13 +209,12 @@ def backfill(
 
     ex = _execution(task_runner, ray_address, stages)
     try:
-        dates_between(start, end)
-    except ValueError as e:
-        _fail(e, 2)
-    try:
+        dates_between(start, end, names=("--start", "--end"))
         s = backfill_flow(input_root, output_root, start, end, max_concurrency,
                           config_path=str(config) if config else None, execution=ex,
                           overwrite=overwrite, allow_missing=allow_missing)
+    except (FileNotFoundError, ValueError) as e:  # checked before any work
+        _fail(e, 2)
     except RuntimeError as e:
         _fail(e, 1)
     t = Table(title=f"backfill {start}..{end}")
@@ -253,8 +253,11 @@ def claims(
         m = claim_verification_flow(input, output, config_path=str(config) if config else None,
                                     claim_labels=label_list, execution=ex, overwrite=overwrite)
     except ValidationError as e:
-        raise typer.BadParameter(str(e.errors()[0]["msg"]), param_hint="--labels") from None
-    except (RunConflictError, FileNotFoundError) as e:
+        err = e.errors()[0]
+        if err["loc"] and err["loc"][0] == "claim_labels":
+            raise typer.BadParameter(str(err["msg"]), param_hint="--labels") from None
+        _fail(ValueError(f"config field {'.'.join(map(str, err['loc']))!r}: {err['msg']}"), 2)
+    except (RunConflictError, FileNotFoundError, ValueError) as e:
         _fail(e, 2)
     except RuntimeError as e:
         _fail(e, 1)

@@ -113,6 +113,9 @@ class RunConfig(_Strict):
     @field_validator("claim_labels")
     @classmethod
     def _labels(cls, v: list[str]) -> list[str]:
+        v = [x.strip() for x in v]
+        if any(not x for x in v):
+            raise ValueError("claim_labels must not contain empty labels")
         if len(v) < 2 or len({x.strip().lower() for x in v}) != len(v):
             raise ValueError("claim_labels needs at least two distinct labels")
         return v

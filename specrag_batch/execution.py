@@ -80,6 +80,13 @@ class ExecutionConfig(BaseModel):
 
         return ThreadPoolTaskRunner(max_workers=self.max_workers)
 
+    def check_mode(self, mode: str) -> None:
+        """Raises ValueError when the topology cannot run this config mode (disaggregated
+        stages need speculative mode: standard RAG has no drafts to hand over)."""
+        if self.stages == "disaggregated" and mode != "speculative":
+            raise ValueError(f"execution.stages 'disaggregated' needs config mode 'speculative' "
+                             f"(got {mode!r}); use stages 'fused' for Standard RAG")
+
     @property
     def distributed(self) -> bool:
         """True when tasks run in other processes (engines must not be loaded by the driver)."""

@@ -13,7 +13,8 @@ Scores are stored as float64, so ρ_draft survives the round trip bit for bit.
 
 from __future__ import annotations
 
-from typing import Sequence
+import hashlib
+from typing import Iterable, Sequence
 
 import pyarrow as pa
 
@@ -84,3 +85,24 @@ def from_table(table: pa.Table, file: str) -> tuple[list[QueryRow], dict[int, li
                                valid=d["valid"], score_draft=d["score_draft"])
                          for d in rec["drafts"]]
     return rows, drafts
+
+
+def ids_digest(query_ids: Iterable[str]) -> str:
+    """sha256 (hex) of the query ids in order: ties a draft shard to its input rows."""
+    h = hashlib.sha256()
+    for q in query_ids:
+        h.update(q.encode() + b"\0")
+    return h.hexdigest()
+
+
+def check_matches(rows: Sequence[QueryRow], expected: dict, file: str) -> None:
+    """Check a draft shard read back against its drafting result (``rows_out``, ``digest``).
+
+    Raises:
+        ValueError: row count or query ids differ (names the file): the file was replaced or
+            belongs to another shard."""
+    if expected.get("rows_out") is not None and len(rows) != expected["rows_out"]:
+        raise ValueError(f"{file}: draft shard has {len(rows)} rows, its done marker says "
+                         f"{expected['rows_out']}")
+    if expected.get("digest") and ids_digest(r.query_id for r in rows) != expected["digest"]:
+        raise ValueError(f"{file}: draft shard's query ids differ from those its done marker records")

@@ -33,18 +33,46 @@ def new_run_id() -> str:
 
 
 def plan_shards(input_uri: str) -> tuple[list[str], list[dict]]:
-    """(Parquet shard URIs, skipped files with reasons). Hidden files (``.``/``_``) are skipped
-    silently as file-system metadata; any other non-Parquet file is reported as skipped."""
+    """(Parquet shard URIs, skipped files with reasons). Files whose name starts with ``.`` or
+    ``_`` (``_SUCCESS``, ``.crc``) are skipped silently as file-system metadata; files inside a
+    ``.``/``_`` directory (e.g. Spark's ``_temporary/`` while a writer is still running) and
+    non-Parquet files are reported as skipped."""
     shards, skipped = [], []
+    base = input_uri.rstrip("/")
     for f in storage.list_files(input_uri):
-        base = f.rstrip("/").rsplit("/", 1)[-1]
-        if base.startswith((".", "_")):
+        name = f.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith((".", "_")):
             continue
-        if base.endswith(".parquet"):
+        rel = f[len(base):].lstrip("/") if f.startswith(base + "/") else name
+        if any(part.startswith((".", "_")) for part in rel.split("/")[:-1]):
+            skipped.append({"input": f, "reason": "inside a hidden or temporary directory (. or _)"})
+        elif name.endswith(".parquet"):
             shards.append(f)
         else:
             skipped.append({"input": f, "reason": "not a .parquet file"})
     return shards, skipped
+
+
+class InputLayoutError(ValueError):
+    """The input/output layout would lose rows (shared output names, output inside input)."""
+
+
+def check_layout(input_uri: str, output_uri: str, shards: list[str]) -> None:
+    """Refuse layouts where outputs could overwrite each other or be read back as input.
+
+    Raises:
+        InputLayoutError: output inside input (or the reverse), or two shards mapping to the
+            same output name (``a/b.parquet`` and ``a__b.parquet``), naming the files."""
+    if storage.is_within(output_uri, input_uri) or storage.is_within(input_uri, output_uri):
+        raise InputLayoutError(f"output {output_uri!r} and input {input_uri!r} overlap: outputs "
+                               "would be read back as input; use separate prefixes")
+    seen: dict[str, str] = {}
+    for s in shards:
+        out = shard_output_uri(input_uri, s, output_uri)
+        if out in seen:
+            raise InputLayoutError(f"input shards {seen[out]!r} and {s!r} would both be written "
+                                   f"to {out!r}; rename one of them")
+        seen[out] = s
 
 
 def shard_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:
@@ -93,6 +121,7 @@ class ShardResult:
     engines: dict = field(default_factory=dict)  # engine usage by this shard's task(s)
     worker: str | None = None  # host:pid of the process that ran it (verification if split)
     draft_worker: str | None = None  # disaggregated: host:pid of the drafting process
+    digest: str | None = None  # draft shards: sha256 of their query ids in order (integrity)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -166,19 +195,25 @@ def draft_shard(shard_uri: str, cfg: RunConfig, run_id: str, *, seen_before: set
     write(draft_uri, table)
     return ShardResult(shard_uri, draft_uri, "ok", run_id=run_id, rows_in=len(rows),
                        rows_out=table.num_rows, errors=sum(r.error is not None for r in rows),
+                       digest=intermediate.ids_digest(r.query_id for r in rows),
                        seconds=time.perf_counter() - t0,
                        stage_seconds={k: round(v, 3) for k, v in timer.seconds.items()})
 
 
 def verify_shard(shard_uri: str, draft_uri: str, cfg: RunConfig, run_id: str, *, out_uri: str,
-                 verifier, read=storage.read_parquet,
+                 verifier, expected: dict | None = None, read=storage.read_parquet,
                  write=storage.write_parquet_atomic) -> ShardResult:
     """Disaggregated runs, verifier side: read a draft shard, run stages 4-5 in the chunks of a
-    fused run, write the shard's output atomically. A draft shard that cannot be read returns
-    status ``failed`` naming it."""
+    fused run, write the shard's output atomically.
+
+    ``expected`` is the drafting result (row count, ``digest`` of the query ids): a draft
+    shard that cannot be read or does not match it returns status ``failed`` with
+    ``output=None`` naming the draft file (the caller discards it so a re-run drafts again)."""
     t0 = time.perf_counter()
     try:
         rows, drafts = intermediate.from_table(read(draft_uri), draft_uri)
+        if expected is not None:
+            intermediate.check_matches(rows, expected, draft_uri)
     except _FILE_ERRORS as e:
         return _file_failure(draft_uri, e, t0)
     timer = StageTimer()

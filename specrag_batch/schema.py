@@ -126,6 +126,8 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
     cols = {c: table.column(c).to_pylist() for c in (*REQUIRED, *OPTIONAL) if c in table.schema.names}
     if "task" not in cols:
         cols["task"] = [task] * table.num_rows
+    elif task is not None:  # a null cell means the run's task, as a missing column does
+        cols["task"] = [t if t is not None else task for t in cols["task"]]
     rows: list[QueryRow] = []
     for i in range(table.num_rows):
         qid = cols["query_id"][i]

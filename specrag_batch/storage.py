@@ -36,6 +36,23 @@ def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, path
 
 
+def normalize_uri(uri: str) -> str:
+    """One spelling per location, so a run key and shard names do not depend on how a path was
+    typed: local paths (and ``file://``) become absolute without a trailing ``/``; other URIs
+    lose trailing ``/``. ``in/``, ``./in`` and ``/abs/in`` are the same input."""
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    if "://" not in uri:
+        return os.path.abspath(os.path.expanduser(uri))
+    scheme, rest = uri.split("://", 1)
+    return f"{scheme}://{rest.rstrip('/')}"
+
+
+def is_within(inner: str, outer: str) -> bool:
+    """True when normalized URI ``inner`` is ``outer`` or below it."""
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
 def join(base: str, *parts: str) -> str:
     """Join URI components with ``/`` (works for local paths and ``s3://``)."""
     out = base.rstrip("/")

@@ -166,3 +166,26 @@ def test_cli_help_and_run(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "run", "-i", str(inp), "-o", "x",
                           "--mode", "fast"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert bad.returncode != 0 and "--mode" in (bad.stderr + bad.stdout)
+
+
+def test_relative_input_same_names_in_two_folders_and_respelled_resume(prefect_harness, tmp_path, monkeypatch):
+    """`-i in/` with x/a.parquet and y/a.parquet: both shards keep their rows (distinct output
+    names), and a re-run spelling the input as ./in or its absolute path resumes the same run."""
+    monkeypatch.chdir(tmp_path)
+    write_inputs("in", {"x/a.parquet": sample_rows("popqa", 1), "y/a.parquet": sample_rows("popqa", 1, skip=1)})
+    m = run_flow("in/", "out", small_config())
+    rows, _ = read_outputs(str(tmp_path / "out"))
+    assert len(rows) == 2 and m["input"] == str(tmp_path / "in") and m["failed_shards"] == 0
+    assert sorted(os.listdir(tmp_path / "out")) == [MANIFEST, "_run.json", "_shards", "x__a.parquet", "y__a.parquet"]
+    for spelling in ("./in", str(tmp_path / "in") + "/"):
+        m = run_flow(spelling, str(tmp_path / "out") + "/", small_config())
+        assert m["resumed_shards"] == 2
+
+
+def test_output_inside_input_is_refused(prefect_harness, tmp_path):
+    write_inputs(str(tmp_path / "in"), {"a.parquet": sample_rows("popqa", 1)})
+    from specrag_batch.run import InputLayoutError
+
+    with pytest.raises(InputLayoutError, match="overlap"):
+        run_flow(str(tmp_path / "in"), str(tmp_path / "in" / "out"), small_config())
+    assert not (tmp_path / "in" / "out").exists()

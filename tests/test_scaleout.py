@@ -31,8 +31,11 @@ def ray_cluster(tmp_path_factory):
     in its own process group and temp dir, so teardown stops this cluster and no other."""
     tmp = tmp_path_factory.mktemp("ray")
     port = _free_port()
+    # a loopback test cluster: no token auth (Ray 2.60 turns it on for `ray start` whenever
+    # ~/.ray/auth_token exists, e.g. after any local ray.init(); a driver given an explicit
+    # address then cannot connect)
     env = {**os.environ, "PREFECT_HOME": str(tmp / "prefect-home"), "SPECRAG_PROGRESS": "0",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     log = open(tmp / "ray.log", "wb")
     proc = subprocess.Popen([RAY, "start", "--head", "--block", "--port", str(port), "--num-cpus", "2",
                              "--include-dashboard=false", "--disable-usage-stats",
@@ -167,3 +170,34 @@ def test_disaggregated_drafting_crash_fails_that_shard_only(prefect_harness, inp
     monkeypatch.setattr(fr, "draft_shard", real)
     m = fr.run_flow(inputs, out, cfg, execution={"stages": "disaggregated"})
     assert m["failed_shards"] == 0 and m["resumed_shards"] == 3 and outputs(out) == reference
+
+
+def test_unreadable_or_swapped_draft_shard_is_discarded_and_redrafted(prefect_harness, inputs, reference, tmp_path):
+    """A draft shard replaced after its marker was written (garbage, or another shard's
+    drafts): verification refuses it, the shard fails naming the draft file, the draft and its
+    marker are discarded, and the next run drafts it again. No row is ever taken from the
+    wrong shard."""
+    import shutil
+
+    from flows.speculative_rag import run_flow
+
+    cfg = small_config().model_dump(mode="json")
+    out = tmp_path / "out"
+    ex = {"stages": "disaggregated", "keep_drafts": True}
+    run_flow(inputs, str(out), cfg, execution=ex)
+    for shard in ("part-1", "part-3"):  # as if the run died after drafting these shards
+        os.remove(out / f"{shard}.parquet")
+        os.remove(out / "_shards" / f"{shard}.parquet.json")
+    (out / "_drafts" / "part-1.parquet").write_bytes(b"garbage")
+    shutil.copy(out / "_drafts" / "part-2.parquet", out / "_drafts" / "part-3.parquet")
+    m = run_flow(inputs, str(out), cfg, execution=ex)
+    failed = {s["input"].rsplit("/", 1)[-1]: s["error"] for s in m["shards"] if s["status"] != "ok"}
+    assert sorted(failed) == ["part-1.parquet", "part-3.parquet"]
+    assert "_drafts/part-1.parquet" in failed["part-1.parquet"] and "discarded" in failed["part-1.parquet"]
+    assert "query ids differ" in failed["part-3.parquet"]
+    for shard in ("part-1", "part-3"):
+        assert not (out / "_drafts" / f"{shard}.parquet").exists()
+        assert not (out / "_drafts" / "_shards" / f"{shard}.parquet.json").exists()
+    assert sorted(outputs(str(out))) == ["part-0.parquet", "part-2.parquet"]
+    m = run_flow(inputs, str(out), cfg, execution=ex)
+    assert m["failed_shards"] == 0 and outputs(str(out)) == reference

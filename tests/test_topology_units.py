@@ -109,6 +109,93 @@ def test_execution_config_ray_options():
 def test_cli_usage_errors_name_the_flag():
     r = subprocess.run([CLI, "backfill", "--input-root", "x", "--output-root", "y",
                         "--start", "2026-11-05", "--end", "2026-11-01"], capture_output=True, text=True)
-    assert r.returncode == 2 and "end_date 2026-11-01 is before start_date 2026-11-05" in r.stdout
+    assert r.returncode == 2 and "--end 2026-11-01 is before --start 2026-11-05" in r.stdout
     r = subprocess.run([CLI, "run", "-i", "x", "-o", "y", "--stages", "split"], capture_output=True, text=True)
     assert r.returncode == 2 and "--stages" in r.stderr
+
+
+def test_normalized_uris_and_layout_checks(tmp_path, monkeypatch):
+    from specrag_batch import storage
+    from specrag_batch.run import InputLayoutError, check_layout, plan_shards, shard_output_uri
+
+    monkeypatch.chdir(tmp_path)
+    assert storage.normalize_uri("in/") == storage.normalize_uri("./in") == str(tmp_path / "in")
+    assert storage.normalize_uri("file://" + str(tmp_path / "in") + "/") == str(tmp_path / "in")
+    assert storage.normalize_uri("s3://b/q//") == "s3://b/q"
+    t = pa.table({"query_id": ["a"], "query": ["q"], "task": ["qa"]})
+    for rel in ("x/a.parquet", "y/a.parquet", "_temporary/0/part.parquet", ".hidden/b.parquet",
+                "_SUCCESS", "notes.txt"):
+        (tmp_path / "in" / rel).parent.mkdir(parents=True, exist_ok=True)
+        import pyarrow.parquet as pq
+        pq.write_table(t, tmp_path / "in" / rel) if rel.endswith(".parquet") else \
+            (tmp_path / "in" / rel).write_text("x")
+    inp, out = storage.normalize_uri("in/"), storage.normalize_uri("out")
+    shards, skipped = plan_shards(inp)
+    assert [s[len(inp) + 1:] for s in shards] == ["x/a.parquet", "y/a.parquet"]
+    assert sorted((s["input"][len(inp) + 1:], s["reason"]) for s in skipped) == [
+        (".hidden/b.parquet", "inside a hidden or temporary directory (. or _)"),
+        ("_temporary/0/part.parquet", "inside a hidden or temporary directory (. or _)"),
+        ("notes.txt", "not a .parquet file")]
+    names = [shard_output_uri(inp, s, out).rsplit("/", 1)[-1] for s in shards]
+    assert names == ["x__a.parquet", "y__a.parquet"]  # the same base name in two folders
+    check_layout(inp, out, shards)
+    with pytest.raises(InputLayoutError, match="overlap"):
+        check_layout(inp, inp + "/out", shards)
+    with pytest.raises(InputLayoutError, match="overlap"):
+        check_layout(inp + "/x", inp, shards)
+    pq.write_table(t, tmp_path / "in" / "x__a.parquet")
+    shards, _ = plan_shards(inp)
+    with pytest.raises(InputLayoutError, match=r"x/a.parquet' and .*x__a.parquet' would both be written"):
+        check_layout(inp, out, shards)
+
+
+def test_partitions_must_exist_and_hold_shards(tmp_path):
+    from flows.nightly import MissingPartitionError, run_partition
+    from flows.partitions import require_directory
+
+    (tmp_path / "q" / "date=2026-11-28").mkdir(parents=True)
+    (tmp_path / "q" / "date=2026-11-28" / "_SUCCESS").write_text("")
+    with pytest.raises(MissingPartitionError, match="date=2026-11-28' has no Parquet shards"):
+        run_partition(str(tmp_path / "q"), str(tmp_path / "a"), "2026-11-28", {}, ExecutionConfig())
+    with pytest.raises(MissingPartitionError, match="date=2026-11-27' does not exist"):
+        run_partition(str(tmp_path / "q"), str(tmp_path / "a"), "2026-11-27", {}, ExecutionConfig())
+    with pytest.raises(FileNotFoundError, match="parameter 'input_root': .* does not exist"):
+        require_directory(str(tmp_path / "typo"), "input_root")
+    (tmp_path / "f").write_text("")
+    with pytest.raises(FileNotFoundError, match="is a file, not a directory"):
+        require_directory(str(tmp_path / "f"), "input_root")
+    with pytest.raises(ValueError, match="parameter 'date': expected a date YYYY-MM-DD, got '20261101'"):
+        parse_date("20261101", "date")
+    with pytest.raises(ValueError, match="unknown IANA time zone 'Bogus/Zone'"):
+        scheduled_date("Bogus/Zone", 1)
+
+
+def test_null_task_cell_takes_the_fixed_task_and_labels_are_tidied():
+    from specrag_batch.config import RunConfig
+
+    rows = validate_table(_table(task=pa.array([None, "claim"], pa.string())), "f.parquet", task="claim")
+    assert [(r.task, r.error) for r in rows] == [("claim", None), ("claim", None)]
+    assert RunConfig(claim_labels=[" SUPPORTS ", "REFUTES"]).claim_labels == ["SUPPORTS", "REFUTES"]
+    with pytest.raises(Exception, match="empty labels"):
+        RunConfig(claim_labels=["SUPPORTS", " "])
+
+
+def test_label_counts_group_non_labels(tmp_path):
+    import pyarrow.parquet as pq
+
+    from flows.claim_verification import label_counts
+
+    pq.write_table(pa.table({"answer": ["SUPPORTS", "The claim is plausible.", None, "SUPPORTS"]}),
+                   tmp_path / "o.parquet")
+    m = {"shards": [{"status": "ok", "output": str(tmp_path / "o.parquet")},
+                    {"status": "failed", "output": None}]}
+    assert label_counts(m, ["SUPPORTS", "REFUTES"]) == {
+        "SUPPORTS": 2, "REFUTES": 0, "(not a label)": 1, "(no answer)": 1}
+
+
+def test_cli_nightly_usage_errors():
+    for args, msg in ((["--timezone", "Bogus/Zone"], "unknown IANA time zone 'Bogus/Zone'"),
+                      (["--date", ""], "parameter '--date': expected a date YYYY-MM-DD, got ''")):
+        r = subprocess.run([CLI, "nightly", "--input-root", "x", "--output-root", "y", *args],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and msg in r.stdout, r.stdout + r.stderr

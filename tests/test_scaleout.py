@@ -140,7 +140,11 @@ def test_ray_cluster_two_workers_same_answers(prefect_harness, ray_cluster, inpu
     assert outputs(out) == reference
     workers = {s["worker"] for s in m["shards"]} | {s["draft_worker"] for s in m["shards"]} - {None}
     me = f"{socket.gethostname()}:{os.getpid()}"
-    assert me not in workers and len(workers) == 2, workers  # each Ray worker its own engine
+    # each Ray worker process its own engine; 2 CPUs -> 2 shard tasks at a time on 2 workers
+    # (disaggregated: Ray may start another worker process for the verification function)
+    assert me not in workers and (len(workers) == 2 if stages == "fused" else len(workers) >= 2), workers
+    if stages == "disaggregated":
+        assert len({s["draft_worker"] for s in m["shards"]}) == 2
     assert m["engines"]["smollm2-135m-instruct"]["generated_tokens"] > 0  # summed from workers
     assert json.loads(storage.read_bytes(f"{out}/_manifest.json"))["execution"]["task_runner"] == "ray"
 

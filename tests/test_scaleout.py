@@ -144,7 +144,7 @@ def test_ray_cluster_two_workers_same_answers(prefect_harness, ray_cluster, inpu
     # (disaggregated: Ray may start another worker process for the verification function)
     assert me not in workers and (len(workers) == 2 if stages == "fused" else len(workers) >= 2), workers
     if stages == "disaggregated":
-        assert len({s["draft_worker"] for s in m["shards"]}) == 2
+        assert len({s["draft_worker"] for s in m["shards"]}) >= 2
     assert m["engines"]["smollm2-135m-instruct"]["generated_tokens"] > 0  # summed from workers
     assert json.loads(storage.read_bytes(f"{out}/_manifest.json"))["execution"]["task_runner"] == "ray"
 

@@ -80,6 +80,9 @@ RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster: 'auto', 'ra
                            "default: start Ray locally.")
 STAGES_OPT = typer.Option("fused", "--stages", help="fused, or disaggregated (drafting tasks write "
                           "intermediate draft Parquet; verification tasks read it).")
+OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace results of another config.")
+INPUT_ROOT = typer.Option(..., "--input-root", help="Prefix holding date=YYYY-MM-DD/ partitions.")
+OUTPUT_ROOT = typer.Option(..., "--output-root", help="Prefix for the output partitions.")
 CONFIG_OPT = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
                           help="YAML run config (see configs/).")
 
@@ -156,14 +159,14 @@ def run(
 
 @app.command()
 def nightly(
-    input_root: str = typer.Option(..., "--input-root", help="Prefix holding date=YYYY-MM-DD/ partitions."),
-    output_root: str = typer.Option(..., "--output-root", help="Prefix for the output partitions."),
+    input_root: str = INPUT_ROOT,
+    output_root: str = OUTPUT_ROOT,
     date: Optional[str] = typer.Option(None, "--date", help="Partition YYYY-MM-DD (default: "
                                        "today in --timezone minus --lag-days)."),
     timezone: str = typer.Option("UTC", "--timezone", help="IANA timezone of the schedule."),
     lag_days: int = typer.Option(1, "--lag-days", min=0, help="1 = yesterday's partition."),
     config: Optional[Path] = CONFIG_OPT,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of another config."),
+    overwrite: bool = OVERWRITE_OPT,
     task_runner: str = TASK_RUNNER,
     ray_address: Optional[str] = RAY_ADDRESS,
     stages: str = STAGES_OPT,
@@ -190,15 +193,15 @@ def nightly(
 
 @app.command()
 def backfill(
-    input_root: str = typer.Option(..., "--input-root", help="Prefix holding date=YYYY-MM-DD/ partitions."),
-    output_root: str = typer.Option(..., "--output-root", help="Prefix for the output partitions."),
+    input_root: str = INPUT_ROOT,
+    output_root: str = OUTPUT_ROOT,
     start: str = typer.Option(..., "--start", help="First date, YYYY-MM-DD."),
     end: str = typer.Option(..., "--end", help="Last date, YYYY-MM-DD (inclusive)."),
     max_concurrency: int = typer.Option(2, "--max-concurrency", min=1, help="Dates in flight at once."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="A date without input "
                                        "partition does not fail the backfill."),
     config: Optional[Path] = CONFIG_OPT,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of another config."),
+    overwrite: bool = OVERWRITE_OPT,
     task_runner: str = TASK_RUNNER,
     ray_address: Optional[str] = RAY_ADDRESS,
     stages: str = STAGES_OPT,
@@ -233,7 +236,7 @@ def claims(
     labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated label set "
                                          "(default: claim_labels of the config)."),
     config: Optional[Path] = CONFIG_OPT,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of another config."),
+    overwrite: bool = OVERWRITE_OPT,
     task_runner: str = TASK_RUNNER,
     ray_address: Optional[str] = RAY_ADDRESS,
     stages: str = STAGES_OPT,

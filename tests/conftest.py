@@ -55,6 +55,19 @@ def prefect_harness():
         yield
 
 
+def stop_process_group(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM a process started with ``start_new_session=True`` and its children; SIGKILL
+    them if they are still there after ``timeout`` seconds."""
+    import signal
+
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

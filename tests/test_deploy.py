@@ -8,9 +8,8 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
-import sys
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from specrag_batch import storage
 from specrag_batch.config import load_config
 from specrag_batch.execution import ExecutionConfig
 
-from .conftest import ROOT, _free_port, sample_rows, small_config
+from .conftest import ROOT, _free_port, sample_rows, small_config, stop_process_group
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 SPEC = yaml.safe_load((ROOT / "prefect.yaml").read_text())
@@ -56,11 +55,7 @@ def prefect_server(tmp_path_factory):
         subprocess.run([PREFECT, "work-pool", "create", pool, "--type", kind], env=cli_env,
                        check=True, capture_output=True)
     yield api, cli_env
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    stop_process_group(proc, 20)
     log.close()
 
 

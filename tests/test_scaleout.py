@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 
 from specrag_batch import storage
 
-from .conftest import _free_port, sample_rows, small_config
+from .conftest import _free_port, sample_rows, small_config, stop_process_group
 
 pytestmark = pytest.mark.slow
 
@@ -55,11 +54,7 @@ def ray_cluster(tmp_path_factory):
     import ray
 
     ray.shutdown()
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    stop_process_group(proc, 60)
     log.close()
 
 

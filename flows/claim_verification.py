@@ -20,7 +20,6 @@ from flows.speculative_rag import run_flow
 from specrag_batch import storage
 from specrag_batch.execution import ExecutionConfig
 
-
 NOT_A_LABEL = "(not a label)"
 NO_ANSWER = "(no answer)"
 

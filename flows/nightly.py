@@ -16,8 +16,14 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from flows.partitions import (check_timezone, parse_date, partition_uri, require_directory,
-                              resolve_config, scheduled_date)
+from flows.partitions import (
+    check_timezone,
+    parse_date,
+    partition_uri,
+    require_directory,
+    resolve_config,
+    scheduled_date,
+)
 from flows.speculative_rag import run_flow
 from specrag_batch import storage
 from specrag_batch.execution import ExecutionConfig

@@ -67,7 +67,7 @@ def scheduled_date(timezone: str, lag_days: int, now: dt.datetime | None = None)
     if now is None:
         from prefect.runtime import flow_run
 
-        now = flow_run.scheduled_start_time or dt.datetime.now(dt.timezone.utc)
+        now = flow_run.scheduled_start_time or dt.datetime.now(dt.UTC)
     return (now.astimezone(tz) - dt.timedelta(days=lag_days)).date()
 
 

@@ -23,15 +23,26 @@ from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from specrag_batch import storage
-from specrag_batch import resume
+from specrag_batch import resume, storage
 from specrag_batch.config import RunConfig, load_config
 from specrag_batch.engines import get_engine, loaded_engines
 from specrag_batch.execution import ExecutionConfig
-from specrag_batch.run import (MANIFEST, ShardResult, build_manifest, check_layout, draft_output_uri,
-                               draft_shard,
-                               duplicate_ids, new_run_id, plan_shards, process_shard,
-                               read_validated, shard_output_uri, verify_shard, write_manifest)
+from specrag_batch.run import (
+    MANIFEST,
+    ShardResult,
+    build_manifest,
+    check_layout,
+    draft_output_uri,
+    draft_shard,
+    duplicate_ids,
+    new_run_id,
+    plan_shards,
+    process_shard,
+    read_validated,
+    shard_output_uri,
+    verify_shard,
+    write_manifest,
+)
 from specrag_batch.schema import InputSchemaError
 
 IO_RETRIES = 3

@@ -21,8 +21,9 @@ its hash: the same run can be resumed on another topology. What runs where:
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
-from typing import Any, ContextManager, Iterator, Literal
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,7 +61,7 @@ class ExecutionConfig(BaseModel):
         description="Ray @remote options of a verification task (disaggregated)")
 
     @classmethod
-    def coerce(cls, value: "ExecutionConfig | dict | None") -> "ExecutionConfig":
+    def coerce(cls, value: ExecutionConfig | dict | None) -> ExecutionConfig:
         """An ExecutionConfig from itself, a mapping (flow parameters, YAML) or None (defaults).
 
         Raises:
@@ -92,7 +93,7 @@ class ExecutionConfig(BaseModel):
         """True when tasks run in other processes (engines must not be loaded by the driver)."""
         return self.task_runner == "ray"
 
-    def remote(self, options: dict[str, Any]) -> ContextManager:
+    def remote(self, options: dict[str, Any]) -> AbstractContextManager:
         """Context in which submitted tasks get these Ray ``@remote`` options (no-op with threads).
 
         A task asking for GPUs keeps its worker process (``max_calls=0``) unless told

@@ -14,7 +14,7 @@ Scores are stored as float64, so ρ_draft survives the round trip bit for bit.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 

@@ -74,7 +74,7 @@ def deployed(prefect_server):
 
 
 def test_prefect_yaml_deploys_every_deployment(deployed):
-    api, deps = deployed
+    _api, deps = deployed
     assert sorted(deps) == sorted(d["name"] for d in SPEC["deployments"])
     for spec in SPEC["deployments"]:
         d = deps[spec["name"]]

@@ -11,7 +11,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from flows.partitions import dates_between, parse_date, partition_uri, resolve_config, scheduled_date
+from flows.partitions import (
+    dates_between,
+    parse_date,
+    partition_uri,
+    resolve_config,
+    scheduled_date,
+)
 from specrag_batch import intermediate
 from specrag_batch.execution import ExecutionConfig
 from specrag_batch.schema import InputSchemaError, QueryRow, validate_table
@@ -36,7 +42,7 @@ def test_dates_and_partitions():
 
 def test_scheduled_date_uses_the_schedule_timezone():
     # 23:30 UTC on the 28th is already the 29th in Amsterdam (UTC+1): yesterday = the 28th there
-    now = dt.datetime(2026, 11, 28, 23, 30, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 11, 28, 23, 30, tzinfo=dt.UTC)
     assert scheduled_date("Europe/Amsterdam", 1, now) == dt.date(2026, 11, 28)
     assert scheduled_date("UTC", 1, now) == dt.date(2026, 11, 27)
     assert scheduled_date("America/New_York", 0, now) == dt.date(2026, 11, 28)
@@ -116,7 +122,12 @@ def test_cli_usage_errors_name_the_flag():
 
 def test_normalized_uris_and_layout_checks(tmp_path, monkeypatch):
     from specrag_batch import storage
-    from specrag_batch.run import InputLayoutError, check_layout, plan_shards, shard_output_uri
+    from specrag_batch.run import (
+        InputLayoutError,
+        check_layout,
+        plan_shards,
+        shard_output_uri,
+    )
 
     monkeypatch.chdir(tmp_path)
     assert storage.normalize_uri("in/") == storage.normalize_uri("./in") == str(tmp_path / "in")

@@ -144,6 +144,14 @@ def _file_failure(shard_uri: str, e: Exception, t0: float) -> ShardResult:
                        seconds=time.perf_counter() - t0)
 
 
+def _read_rows(read, shard_uri: str, seen_before: set[str], cfg: RunConfig, t0: float):
+    """The shard's validated rows, or a ``failed`` ShardResult naming the file."""
+    try:
+        return read(shard_uri, seen_before, cfg.task)
+    except _FILE_ERRORS as e:
+        return _file_failure(shard_uri, e, t0)
+
+
 def _final(shard_uri: str, out_uri: str, run_id: str, rows_in: int, records: list[dict],
            t0: float, timer: StageTimer, write) -> ShardResult:
     table = pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA)
@@ -163,10 +171,9 @@ def process_shard(shard_uri: str, output_uri: str, cfg: RunConfig, run_id: str, 
     A file-level problem (unreadable, wrong schema) returns status ``failed`` with the cause
     naming the file; it never raises, so other shards go on."""
     t0 = time.perf_counter()
-    try:
-        rows = read(shard_uri, seen_before, cfg.task)
-    except _FILE_ERRORS as e:
-        return _file_failure(shard_uri, e, t0)
+    rows = _read_rows(read, shard_uri, seen_before, cfg, t0)
+    if isinstance(rows, ShardResult):
+        return rows
     timer = StageTimer()
     records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
                            info=RunInfo(run_id, shard_uri), timer=timer)
@@ -185,10 +192,9 @@ def draft_shard(shard_uri: str, cfg: RunConfig, run_id: str, *, seen_before: set
     ``draft_uri`` as intermediate draft Parquet (:mod:`intermediate`). Every input row is in
     it (failing rows with their ``error``). File-level problems return status ``failed``."""
     t0 = time.perf_counter()
-    try:
-        rows = read(shard_uri, seen_before, cfg.task)
-    except _FILE_ERRORS as e:
-        return _file_failure(shard_uri, e, t0)
+    rows = _read_rows(read, shard_uri, seen_before, cfg, t0)
+    if isinstance(rows, ShardResult):
+        return rows
     timer = StageTimer()
     drafts = draft_stage(rows, cfg, drafter=drafter, timer=timer)
     table = intermediate.to_table(rows, drafts)

@@ -140,11 +140,16 @@ def run(
 
     if mode not in (None, "speculative", "standard"):
         raise typer.BadParameter("must be 'speculative' or 'standard'", param_hint="--mode")
+    from pydantic import ValidationError
+
     execution = _execution(task_runner, ray_address, stages)
-    cfg = load_config(config, {
-        "mode": mode, "drafter.model": drafter, "verifier.model": verifier,
-        "retrieval.top_n": top_n, "retrieval.index": index, "sampling.num_drafts": drafts,
-        "sampling.num_clusters": clusters, "selection.tau_min": tau_min, "seed": seed})
+    try:
+        cfg = load_config(config, {
+            "mode": mode, "drafter.model": drafter, "verifier.model": verifier,
+            "retrieval.top_n": top_n, "retrieval.index": index, "sampling.num_drafts": drafts,
+            "sampling.num_clusters": clusters, "selection.tau_min": tau_min, "seed": seed})
+    except (ValidationError, ValueError) as e:  # bad config: a usage error, not a failed run
+        _fail(e, 2)
     try:
         manifest = run_batch(input, output, cfg, run_id, overwrite, execution)
     except (RunConflictError, FileNotFoundError, ValueError) as e:  # ValueError: layout, topology

@@ -13,6 +13,12 @@ choices     list<string> (required for ``choice``)      no
 gold        list<string> accepted answers / the label   no
 ==========  ==========================================  ========
 
+"string" means any Arrow layout of text (``string``, ``large_string``, ``string_view``, a
+dictionary of those as pandas ``category``/Polars ``Categorical`` write it), "list" any of
+``list``, ``large_list``, ``list_view``, ``large_list_view``; struct fields match by name in any
+order, other fields and columns are ignored. Each shard is cast once, at read time, to
+:data:`CANONICAL`.
+
 A *file-level* problem (missing column, wrong column type) raises :class:`InputSchemaError`
 naming the file and the field: the shard stops, other shards go on. A *row-level* problem
 (null query, unknown task, duplicate id, ...) gives that row an ``error`` naming the row and
@@ -24,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 TASKS = ("qa", "claim", "choice")
 REQUIRED = ("query_id", "query", "task")
@@ -63,27 +70,62 @@ class QueryRow:
     num_documents: int | None = None  # N after retrieval (set by the pipeline)
 
 
+STRING_TYPES = "string, large_string, string_view, dictionary<_, string> (or all null)"
+LIST_TYPES = "list, large_list, list_view, large_list_view"
+DOC_FIELDS = ("doc_id", "title", "text")
+_DOCS_ACCEPTED = (f"a list ({LIST_TYPES}) of struct with a string field 'text' and optional string "
+                  f"fields 'doc_id', 'title', in any order, other fields ignored; strings: {STRING_TYPES}")
+_STRINGS_ACCEPTED = f"a list ({LIST_TYPES}) of strings ({STRING_TYPES})"
+_STRING = pa.string()
+_DOCUMENT = pa.struct([(n, _STRING) for n in DOC_FIELDS])
+CANONICAL = {"query_id": _STRING, "query": _STRING, "task": _STRING, "documents": pa.list_(_DOCUMENT),
+             "choices": pa.list_(_STRING), "gold": pa.list_(_STRING)}
+"""The types rows are read in: every accepted input type is cast to these once, at read time."""
+
+
 def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+    """Text, however the writer laid it out (Polars: ``string_view``/``large_string``, pandas
+    ``category``: dictionary of strings) or an all-null column."""
+    if pa.types.is_dictionary(t):
+        return _is_string(t.value_type) and not pa.types.is_null(t.value_type)
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+            or pa.types.is_null(t))
+
+
+def _is_list_view(t: pa.DataType) -> bool:
+    return pa.types.is_list_view(t) or pa.types.is_large_list_view(t)
 
 
 def _is_list_of(t: pa.DataType, pred) -> bool:
-    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pred(t.value_type)
+    return ((pa.types.is_list(t) or pa.types.is_large_list(t) or _is_list_view(t))
+            and (pred(t.value_type) or pa.types.is_null(t.value_type)))
 
 
 def _is_document_struct(t: pa.DataType) -> bool:
     if not pa.types.is_struct(t):
         return False
     names = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
-    return "text" in names and all(
-        _is_string(names[n]) or pa.types.is_null(names[n]) for n in ("doc_id", "title", "text") if n in names)
+    return "text" in names and all(_is_string(names[n]) for n in DOC_FIELDS if n in names)
+
+
+_ACCEPTS = {"query_id": (_is_string, STRING_TYPES), "query": (_is_string, STRING_TYPES),
+            "task": (_is_string, STRING_TYPES),
+            "documents": (lambda t: _is_list_of(t, _is_document_struct), _DOCS_ACCEPTED),
+            "choices": (lambda t: _is_list_of(t, _is_string), _STRINGS_ACCEPTED),
+            "gold": (lambda t: _is_list_of(t, _is_string), _STRINGS_ACCEPTED)}
 
 
 def check_schema(schema: pa.Schema, file: str, task: str | None = None) -> None:
     """Check column presence and types. With a fixed ``task`` the ``task`` column is optional.
+    Columns not in the input schema are ignored. Accepted types (all cast to :data:`CANONICAL`
+    by :func:`conform`): strings as ``string``, ``large_string``, ``string_view`` or a
+    dictionary of those; lists as ``list``, ``large_list``, ``list_view`` or
+    ``large_list_view``; document structs with their fields in any order, extra fields ignored;
+    an all-null column of any of these.
 
     Raises:
-        InputSchemaError: a required column is missing or any known column has a wrong type.
+        InputSchemaError: a required column is missing, or a known column has a type that
+            means something else, naming the column, the type found and the types accepted.
     """
     names = set(schema.names)
     for col in REQUIRED:
@@ -91,18 +133,42 @@ def check_schema(schema: pa.Schema, file: str, task: str | None = None) -> None:
             continue
         if col not in names:
             raise InputSchemaError(file, col, f"required column missing (have: {sorted(names)})")
-        if not (_is_string(schema.field(col).type) or pa.types.is_null(schema.field(col).type)):
-            raise InputSchemaError(file, col, f"expected string, got {schema.field(col).type}")
-    if "documents" in names:
-        t = schema.field("documents").type
-        if not (_is_list_of(t, _is_document_struct) or pa.types.is_null(t)):
-            raise InputSchemaError(
-                file, "documents", f"expected list<struct<doc_id, title, text: string>>, got {t}")
-    for col in ("choices", "gold"):
-        if col in names:
-            t = schema.field(col).type
-            if not (_is_list_of(t, _is_string) or pa.types.is_null(t)):
-                raise InputSchemaError(file, col, f"expected list<string>, got {t}")
+    for col, (ok, accepted) in _ACCEPTS.items():
+        if col in names and not (ok(schema.field(col).type) or pa.types.is_null(schema.field(col).type)):
+            raise InputSchemaError(file, col, f"got {schema.field(col).type}; accepted: {accepted}")
+
+
+def _list_from_view(arr: pa.Array) -> pa.Array:
+    """A ``list_view`` array as a ``list`` array, same lists. pyarrow 26's list_view -> list
+    cast returns invalid offsets (and wrong values for out-of-order views), so the lists are
+    rebuilt from the flattened values and the lengths (whole-array kernels, no row loop)."""
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).cast(pa.int64())
+    offsets = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(lengths)])
+    return pa.LargeListArray.from_arrays(offsets, pc.list_flatten(arr), mask=arr.is_null())
+
+
+def conform(table: pa.Table, file: str, task: str | None = None) -> pa.Table:
+    """The input columns of ``table`` (``query_id``, ``query``, ``task``, ``documents``,
+    ``choices``, ``gold``, those present) cast once to :data:`CANONICAL`; other columns dropped.
+    Missing ``doc_id``/``title`` struct fields come out null.
+
+    Raises:
+        InputSchemaError: see :func:`check_schema`.
+    """
+    check_schema(table.schema, file, task)
+    cols = {}
+    for name in CANONICAL:
+        if name not in table.schema.names:
+            continue
+        col = table.column(name)
+        if _is_list_view(col.type):
+            col = pa.chunked_array([_list_from_view(c) for c in col.chunks],
+                                   pa.large_list(col.type.value_type))
+        try:
+            cols[name] = col.cast(CANONICAL[name])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise InputSchemaError(file, name, f"cannot read {col.type} as {CANONICAL[name]}: {e}") from e
+    return pa.table(cols)
 
 
 def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
@@ -119,9 +185,10 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
             another task gets a row error.
 
     Raises:
-        InputSchemaError: file-level problem (see :func:`check_schema`).
+        InputSchemaError: file-level problem (see :func:`check_schema`); accepted column
+            types are cast once to :data:`CANONICAL` (:func:`conform`).
     """
-    check_schema(table.schema, file, task)
+    table = conform(table, file, task)
     seen = seen_ids if seen_ids is not None else set()
     cols = {c: table.column(c).to_pylist() for c in (*REQUIRED, *OPTIONAL) if c in table.schema.names}
     if "task" not in cols:
@@ -178,10 +245,21 @@ _SCORES = [
 DRAFT_TYPE = pa.struct([
     ("doc_ids", pa.list_(pa.string())),
     ("answer", pa.string()),
+    ("written_answer", pa.string()),
     ("rationale", pa.string()),
     *_SCORES,
+    ("logprob_yes", pa.float64()),
+    ("logprob_no", pa.float64()),
+    ("tokens_draft", pa.int32()),
+    ("tokens_answer", pa.int32()),
+    ("tokens_rationale", pa.int32()),
     ("flags", pa.list_(pa.string())),
 ])
+"""One draft: ``answer`` canonical (label / option text), ``written_answer`` α as the drafter
+wrote it (what the verifier scored, e.g. ``B``); ``logprob_yes``/``logprob_no`` the verifier's
+log P(Yes), log P(No) after R; ``tokens_*`` the number of tokens behind each score (drafter
+tokens of β+α for ``score_draft``; verifier tokens of α and of β for
+``score_self_consistency``; ``score_self_reflection`` is one position)."""
 
 OUTPUT_SCHEMA = pa.schema([
     ("query_id", pa.string()),

@@ -13,7 +13,7 @@ import pytest
 
 from specrag_batch import resume, storage
 
-from .conftest import ROOT, sample_rows, small_config, subprocess_env
+from ..conftest import ROOT, sample_rows, small_config, subprocess_env
 from .test_flow import read_outputs, run_flow, write_inputs
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from specrag_batch.pipeline import StageTimer, run_speculative
 from specrag_batch.prompts import task_instruction, verifier_prompt
 from specrag_batch.schema import validate_table
 
-from .conftest import sample_rows, small_config
+from ..conftest import sample_rows, small_config
 
 pytestmark = pytest.mark.slow
 

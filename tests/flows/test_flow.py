@@ -13,7 +13,7 @@ import pytest
 from specrag_batch import storage
 from specrag_batch.run import MANIFEST
 
-from .conftest import ROOT, SAMPLES, sample_rows, small_config, subprocess_env
+from ..conftest import ROOT, SAMPLES, sample_rows, small_config, subprocess_env
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from specrag_batch import storage
 from specrag_batch.config import load_config
 from specrag_batch.execution import ExecutionConfig
 
-from .conftest import ROOT, _free_port, sample_rows, small_config, stop_process_group
+from ..conftest import ROOT, _free_port, sample_rows, small_config, stop_process_group
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 SPEC = yaml.safe_load((ROOT / "prefect.yaml").read_text())

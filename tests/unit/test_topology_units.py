@@ -23,7 +23,7 @@ from specrag_batch.execution import ExecutionConfig
 from specrag_batch.schema import InputSchemaError, QueryRow, validate_table
 from specrag_batch.selection import Draft
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 CLI = str(Path(sys.executable).with_name("specrag-batch"))
 

@@ -17,7 +17,7 @@ import pytest
 
 from specrag_batch import storage
 
-from .conftest import _free_port, sample_rows, small_config, stop_process_group
+from ..conftest import _free_port, sample_rows, small_config, stop_process_group
 
 pytestmark = pytest.mark.slow
 

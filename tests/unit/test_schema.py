@@ -24,11 +24,11 @@ def test_missing_required_column_names_file_and_field():
 
 
 def test_wrong_column_type():
-    with pytest.raises(InputSchemaError, match=r"f\.parquet: column 'query': expected string, got int64"):
+    with pytest.raises(InputSchemaError, match=r"f\.parquet: column 'query': got int64; accepted: string"):
         validate_table(table(query=[1, 2]), "f.parquet")
-    with pytest.raises(InputSchemaError, match=r"column 'documents': expected list<struct"):
+    with pytest.raises(InputSchemaError, match=r"column 'documents': got list<item: string>; accepted: a list"):
         validate_table(table(documents=[["a"], ["b"]]), "f.parquet")
-    with pytest.raises(InputSchemaError, match=r"column 'gold': expected list<string>"):
+    with pytest.raises(InputSchemaError, match=r"column 'gold': got int64; accepted: a list"):
         validate_table(table(gold=[1, 2]), "f.parquet")
 
 

@@ -115,12 +115,13 @@ def run(rows_dicts, cfg, engines, record=False) -> dict:
     return out
 
 
-def reselect(recs: list[dict], **kw) -> float:
+def reselect(recs: list[dict], rows: list[dict], labels: list[str], **kw) -> float:
     """Accuracy when the drafts already scored are re-selected with other switches (Table 3
     rows 'w/o ρ_draft', 'w/o ρ_SC', 'w/o ρ_SR', 'random'). Fast-path rows keep their answer:
     with c = m all their drafts agree, so every selection rule returns the same answer."""
     from specrag_batch.evaluation import score_row
 
+    choices = {d["query_id"]: d["choices"] for d in rows}
     ok = []
     for r in recs:
         if r["error"] is not None or r["correct"] is None:
@@ -135,7 +136,8 @@ def reselect(recs: list[dict], **kw) -> float:
                         score_self_reflection=x["score_self_reflection"]) for x in r["drafts"]]
         s = select(drafts, random_seed=row_seed(1, r["query_id"]) if kw.get("random") else None,
                    use_draft=kw.get("use_draft", True), use_sc=kw.get("use_sc", True), use_sr=kw.get("use_sr", True))
-        ok.append(bool(score_row(r["task"], drafts[s.index].answer, r["gold"]).correct))
+        ok.append(bool(score_row(r["task"], drafts[s.index].answer, r["gold"],
+                                 choices=choices[r["query_id"]], labels=labels).correct))
     return float(np.mean(ok)) if ok else float("nan")
 
 
@@ -250,10 +252,10 @@ def main() -> None:
                 "speculative": round(s["wall_s"] / entry["engine_alone_s"]["speculative"], 3),
                 "standard": round(b["wall_s"] / entry["engine_alone_s"]["standard"], 3)}
             abl = {"full": s["accuracy"],
-                   "without_draft_score": reselect(recs, use_draft=False),
-                   "without_self_consistency": reselect(recs, use_sc=False),
-                   "without_self_reflection": reselect(recs, use_sr=False),
-                   "random_selection": reselect(recs, random=True)}
+                   "without_draft_score": reselect(recs, rows, spec.claim_labels, use_draft=False),
+                   "without_self_consistency": reselect(recs, rows, spec.claim_labels, use_sc=False),
+                   "without_self_reflection": reselect(recs, rows, spec.claim_labels, use_sr=False),
+                   "random_selection": reselect(recs, rows, spec.claim_labels, random=True)}
             for strat in ("random", "single_cluster"):
                 c = spec.model_copy(update={"sampling": spec.sampling.model_copy(update={"strategy": strat})})
                 r = run(rows, c, engines)

@@ -2,57 +2,162 @@
 
 * QA: ``match`` (any accepted answer, normalised, is contained in the normalised output; the
   metric of Self-RAG and of the Speculative RAG paper, §4.1), plus exact match and token F1
-  (SQuAD definitions; max over accepted answers).
-* claim / choice: accuracy (the canonical answer equals the gold label / option).
+  (SQuAD definitions; max over accepted answers). Normalisation is SQuAD's on Unicode-folded
+  text (:func:`~specrag_batch.parsing.normalize_answer`: ``Zürich`` = ``Zurich``, ``’`` = ``'``).
+* claim: accuracy (the answer's label equals the gold label; both compared as labels, so
+  FEVER's ``NOT ENOUGH INFO`` is ``NOT_ENOUGH_INFO``).
+* choice: accuracy (the answer is the gold option; a gold may be the option text, its letter
+  ``B`` or ARC's 1-based digit key ``2``).
+
+A gold that cannot be scored (a claim gold outside ``claim_labels``, a choice gold that is no
+option) is flagged on the row and left ungraded (``correct`` None), never scored as wrong.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from .parsing import normalize_answer
+from .parsing import (canonical_label, label_key, normalize_answer, normalize_answer_keep_articles,
+                      option_index)
+
+# row flags
+GOLD_NOT_A_LABEL = "gold_not_a_label"
+GOLD_NOT_AN_OPTION = "gold_not_an_option"
+GOLD_FLAGS = (GOLD_NOT_A_LABEL, GOLD_NOT_AN_OPTION)
+
+_KEY_RE = re.compile(r"\(?([A-Za-z]+|[0-9]+)[.):]?")
 
 
 @dataclass
 class RowScore:
+    """Metrics of one row: ``correct`` (match for QA, accuracy otherwise), ``exact_match``,
+    ``f1`` (QA only, in [0, 1]); None when ungraded. ``flags`` names golds that could not be
+    scored (:data:`GOLD_NOT_A_LABEL`, :data:`GOLD_NOT_AN_OPTION`)."""
+
     correct: bool | None
     exact_match: bool | None
     f1: float | None
+    flags: list[str] = field(default_factory=list)
 
 
-def token_f1(prediction: str, gold: str) -> float:
-    """SQuAD token-level F1 in [0, 1] after :func:`normalize_answer`."""
-    p, g = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    common = Counter(p) & Counter(g)
-    same = sum(common.values())
+def _keys(answer: str, gold: str) -> tuple[str, str, bool]:
+    """(answer key, gold key, whole_words). SQuAD normalisation, unless it empties the gold
+    (``"A"``, ``"The"``): then both sides keep their articles and a match needs whole words."""
+    g = normalize_answer(gold)
+    if g:
+        return normalize_answer(answer), g, False
+    return normalize_answer_keep_articles(answer), normalize_answer_keep_articles(gold), True
+
+
+def _f1(p: list[str], g: list[str]) -> float:
     if not p or not g:
         return float(p == g)
+    same = sum((Counter(p) & Counter(g)).values())
     if same == 0:
         return 0.0
     prec, rec = same / len(p), same / len(g)
     return 2 * prec * rec / (prec + rec)
 
 
-def score_row(task: str, answer: str | None, gold: list[str] | None) -> RowScore:
-    """Metrics for one row; all None when there is no gold. A missing answer scores 0."""
+def token_f1(prediction: str, gold: str) -> float:
+    """SQuAD token-level F1 in [0, 1] after :func:`normalize_answer` (articles kept when
+    dropping them would empty the gold)."""
+    a, g, _ = _keys(prediction, gold)
+    return _f1(a.split(), g.split())
+
+
+def _text_key(s: str) -> str:
+    return normalize_answer(s) or normalize_answer_keep_articles(s)
+
+
+def option_of(text: str, choices: Sequence[str]) -> int | None:
+    """0-based index of the option ``text`` is (the same string, else the same normalised
+    text), else None."""
+    if text in choices:
+        return list(choices).index(text)
+    key = _text_key(text)
+    return next((i for i, c in enumerate(choices) if key and _text_key(c) == key), None)
+
+
+def gold_option(gold: str, choices: Sequence[str]) -> int | None:
+    """0-based option index of a multiple-choice gold, else None.
+
+    The option text wins (the documented gold); otherwise a letter label as in the prompt
+    (``B``, ``(b)``, ``C.``; beyond Z ``AA``, ``AB``, ...: :func:`~specrag_batch.parsing.option_index`)
+    or a 1-based digit key (ARC's ``answerKey`` for rows labelled ``1``..``4``)."""
+    i = option_of(gold, choices)
+    if i is not None:
+        return i
+    m = _KEY_RE.fullmatch(gold.strip())
+    if m is None:
+        return None
+    key = m.group(1)
+    if key.isdigit():
+        i = int(key) - 1
+    else:
+        i = option_index(key.upper() if len(key) == 1 else key)
+    return i if 0 <= i < len(choices) else None
+
+
+def score_row(task: str, answer: str | None, gold: list[str] | None, *,
+              choices: Sequence[str] | None = None, labels: Sequence[str] | None = None) -> RowScore:
+    """Metrics for one row (paper §4.1 metrics; see the module docstring).
+
+    Args:
+        task: ``qa`` | ``claim`` | ``choice``.
+        answer: the selected answer (an option text for ``choice``, a label for ``claim``);
+            None or empty scores 0 / False.
+        gold: accepted answers (QA), the gold label (claim) or the correct option as text,
+            letter or 1-based digit (choice). Blank entries are ignored.
+        choices: the row's option texts (``choice``); without them gold and answer are compared
+            as normalised texts and no gold is flagged.
+        labels: the configured ``claim_labels`` (``claim``); without them labels are compared
+            by spelling-free key only and no gold is flagged.
+
+    Returns:
+        :class:`RowScore`; all None when there is no gold, ``correct``/``exact_match`` None and
+        a flag when no gold could be mapped to a label / option. Golds that cannot be mapped are
+        flagged even when another gold of the row is scored.
+    """
     golds = [g for g in (gold or []) if g is not None and g.strip()]
     if not golds:
         return RowScore(None, None, None)
     ans = answer or ""
-    na = normalize_answer(ans)
-    em = any(na == normalize_answer(g) for g in golds)
     if task == "qa":
-        match = bool(na) and any(normalize_answer(g) and normalize_answer(g) in na for g in golds)
-        return RowScore(match, em, max(token_f1(ans, g) for g in golds))
-    return RowScore(em, em, None)
+        keys = [_keys(ans, g) for g in golds]
+        keys = [(a, g, whole) for a, g, whole in keys if g]
+        if not keys:
+            return RowScore(None, None, None)
+        match = any(g in a if not whole else f" {g} " in f" {a} " for a, g, whole in keys if a)
+        return RowScore(match, any(a == g for a, g, _ in keys),
+                        max(_f1(a.split(), g.split()) for a, g, _ in keys))
+    if task == "choice" and choices:
+        flag, targets = GOLD_NOT_AN_OPTION, {gold_option(g, choices) for g in golds}
+        got = option_of(ans, choices) if ans else None
+    elif task == "choice":  # no option list to map to: compare normalised texts
+        flag, targets, got = None, {_text_key(g) for g in golds}, (_text_key(ans) or None)
+    elif labels is not None:
+        flag, targets = GOLD_NOT_A_LABEL, {canonical_label(g, list(labels)) for g in golds}
+        got = canonical_label(ans, list(labels)) if ans else None
+    else:
+        flag, targets, got = None, {label_key(g) for g in golds}, (label_key(ans) or None)
+    flags = [flag] if None in targets else []
+    targets.discard(None)
+    if not targets:
+        return RowScore(None, None, None, flags)
+    ok = got is not None and got in targets
+    return RowScore(ok, ok, None, flags)
 
 
 def summarize(rows: list[dict]) -> dict:
     """Run-level metrics from output rows (dicts with task, correct, exact_match, f1, ...).
 
-    Returns counts, per-task accuracy (mean of ``correct``), EM and F1 for QA, and the
-    low-confidence / fast-path / error counts."""
+    Returns counts, per-task accuracy (mean of ``correct``), EM and F1 for QA, the
+    low-confidence / fast-path / error counts, and ``gold_not_scored``: rows with a gold that
+    could not be mapped to a label or option (flagged, not graded)."""
     out: dict = {"rows": len(rows),
                  "answered": sum(1 for r in rows if r.get("error") is None and r.get("answer") is not None),
                  "errors": sum(1 for r in rows if r.get("error") is not None),
@@ -69,6 +174,8 @@ def summarize(rows: list[dict]) -> dict:
             t["f1"] = sum(r["f1"] or 0.0 for r in sub) / len(sub)
         out["by_task"][task] = t
     graded = [r for r in rows if r.get("correct") is not None]
+    out["gold_not_scored"] = sum(1 for r in rows if r.get("correct") is None
+                                 and set(GOLD_FLAGS) & set(r.get("flags") or []))
     out["accuracy"] = (sum(r["correct"] for r in graded) / len(graded)) if graded else None
     out["n_with_gold"] = len(graded)
     return out

@@ -9,10 +9,34 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from dataclasses import dataclass, field
 
 ANSWER_RE = re.compile(r"(?im)^\s*(?:\*\*)?\s*(?:final\s+)?answer\s*(?:\*\*)?\s*[:\-]\s*(?:\*\*)?")
 LETTERS = string.ascii_uppercase
+
+
+def option_label(i: int) -> str:
+    """Label of the i-th option (0-based): A..Z, then AA, AB, ..., AZ, BA, ... (spreadsheet
+    columns), so any number of options has a label."""
+    if i < 0:
+        raise ValueError(f"option index must be >= 0, got {i}")
+    out = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        out = LETTERS[r] + out
+    return out
+
+
+def option_index(label: str) -> int:
+    """Inverse of :func:`option_label` (upper-case letters); -1 for anything else."""
+    if not label or not label.isascii() or not label.isalpha() or not label.isupper():
+        return -1
+    n = 0
+    for ch in label:
+        n = n * 26 + LETTERS.index(ch) + 1
+    return n - 1
 
 # draft flags
 NO_ANSWER_FIELD = "no_answer_field"
@@ -40,12 +64,46 @@ class ParsedDraft:
         return not ({EMPTY, EMPTY_ANSWER, NOT_A_LABEL, NOT_A_CHOICE} & set(self.flags))
 
 
+# Letters NFKD does not decompose (no combining mark to drop), after case folding.
+_LATIN_FOLD = str.maketrans({"ø": "o", "đ": "d", "ð": "d", "ł": "l", "ħ": "h", "ŧ": "t", "ı": "i",
+                             "æ": "ae", "œ": "oe", "þ": "th"})
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
+
+
+def fold_text(s: str) -> str:
+    """Case- and Unicode-folded text: ``casefold`` (``ß`` -> ``ss``), NFKD (ligatures, full-width
+    forms, no-break spaces, ``²`` -> ``2``), combining marks and format characters (soft hyphen,
+    zero-width space) dropped, typographic quotes and dashes mapped to ASCII, the Latin letters
+    NFKD keeps whole (``ø ł đ æ œ ...``) transliterated. ``"ETH Zürich"`` -> ``"eth zurich"``,
+    ``"Guns N’ Roses"`` -> ``"guns n' roses"``. Pure function of ``s``; never raises."""
+    s = unicodedata.normalize("NFKD", s.casefold())
+    s = "".join(ch for ch in s if not unicodedata.combining(ch) and unicodedata.category(ch) != "Cf")
+    s = s.translate(_LATIN_FOLD)
+    # typographic quotes (Pi/Pf: ‘ ’ “ ” « » ...), dashes (Pd: ‐ – — ...), the minus sign
+    return "".join("-" if unicodedata.category(ch) == "Pd" or ch == "\u2212"
+                   else "'" if unicodedata.category(ch) in ("Pi", "Pf") or ch in "\u201a\u201e"
+                   else ch for ch in s)
+
+
+def _drop_punctuation(s: str) -> str:
+    # ASCII punctuation as SQuAD, plus every Unicode punctuation character (category P*)
+    return "".join(ch for ch in s
+                   if ch not in _ASCII_PUNCTUATION and not unicodedata.category(ch).startswith("P"))
+
+
 def normalize_answer(s: str) -> str:
-    """SQuAD-style normalisation: lower case, drop punctuation, articles and extra spaces."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
-    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    """SQuAD-style normalisation (the one Self-RAG and the paper's ``match`` use, §4.1) on
+    Unicode-folded text (:func:`fold_text`): fold case, accents and typographic marks, drop
+    punctuation, the articles a/an/the and extra spaces. On ASCII input identical to SQuAD's
+    ``normalize_answer``. May return ``""`` (e.g. for ``"A"``, an article)."""
+    s = re.sub(r"\b(a|an|the)\b", " ", _drop_punctuation(fold_text(s)))
     return " ".join(s.split())
+
+
+def normalize_answer_keep_articles(s: str) -> str:
+    """:func:`normalize_answer` without dropping articles: the fallback for a gold or option
+    that SQuAD normalisation would empty (``"A"``, ``"The"``)."""
+    return " ".join(_drop_punctuation(fold_text(s)).split())
 
 
 def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
@@ -70,19 +128,32 @@ def has_repetition(text: str, n: int = 8, times: int = 4) -> bool:
     return False
 
 
-def match_label(answer: str, labels: list[str]) -> str | None:
-    """Map free text to one of ``labels`` (case/underscore/space-insensitive), else None.
+def label_key(text: str) -> str:
+    """The spelling-free form a claim label is compared in: :func:`fold_text` (case, accents,
+    typographic dashes), runs of spaces, ``_`` and ``-`` as one space, surrounding quotes and
+    ``. ! *`` dropped. ``"NOT ENOUGH INFO"``, ``"not-enough-info"`` and ``"NOT_ENOUGH_INFO"``
+    all give ``"not enough info"``."""
+    return re.sub(r"[\s_\-]+", " ", fold_text(text).strip()).strip(" .!*\"'")
 
-    An exact normalised match wins; otherwise the single label mentioned in the text (the
-    longest when several overlap, e.g. ``NOT_ENOUGH_INFO`` over ``INFO``)."""
-    def norm(x: str) -> str:
-        return re.sub(r"[\s_\-]+", " ", x.strip().lower()).strip(" .!*\"'")
-    a = norm(answer)
-    for lab in labels:
-        if a == norm(lab):
-            return lab
-    hits = [lab for lab in labels if re.search(r"\b" + re.escape(norm(lab)) + r"\b", a)]
-    hits = [h for h in hits if not any(h != o and norm(h) in norm(o) for o in hits)]
+
+def canonical_label(text: str, labels: list[str]) -> str | None:
+    """The label of ``labels`` whose :func:`label_key` equals ``text``'s, else None (no
+    mention search: a gold label must *be* a label, not mention one)."""
+    key = label_key(text)
+    return next((lab for lab in labels if label_key(lab) == key), None)
+
+
+def match_label(answer: str, labels: list[str]) -> str | None:
+    """Map free text to one of ``labels`` (compared by :func:`label_key`), else None.
+
+    An exact match (:func:`canonical_label`) wins; otherwise the single label mentioned in the
+    text (the longest when several overlap, e.g. ``NOT_ENOUGH_INFO`` over ``INFO``)."""
+    exact = canonical_label(answer, labels)
+    if exact is not None:
+        return exact
+    a = label_key(answer)
+    hits = [lab for lab in labels if re.search(r"\b" + re.escape(label_key(lab)) + r"\b", a)]
+    hits = [h for h in hits if not any(h != o and label_key(h) in label_key(o) for o in hits)]
     return hits[0] if len(hits) == 1 else None
 
 

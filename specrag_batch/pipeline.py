@@ -271,8 +271,9 @@ def output_row(r: QueryRow, result: tuple[list[Draft], Selection] | None, cfg: R
         if any("non_finite_logprob" in d.flags for d in drafts) and "non_finite_logprob" not in rec["flags"]:
             rec["flags"].append("non_finite_logprob")
     if r.error is None:
-        m = score_row(r.task, rec["answer"], r.gold)
+        m = score_row(r.task, rec["answer"], r.gold, choices=r.choices, labels=cfg.claim_labels)
         rec.update(correct=m.correct, exact_match=m.exact_match, f1=m.f1)
+        rec["flags"] += [f for f in m.flags if f not in rec["flags"]]
     return rec
 
 

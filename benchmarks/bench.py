@@ -53,6 +53,10 @@ class Recorder:
         self.calls.append(("prompt_logprobs", [list(p) for p in prompts], {}))
         return self.engine.prompt_logprobs(prompts, desc=desc)
 
+    def prompt_and_next_logprobs(self, prompts, top_k, desc="score"):
+        self.calls.append(("prompt_and_next_logprobs", [list(p) for p in prompts], {"top_k": top_k}))
+        return self.engine.prompt_and_next_logprobs(prompts, top_k, desc=desc)
+
 
 def to_rows(dicts: list[dict]) -> list[QueryRow]:
     out = []
@@ -130,8 +134,8 @@ def reselect(recs: list[dict], rows: list[dict], labels: list[str], **kw) -> flo
             ok.append(bool(r["correct"]))
             continue
         drafts = [Draft(doc_ids=x["doc_ids"], answer=x["answer"], rationale=x["rationale"],
-                        flags=x["flags"], valid=not ({"empty_draft", "empty_answer", "answer_not_a_label",
-                                                      "answer_not_a_choice"} & set(x["flags"])),
+                        flags=x["flags"], valid=not ({"empty_draft", "empty_answer", "empty_rationale",
+                                                      "answer_not_a_label", "answer_not_a_choice"} & set(x["flags"])),
                         score_draft=x["score_draft"], score_self_consistency=x["score_self_consistency"],
                         score_self_reflection=x["score_self_reflection"]) for x in r["drafts"]]
         s = select(drafts, random_seed=row_seed(1, r["query_id"]) if kw.get("random") else None,
@@ -158,7 +162,8 @@ def replay(calls, engines) -> float:
                 sp = SamplingParams(max_tokens=kw["max_tokens"], temperature=kw["temperature"],
                                     top_p=kw["top_p"], seed=kw["seed"], logprobs=0)
             else:
-                sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+                sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0,
+                                    logprobs=kw.get("top_k"))
             t0 = time.perf_counter()
             llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
             total += time.perf_counter() - t0

@@ -79,13 +79,18 @@ class SelectionConfig(_Strict):
     use_draft_score: bool = True
     use_self_consistency: bool = True
     use_self_reflection: bool = True
+    self_reflection: Literal["paper", "contrast"] = Field(
+        "contrast", description="ρ_SR from the verifier's next token after R: paper = "
+        "log P(Yes); contrast = log P(Yes)/(P(Yes)+P(No)) (yes/no summed over the tokenizer's "
+        "single-token spellings; see benchmarks/README.md for the measurement behind the default)")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
     tau_min: float | None = Field(
         None, description="log ρ threshold; a selected draft scoring below it is flagged "
         "`low_confidence` (None disables the flag)")
     consensus_min: int | None = Field(
-        None, ge=1, description="c: when at least c drafts give the same normalised answer "
-        "the verifier is skipped for that row (fast path); None = m (all drafts agree)")
+        None, ge=1, description="c: when at least c' = max(2, min(c, valid drafts of the row)) "
+        "drafts give the same normalised answer the verifier is skipped for that row (fast "
+        "path); None = m (all valid drafts agree); one draft is never a consensus")
     consensus_enabled: bool = True
 
 

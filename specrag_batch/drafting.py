@@ -18,11 +18,12 @@ from typing import Sequence
 
 from .engines import Engine, GenerationResult
 from .parsing import ParsedDraft, parse_draft
-from .prompts import drafter_prompt
+from .prompts import drafter_prompt_ids, encode_plain
 from .schema import Document
 from .selection import Draft
 
 NON_FINITE = "non_finite_logprob"
+PROCESSING_ERROR = "draft_processing_error"
 
 
 class PromptTooLongError(ValueError):
@@ -35,7 +36,7 @@ def truncate_documents(tokenizer, docs: Sequence[Document], budget: int) -> tupl
     Returns (documents, whether any was truncated). Titles are kept whole."""
     out, cut = [], False
     for d in docs:
-        ids = tokenizer(d.text, add_special_tokens=False)["input_ids"]
+        ids = encode_plain(tokenizer, d.text)
         if len(ids) > budget:
             cut = True
             out.append(Document(d.doc_id, d.title, tokenizer.decode(ids[:budget]).rstrip() + " ..."))
@@ -56,8 +57,7 @@ def fitted_prompt(tokenizer, task: str, query: str, docs: Sequence[Document], ch
     budget = doc_budget
     while True:
         cut_docs, cut = truncate_documents(tokenizer, docs, budget)
-        text = drafter_prompt(tokenizer, task, query, cut_docs, choices, labels)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = drafter_prompt_ids(tokenizer, task, query, cut_docs, choices, labels)
         if len(ids) <= max_prompt_tokens:
             return ids, cut
         if budget <= 16:
@@ -79,12 +79,15 @@ def token_char_spans(tokenizer, token_ids: Sequence[int]) -> tuple[str, list[tup
     return tokenizer.decode(list(token_ids), skip_special_tokens=True), spans
 
 
-def span_logprob(spans: list[tuple[int, int]], logprobs: Sequence[float], span: tuple[int, int] | None) -> float:
-    """Sum of log-probs of the tokens whose characters overlap ``span`` (0.0 if empty)."""
+def span_logprob(spans: list[tuple[int, int]], logprobs: Sequence[float],
+                 span: tuple[int, int] | None) -> tuple[float, int]:
+    """(Sum of log-probs, number) of the tokens whose characters overlap ``span`` ((0.0, 0)
+    if empty)."""
     if span is None:
-        return 0.0
+        return 0.0, 0
     a, b = span
-    return float(sum(lp for (s, e), lp in zip(spans, logprobs) if e > s and e > a and s < b))
+    hits = [lp for (s, e), lp in zip(spans, logprobs) if e > s and e > a and s < b]
+    return float(sum(hits)), len(hits)
 
 
 @dataclass
@@ -98,27 +101,39 @@ class DraftRequest:
     choices: list[str] | None = None
 
 
-def score_generation(tokenizer, gen: GenerationResult, task: str, labels, choices) -> tuple[ParsedDraft, float]:
-    """Parse one generation and compute log ρ_draft (see module docstring)."""
+def score_generation(tokenizer, gen: GenerationResult, task: str, labels,
+                     choices) -> tuple[ParsedDraft, float, int]:
+    """Parse one generation and compute log ρ_draft (see module docstring).
+
+    Returns (parsed draft, log ρ_draft, number of drafter tokens behind it: β and α)."""
     text, spans = token_char_spans(tokenizer, gen.token_ids)
     parsed = parse_draft(text, task, labels=labels, choices=choices, finish_reason=gen.finish_reason)
-    score = span_logprob(spans, gen.logprobs, parsed.rationale_span) + \
-        span_logprob(spans, gen.logprobs, parsed.answer_span)
+    (r, nr), (a, na) = (span_logprob(spans, gen.logprobs, parsed.rationale_span),
+                        span_logprob(spans, gen.logprobs, parsed.answer_span))
     if gen.non_finite:
         parsed.flags.append(NON_FINITE)
-    return parsed, score
+    return parsed, r + a, nr + na
 
 
 def run_drafts(engine: Engine, requests: Sequence[DraftRequest], *, max_tokens: int,
                temperature: float, top_p: float, seed: int, labels: list[str],
                desc: str = "drafting") -> list[Draft]:
     """Generate and score all drafts in one batched engine call; one :class:`Draft` each,
-    in request order. Unparseable drafts are kept with flags (``valid`` False)."""
+    in request order. Unparseable drafts are kept with flags (``valid`` False). A draft
+    whose parsing or scoring raised is returned with ``valid`` False, flag
+    ``draft_processing_error`` and the message as its ``rationale`` (the caller makes it the
+    row's error)."""
     gens = engine.generate([r.prompt_ids for r in requests], max_tokens=max_tokens,
                            temperature=temperature, top_p=top_p, seed=seed, desc=desc)
     drafts = []
     for req, gen in zip(requests, gens):
-        parsed, score = score_generation(engine.tokenizer, gen, req.task, labels, req.choices)
+        try:
+            parsed, score, n = score_generation(engine.tokenizer, gen, req.task, labels, req.choices)
+        except Exception as e:  # one row's odd output must not fail the shard
+            drafts.append(Draft(doc_ids=req.doc_ids, answer="", valid=False, flags=[PROCESSING_ERROR],
+                                rationale=f"parsing the draft failed: {type(e).__name__}: {e}"))
+            continue
         drafts.append(Draft(doc_ids=req.doc_ids, answer=parsed.answer, rationale=parsed.rationale,
-                            flags=parsed.flags, valid=parsed.valid, score_draft=score))
+                            flags=parsed.flags, valid=parsed.valid, score_draft=score,
+                            written_answer=parsed.written_answer, tokens_draft=n))
     return drafts

@@ -129,15 +129,30 @@ class Engine:
         if not prompts:
             return []
         outs = self._generate(prompts, SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0), desc)
+        return [_prompt_row(p, out.prompt_logprobs) for p, out in zip(prompts, outs)]
+
+    def prompt_and_next_logprobs(self, prompts: Sequence[list[int]], top_k: int,
+                                 desc: str = "score") -> list[tuple[list[float | None], dict[int, float]]]:
+        """Prompt log-probs and the next token's top-k log-probs, in one forward pass per
+        prompt (one vLLM request: ``prompt_logprobs=0``, one greedy generated token with
+        ``logprobs=top_k``).
+
+        Returns, per prompt, (as :meth:`prompt_logprobs`, {token id: log P(token | whole
+        prompt)} for the ``top_k`` most likely next tokens, natural log; the greedy token is
+        always among them). ``top_k`` is capped by vLLM's ``max_logprobs`` (default 20).
+        """
+        from vllm import SamplingParams
+
+        if not prompts:
+            return []
+        outs = self._generate(prompts, SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0,
+                                                      logprobs=top_k), desc)
         result = []
         for p, out in zip(prompts, outs):
-            pl = out.prompt_logprobs or [None] * len(p)
-            row: list[float | None] = []
-            for i, tid in enumerate(p):
-                d = pl[i] if i < len(pl) else None
-                e = d.get(tid) if d else None
-                row.append(e.logprob if e is not None else None)
-            result.append(row)
+            o = out.outputs[0]
+            nxt = o.logprobs[0] if o.logprobs else {}
+            result.append((_prompt_row(p, out.prompt_logprobs),
+                           {int(t): float(e.logprob) for t, e in nxt.items()}))
         return result
 
     def _generate(self, prompts, sp, desc: str):
@@ -156,6 +171,17 @@ class Engine:
         self.stats.calls += 1
         self.stats.prompt_tokens += sum(len(p) for p in prompts)
         self.stats.generated_tokens += sum(len(o.outputs[0].token_ids) for o in outs)
+
+
+def _prompt_row(prompt: list[int], pl) -> list[float | None]:
+    """Entry i = log P(prompt[i] | prompt[:i]) from vLLM's ``prompt_logprobs`` (None for i = 0)."""
+    pl = pl or [None] * len(prompt)
+    row: list[float | None] = []
+    for i, tid in enumerate(prompt):
+        d = pl[i] if i < len(pl) else None
+        e = d.get(tid) if d else None
+        row.append(e.logprob if e is not None else None)
+    return row
 
 
 def _progress(desc: str):

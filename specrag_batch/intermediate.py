@@ -31,6 +31,8 @@ INTERMEDIATE_DRAFT_TYPE = pa.struct([
     ("flags", _STR_LIST),
     ("valid", pa.bool_()),
     ("score_draft", pa.float64()),
+    ("written_answer", pa.string()),
+    ("tokens_draft", pa.int32()),
 ])
 
 DRAFTS_SCHEMA = pa.schema([
@@ -58,7 +60,8 @@ def to_table(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]]) -> pa.Tab
             "choices": r.choices, "gold": r.gold, "error": r.error, "flags": list(r.flags),
             "num_documents": r.num_documents,
             "drafts": [{"doc_ids": d.doc_ids, "answer": d.answer, "rationale": d.rationale,
-                        "flags": list(d.flags), "valid": d.valid, "score_draft": d.score_draft}
+                        "flags": list(d.flags), "valid": d.valid, "score_draft": d.score_draft,
+                        "written_answer": d.written_answer, "tokens_draft": d.tokens_draft}
                        for d in drafts.get(i, [])],
         })
     return pa.Table.from_pylist(recs, schema=DRAFTS_SCHEMA)
@@ -82,7 +85,9 @@ def from_table(table: pa.Table, file: str) -> tuple[list[QueryRow], dict[int, li
         if rec["drafts"]:
             drafts[i] = [Draft(doc_ids=list(d["doc_ids"] or []), answer=d["answer"],
                                rationale=d["rationale"], flags=list(d["flags"] or []),
-                               valid=d["valid"], score_draft=d["score_draft"])
+                               valid=d["valid"], score_draft=d["score_draft"],
+                               written_answer=d.get("written_answer") or "",
+                               tokens_draft=d.get("tokens_draft"))
                          for d in rec["drafts"]]
     return rows, drafts
 

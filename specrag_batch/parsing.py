@@ -42,6 +42,7 @@ def option_index(label: str) -> int:
 NO_ANSWER_FIELD = "no_answer_field"
 EMPTY = "empty_draft"
 EMPTY_ANSWER = "empty_answer"
+EMPTY_RATIONALE = "empty_rationale"
 TRUNCATED = "truncated_at_max_tokens"
 REPETITION = "repetition"
 NOT_A_LABEL = "answer_not_a_label"
@@ -57,11 +58,15 @@ class ParsedDraft:
     answer_span: tuple[int, int] | None
     rationale_span: tuple[int, int] | None
     flags: list[str] = field(default_factory=list)
+    written_answer: str = ""
+    """α exactly as the drafter wrote it (e.g. ``B`` for a choice row); the verifier scores
+    this, ``answer`` is the canonical form used for the final answer."""
 
     @property
     def valid(self) -> bool:
-        """A draft usable for selection: it has an answer of the right kind."""
-        return not ({EMPTY, EMPTY_ANSWER, NOT_A_LABEL, NOT_A_CHOICE} & set(self.flags))
+        """A draft usable for selection: it has a rationale β and an answer α of the right
+        kind (the paper's draft is the pair (α, β))."""
+        return not ({EMPTY, EMPTY_ANSWER, EMPTY_RATIONALE, NOT_A_LABEL, NOT_A_CHOICE} & set(self.flags))
 
 
 # Letters NFKD does not decompose (no combining mark to drop), after case folding.
@@ -158,13 +163,14 @@ def match_label(answer: str, labels: list[str]) -> str | None:
 
 
 def match_choice(answer: str, choices: list[str]) -> str | None:
-    """Map an answer to one option text: by letter (``C``, ``(C)``, ``C.``) or by text."""
+    """Map an answer to one option text: by label (``C``, ``(C)``, ``C.``, ``C. text``; labels
+    beyond Z are ``AA``, ``AB``, ... in upper case, see :func:`option_label`) or by text."""
     a = answer.strip()
-    # a bare letter ("C", "(C)", "C.") or a letter with a separator ("C. text", "(C) text");
-    # not "A planet ..." where "A" is an article
-    m = re.match(r"^\(?([A-Za-z])(?:[.):]?$|\)\s|[.:]\s)", a)
+    # a bare label ("C", "(C)", "C.", "AB") or a label with a separator ("C. text", "(C) text");
+    # not "A planet ..." where "A" is an article. Multi-letter labels only in upper case.
+    m = re.match(r"^\(?([A-Za-z]|[A-Z]{2,3})(?:[.):]?$|\)\s|[.:]\s)", a)
     if m:
-        idx = LETTERS.find(m.group(1).upper())
+        idx = option_index(m.group(1).upper())
         if 0 <= idx < len(choices):
             return choices[idx]
     na = normalize_answer(a)
@@ -197,7 +203,7 @@ def parse_draft(generated: str, task: str, *, labels: list[str] | None = None,
     if finish_reason == "length":
         flags.append(TRUNCATED)
     if not generated.strip():
-        return ParsedDraft("", "", None, None, flags + [EMPTY])
+        return ParsedDraft("", "", None, None, flags + [EMPTY])  # EMPTY covers the rationale
     if has_repetition(generated):
         flags.append(REPETITION)
 
@@ -236,5 +242,7 @@ def parse_draft(generated: str, task: str, *, labels: list[str] | None = None,
             answer = opt
     if not answer:
         flags.append(EMPTY_ANSWER)
+    if not rationale.strip():
+        flags.append(EMPTY_RATIONALE)
     return ParsedDraft(answer, rationale, a_span if a_span[1] > a_span[0] else None,
-                       r_span if r_span[1] > r_span[0] else None, flags)
+                       r_span if r_span[1] > r_span[0] else None, flags, raw_answer)

@@ -17,10 +17,10 @@ from typing import Iterator, Protocol, Sequence
 import numpy as np
 
 from .config import RunConfig
-from .drafting import DraftRequest, PromptTooLongError, fitted_prompt, run_drafts
+from .drafting import PROCESSING_ERROR, DraftRequest, PromptTooLongError, fitted_prompt, run_drafts
 from .evaluation import score_row
 from .models import model_id
-from .prompts import task_instruction
+from .prompts import Question
 from .retrieval import embed, get_retriever
 from .sampling import cluster_documents, row_seed, sample_subsets
 from .schema import Document, QueryRow
@@ -35,6 +35,7 @@ class EngineLike(Protocol):  # pragma: no cover - typing only
     tokenizer: object
     def generate(self, prompts, **kw): ...
     def prompt_logprobs(self, prompts, desc: str = ...): ...
+    def prompt_and_next_logprobs(self, prompts, top_k: int, desc: str = ...): ...
 
 
 @dataclass
@@ -130,8 +131,9 @@ def multi_perspective_subsets(rows: Sequence[QueryRow], docs: dict[int, list[Doc
     return out
 
 
-def _question_block(r: QueryRow, cfg: RunConfig) -> str:
-    return task_instruction(r.task, r.query, r.choices, cfg.claim_labels)
+def _question(r: QueryRow, cfg: RunConfig) -> Question:
+    return Question(r.task, r.query, tuple(r.choices) if r.choices is not None else None,
+                    tuple(cfg.claim_labels))
 
 
 def _fail(r: QueryRow, field_: str, reason: str) -> None:
@@ -166,12 +168,22 @@ def draft_rows(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLike,
             except PromptTooLongError as e:
                 _fail(r, "query", str(e))
                 reqs = [q for q in reqs if q.row != i]
+            except Exception as e:  # one row's bad input must not fail the shard
+                _fail(r, _row_field(r), f"building the drafter prompt failed: {type(e).__name__}: {e}")
+                reqs = [q for q in reqs if q.row != i]
         drafts = run_drafts(drafter, reqs, max_tokens=d.max_tokens, temperature=d.temperature,
                             top_p=d.top_p, seed=cfg.seed, labels=cfg.claim_labels, desc="drafting")
     by_row: dict[int, list[Draft]] = defaultdict(list)
     for q, dr in zip(reqs, drafts):
+        if PROCESSING_ERROR in dr.flags and rows[q.row].error is None:
+            _fail(rows[q.row], "drafts", dr.rationale)
         by_row[q.row].append(dr)
-    return dict(by_row)
+    return {i: ds for i, ds in by_row.items() if rows[i].error is None}
+
+
+def _row_field(r: QueryRow) -> str:
+    """The input field most likely behind an unexpected prompt-building error of row ``r``."""
+    return "choices" if r.task == "choice" else "documents"
 
 
 def verify_and_select(rows: Sequence[QueryRow], by_row: dict[int, list[Draft]], cfg: RunConfig,
@@ -188,12 +200,17 @@ def verify_and_select(rows: Sequence[QueryRow], by_row: dict[int, list[Draft]], 
     fast = {i: consensus(ds, c) for i, ds in by_row.items()}
     with timer.stage("verification"):
         if verifier is not None and (sel.use_self_consistency or sel.use_self_reflection):
-            items = [(_question_block(rows[i], cfg), dr) for i, ds in by_row.items()
+            items = [(i, _question(rows[i], cfg), dr) for i, ds in by_row.items()
                      if not fast[i] for dr in ds if dr.valid]
-            verify(verifier, items, cfg.reflection_question, cfg.verifier.max_model_len - 1)
+            errors = verify(verifier, items, cfg.reflection_question, cfg.verifier.max_model_len - 1,
+                            mode=sel.self_reflection)
+            for i, msg in errors.items():
+                _fail(rows[i], "drafts", msg)
     out = {}
     with timer.stage("selection"):
         for i, ds in by_row.items():
+            if rows[i].error is not None:
+                continue
             rseed = row_seed(cfg.seed + 1, rows[i].query_id) if sel.random_selection else None
             out[i] = (ds, select(ds, use_draft=sel.use_draft_score, use_sc=sel.use_self_consistency,
                                  use_sr=sel.use_self_reflection, tau_min=sel.tau_min,
@@ -224,6 +241,9 @@ def run_standard(rows: Sequence[QueryRow], cfg: RunConfig, generator: EngineLike
             except PromptTooLongError as e:
                 _fail(r, "query", str(e))
                 continue
+            except Exception as e:  # one row's bad input must not fail the shard
+                _fail(r, _row_field(r), f"building the prompt failed: {type(e).__name__}: {e}")
+                continue
             if cut:
                 r.flags.append("truncated_documents")
             reqs.append(req)
@@ -232,16 +252,23 @@ def run_standard(rows: Sequence[QueryRow], cfg: RunConfig, generator: EngineLike
     out = {}
     with timer.stage("selection"):
         for q, dr in zip(reqs, drafts):
+            if PROCESSING_ERROR in dr.flags:
+                _fail(rows[q.row], "drafts", dr.rationale)
+                continue
             out[q.row] = ([dr], select([dr], use_draft=True, use_sc=False, use_sr=False,
                                        tau_min=cfg.selection.tau_min))
     return out
 
 
 def _draft_record(d: Draft) -> dict:
-    return {"doc_ids": d.doc_ids, "answer": d.answer, "rationale": d.rationale,
+    return {"doc_ids": d.doc_ids, "answer": d.answer,
+            "written_answer": d.written_answer or d.answer, "rationale": d.rationale,
             "score": d.score, "score_draft": d.score_draft,
             "score_self_consistency": d.score_self_consistency,
-            "score_self_reflection": d.score_self_reflection, "flags": d.flags}
+            "score_self_reflection": d.score_self_reflection, "logprob_yes": d.logprob_yes,
+            "logprob_no": d.logprob_no, "tokens_draft": d.tokens_draft,
+            "tokens_answer": d.tokens_answer, "tokens_rationale": d.tokens_rationale,
+            "flags": d.flags}
 
 
 def output_row(r: QueryRow, result: tuple[list[Draft], Selection] | None, cfg: RunConfig,

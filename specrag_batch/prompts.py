@@ -1,16 +1,25 @@
 """Prompt construction for the drafter, the verifier and the Standard RAG baseline.
 
 All prompts are rendered through the model's own chat template (plain text when it has none)
-and tokenised here, so the token ids handed to vLLM are exactly the ones whose offsets are
-used to locate α, β and "Yes" (never a string search over model output).
+and tokenised here, so the token ids handed to vLLM are exactly the ones whose positions are
+used to locate α and β (never a string search over model output).
+
+Data text never becomes a special token. The chat template is rendered with private-use
+placeholders (:data:`_SLOT`) where data goes (query, titles, passages, options, labels,
+α, β); the rendered template is split at the placeholders, its own parts are tokenised with
+special tokens recognised (so the template's markers are control tokens) and each data part
+is tokenised with ``split_special_tokens=True`` (so ``<|im_end|>`` in a passage is plain
+text). The placeholders only ever occur in our own rendering of the template, never next to
+data, so splicing does not depend on what the data contains.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Sequence
 
-from .parsing import LETTERS
+from .parsing import option_label
 from .schema import Document
 
 DRAFTER_SYSTEM = (
@@ -18,92 +27,160 @@ DRAFTER_SYSTEM = (
     "sentences) based on the documents, then give the answer.")
 RATIONALE_PREFIX = "Rationale:"
 
-_SENT = "\u2063{}\u2063"  # invisible separator: sentinel that no real text contains
+_SLOT = "\ue000{}\ue001"  # private-use code points; only in our own template rendering
+_SLOT_RE = re.compile("\ue000(\\d+)\ue001")
 
 
-def task_instruction(task: str, query: str, choices: Sequence[str] | None, labels: Sequence[str]) -> str:
-    """The question block shared by drafter and verifier (the verifier sees no documents)."""
+@dataclass
+class Slots:
+    """Collects data values while prompt text is built; ``slot(text)`` returns the placeholder
+    that stands for ``text`` in the template (see module docstring)."""
+
+    values: list[str] = field(default_factory=list)
+
+    def __call__(self, text: str) -> str:
+        self.values.append(text)
+        return _SLOT.format(len(self.values) - 1)
+
+
+@dataclass(frozen=True)
+class Question:
+    """The question block's inputs (drafter and verifier; the verifier sees no documents)."""
+
+    task: str
+    query: str
+    choices: tuple[str, ...] | None
+    labels: tuple[str, ...]
+
+
+def task_instruction(task: str, query: str, choices: Sequence[str] | None, labels: Sequence[str],
+                     slot=None) -> str:
+    """The question block shared by drafter and verifier. Options are labelled A..Z, AA, AB, ...
+    (:func:`parsing.option_label`). With ``slot`` (a :class:`Slots`) data values are replaced
+    by placeholders; without it the text is plain (for display)."""
+    s = slot or (lambda x: x)
     if task == "claim":
-        return (f"Claim: {query}\nDoes the evidence support or refute the claim? "
-                f"Answer with exactly one of: {', '.join(labels)}.")
+        return (f"Claim: {s(query)}\nDoes the evidence support or refute the claim? "
+                f"Answer with exactly one of: {s(', '.join(labels))}.")
     if task == "choice":
-        opts = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices or []))
-        return f"Question: {query}\nOptions:\n{opts}\nAnswer with the letter of the correct option."
-    return f"Question: {query}\nAnswer with a short phrase."
+        opts = "\n".join(f"{option_label(i)}. {s(c)}" for i, c in enumerate(choices or []))
+        return f"Question: {s(query)}\nOptions:\n{opts}\nAnswer with the letter of the correct option."
+    return f"Question: {s(query)}\nAnswer with a short phrase."
 
 
-def format_documents(docs: Sequence[Document]) -> str:
-    """Numbered documents, ``[i] title\\ntext``."""
+def format_documents(docs: Sequence[Document], slot=None) -> str:
+    """Numbered documents, ``[i] title\\ntext`` (data replaced by placeholders with ``slot``)."""
+    s = slot or (lambda x: x)
     out = []
     for i, d in enumerate(docs, 1):
-        head = f"[{i}] {d.title}".rstrip()
-        out.append(f"{head}\n{d.text}".strip())
+        head = f"[{i}] {s(d.title)}" if d.title.strip() else f"[{i}]"
+        out.append(f"{head}\n{s(d.text)}" if d.text.strip() else head)
     return "\n\n".join(out)
 
 
 def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
+    """The chat template applied to ``messages``; a template that refuses the system role
+    (e.g. Gemma's) gets the system text prepended to the first user message."""
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False,
-                                             add_generation_prompt=add_generation_prompt)
+        try:
+            return tokenizer.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=add_generation_prompt)
+        except Exception:
+            if messages[0]["role"] != "system":
+                raise
+            merged = [{"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]},
+                      *messages[2:]]
+            return tokenizer.apply_chat_template(merged, tokenize=False,
+                                                 add_generation_prompt=add_generation_prompt)
     text = "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages)
     return text + ("\n\nAssistant: " if add_generation_prompt else "")
 
 
-def drafter_prompt(tokenizer, task: str, query: str, docs: Sequence[Document],
-                   choices: Sequence[str] | None, labels: Sequence[str]) -> str:
-    """Drafter prompt (paper §3.2): documents δ_j + question; reply prefilled with
-    ``"Rationale:"`` so the model writes β then ``Answer: α``."""
-    user = (f"Documents:\n{format_documents(docs)}\n\n"
-            f"{task_instruction(task, query, choices, labels)}\n\n"
+def encode_plain(tokenizer, text: str) -> list[int]:
+    """Token ids of data text as plain text: special-token strings are split into ordinary
+    tokens (``split_special_tokens=True``)."""
+    if not text:
+        return []
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+def encode_template(tokenizer, rendered: str, values: Sequence[str]) -> tuple[list[int], list[range]]:
+    """Tokenise a rendered template whose data sits in placeholders.
+
+    Template parts are tokenised with special tokens recognised, each data value with
+    :func:`encode_plain`. A space that ends a template part right before a data value moves
+    into the value (``"Answer:" + " Paris"``), so words keep their usual tokens.
+
+    Returns:
+        (token ids, per value the half-open token index range it occupies; ``range(0)`` for
+        an empty value).
+    """
+    pieces = _SLOT_RE.split(rendered)
+    ids: list[int] = []
+    spans: list[range] = [range(0)] * len(values)
+    carry = ""
+    for j, piece in enumerate(pieces):
+        if j % 2 == 0:
+            nxt_is_data = j + 1 < len(pieces) and values[int(pieces[j + 1])]
+            if nxt_is_data and piece.endswith(" ") and not values[int(pieces[j + 1])][:1].isspace():
+                piece, carry = piece[:-1], " "
+            if piece:
+                ids += tokenizer(piece, add_special_tokens=False)["input_ids"]
+            continue
+        k = int(piece)
+        toks = encode_plain(tokenizer, carry + values[k]) if values[k] else []
+        carry = ""
+        spans[k] = range(len(ids), len(ids) + len(toks)) if toks else range(0)
+        ids += toks
+    return ids, spans
+
+
+def drafter_prompt_ids(tokenizer, task: str, query: str, docs: Sequence[Document],
+                       choices: Sequence[str] | None, labels: Sequence[str]) -> list[int]:
+    """Token ids of the drafter prompt (paper §3.2): documents δ_j + question; the reply is
+    prefilled with ``"Rationale:"`` so the model writes β then ``Answer: α``. Data is plain
+    text (see module docstring)."""
+    slot = Slots()
+    user = (f"Documents:\n{format_documents(docs, slot)}\n\n"
+            f"{task_instruction(task, query, choices, labels, slot)}\n\n"
             f"Reply in exactly this format:\n{RATIONALE_PREFIX} <rationale>\nAnswer: <answer>")
     msgs = [{"role": "system", "content": DRAFTER_SYSTEM}, {"role": "user", "content": user}]
-    return _render(tokenizer, msgs, True) + RATIONALE_PREFIX
+    ids, _ = encode_template(tokenizer, _render(tokenizer, msgs, True) + RATIONALE_PREFIX, slot.values)
+    return ids
+
+
+def drafter_prompt(tokenizer, task: str, query: str, docs: Sequence[Document],
+                   choices: Sequence[str] | None, labels: Sequence[str]) -> str:
+    """The drafter prompt as text (for display; the engine gets :func:`drafter_prompt_ids`)."""
+    return tokenizer.decode(drafter_prompt_ids(tokenizer, task, query, docs, choices, labels))
 
 
 @dataclass
 class VerifierPrompt:
-    """Token ids of ``[Q, α, β, R, "Yes"]`` and the token index ranges of α, β and "Yes".
-
-    Ranges are half-open token index ranges into ``token_ids``; empty when the text is empty."""
+    """Token ids of ``[Q, α, β, R]`` up to the assistant's reply, and the token index ranges
+    of α and β (half-open ranges into ``token_ids``; empty when the text is empty). The next
+    token after ``token_ids`` is where the verifier answers R ("Yes"/"No")."""
 
     token_ids: list[int]
     answer_tokens: range
     rationale_tokens: range
-    yes_tokens: range
 
 
-def _token_range(offsets: list[tuple[int, int]], start: int, end: int) -> range:
-    idx = [i for i, (s, e) in enumerate(offsets) if e > start and s < end and e > s]
-    return range(idx[0], idx[-1] + 1) if idx and end > start else range(0)
-
-
-def verifier_prompt(tokenizer, question_block: str, answer: str, rationale: str,
+def verifier_prompt(tokenizer, question: Question, answer: str, rationale: str,
                     reflection_question: str) -> VerifierPrompt:
     """Build the verifier's single forward-pass input (paper §3.3).
 
-    The chat template is rendered with sentinels in place of α and β, which are then spliced
-    in while their character spans are recorded; the tokeniser's offset mapping turns those
-    spans into token ranges. "Yes" is the final assistant reply.
-
-    Raises:
-        ValueError: the tokenizer is not a fast tokenizer (no offset mapping).
+    Messages: user = question block (no documents), assistant = ``Answer: α\\nRationale: β``,
+    user = R; then the template's assistant opening, where the verifier's next token answers
+    R. α and β are data values (placeholders, see module docstring), so their token ranges
+    are known exactly whatever the query or the draft contains.
     """
-    a_s, b_s = _SENT.format("A"), _SENT.format("B")
-    msgs = [{"role": "user", "content": question_block},
+    slot = Slots()
+    q = task_instruction(question.task, question.query, question.choices, question.labels, slot)
+    a_s, b_s = slot(answer), slot(rationale)
+    msgs = [{"role": "user", "content": q},
             {"role": "assistant", "content": f"Answer: {a_s}\nRationale: {b_s}"},
             {"role": "user", "content": reflection_question}]
-    tmpl = _render(tokenizer, msgs, True)
-    pre, rest = tmpl.split(a_s, 1)
-    mid, post = rest.split(b_s, 1)
-    text = pre + answer + mid + rationale + post
-    a_span = (len(pre), len(pre) + len(answer))
-    b0 = a_span[1] + len(mid)
-    b_span = (b0, b0 + len(rationale))
-    y_span = (len(text), len(text) + 3)
-    text += "Yes"
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    if "offset_mapping" not in enc:
-        raise ValueError("verifier tokenizer must be a fast tokenizer with offset mapping")
-    offs = [tuple(o) for o in enc["offset_mapping"]]
-    return VerifierPrompt(list(enc["input_ids"]), _token_range(offs, *a_span),
-                          _token_range(offs, *b_span), _token_range(offs, *y_span))
+    ids, spans = encode_template(tokenizer, _render(tokenizer, msgs, True), slot.values)
+    n = len(slot.values)
+    return VerifierPrompt(ids, spans[n - 2], spans[n - 1])

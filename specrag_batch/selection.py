@@ -16,13 +16,23 @@ import numpy as np
 from .parsing import normalize_answer
 
 
+MISSING = {"draft": "missing_score_draft", "self_consistency": "missing_score_self_consistency",
+           "self_reflection": "missing_score_self_reflection"}
+"""Draft flag per enabled score term that could not be computed (e.g. the verifier input was
+too long); such a draft ranks after every fully scored draft."""
+
+
 @dataclass
 class Draft:
     """One (subset, draft) pair and its scores (natural-log probabilities, None = not computed).
 
     ``score_draft`` = log P(β|Q,δ) + log P(α|Q,δ,β) from the drafter's own tokens;
     ``score_self_consistency`` = log P(α, β | Q) under the verifier;
-    ``score_self_reflection`` = log P("Yes" | Q, α, β, R) under the verifier."""
+    ``score_self_reflection`` = the verifier's "Yes" to R, see :mod:`verification`
+    (``logprob_yes`` / ``logprob_no`` are log P(Yes), log P(No) at that position).
+    ``answer`` is canonical (a label, an option text); ``written_answer`` is α as the drafter
+    wrote it (what the verifier scores; empty = same as ``answer``). ``tokens_*`` count the
+    tokens behind each score: drafter tokens of β+α, verifier tokens of α and of β."""
 
     doc_ids: list[str]
     answer: str
@@ -33,6 +43,12 @@ class Draft:
     score_self_consistency: float | None = None
     score_self_reflection: float | None = None
     score: float | None = None
+    written_answer: str = ""
+    logprob_yes: float | None = None
+    logprob_no: float | None = None
+    tokens_draft: int | None = None
+    tokens_answer: int | None = None
+    tokens_rationale: int | None = None
 
 
 @dataclass
@@ -46,27 +62,40 @@ class Selection:
     flags: list[str] = field(default_factory=list)
 
 
-def combine(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float:
-    """log ρ = Σ of the enabled log terms; a missing enabled term counts as 0 (neutral)."""
-    total = 0.0
-    for on, v in ((use_draft, d.score_draft), (use_sc, d.score_self_consistency),
-                  (use_sr, d.score_self_reflection)):
-        if on and v is not None:
-            total += v
-    return total
+def _terms(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> list[tuple[str, float | None]]:
+    return [(n, v) for n, on, v in (("draft", use_draft, d.score_draft),
+                                    ("self_consistency", use_sc, d.score_self_consistency),
+                                    ("self_reflection", use_sr, d.score_self_reflection)) if on]
+
+
+def combine(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float | None:
+    """log ρ = Σ of the enabled log terms (paper §3.3: ρ = ρ_Draft·ρ_SC·ρ_SR in log space).
+
+    Returns None when an enabled term is missing (never counts it as probability 1)."""
+    terms = _terms(d, use_draft, use_sc, use_sr)
+    if any(v is None for _, v in terms):
+        return None
+    return float(sum(v for _, v in terms))
+
+
+def consensus_threshold(c: int | None, n_valid: int) -> int | None:
+    """The consensus rule: c' = max(2, min(c, number of valid drafts)); None when off (c None
+    or 0) or when fewer than 2 drafts are valid (one draft is not a consensus)."""
+    if not c or n_valid < 2:
+        return None
+    return max(2, min(c, n_valid))
 
 
 def consensus(drafts: list[Draft], c: int | None) -> list[int] | None:
     """Indices of the valid drafts sharing the most common normalised answer, when at least
-    ``c`` of them agree (the fast path); otherwise None."""
-    if not c:
-        return None
+    c' of them agree, c' = :func:`consensus_threshold` (the fast path); otherwise None."""
     keys = [normalize_answer(d.answer) if d.valid else None for d in drafts]
+    need = consensus_threshold(c, sum(1 for d in drafts if d.valid))
     counts = Counter(k for k in keys if k)
-    if not counts:
+    if need is None or not counts:
         return None
     key, n = counts.most_common(1)[0]
-    if n < c:
+    if n < need:
         return None
     return [i for i, k in enumerate(keys) if k == key]
 
@@ -85,16 +114,28 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
 
     Returns:
         :class:`Selection`; index None only when there are no drafts. When no draft is valid
-        the best invalid one is returned with flag ``no_valid_draft`` and low confidence.
+        the best invalid one is returned with flag ``no_valid_draft`` and low confidence. A
+        valid draft missing an enabled term gets flag ``missing_score_<term>``, score None and
+        ranks after every fully scored draft; if it is still selected (no draft has every
+        term) the row gets ``selected_draft_missing_score`` and low confidence.
     """
     if not drafts:
         return Selection(None, None, True, False, ["no_drafts"])
-    for d in drafts:
-        d.score = combine(d, use_draft, use_sc, use_sr)
     flags: list[str] = []
     if fast_path:
+        # the verifier was skipped on purpose: log ρ is the draft score alone
+        for d in drafts:
+            d.score = d.score_draft if use_draft else None
         best = max(fast_path, key=lambda i: (drafts[i].score_draft or 0.0, -i))
         return Selection(best, drafts[best].score, False, True, flags)
+    partial: dict[int, float] = {}
+    for i, d in enumerate(drafts):
+        d.score = combine(d, use_draft, use_sc, use_sr)
+        terms = _terms(d, use_draft, use_sc, use_sr)
+        for name, v in terms:
+            if v is None and d.valid and MISSING[name] not in d.flags:
+                d.flags.append(MISSING[name])
+        partial[i] = float(sum(v for _, v in terms if v is not None))
     pool = [i for i, d in enumerate(drafts) if d.valid]
     if not pool:
         pool = list(range(len(drafts)))
@@ -102,8 +143,12 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
     if random_seed is not None:
         best = int(np.random.default_rng(random_seed).choice(pool))
     else:
-        best = max(pool, key=lambda i: (drafts[i].score, -i))
+        # fully scored drafts first (by log ρ), then drafts missing a term (by the terms they have)
+        best = max(pool, key=lambda i: (drafts[i].score is not None,
+                                        drafts[i].score if drafts[i].score is not None else partial[i], -i))
     score = drafts[best].score
+    if score is None and drafts[best].valid:
+        flags.append("selected_draft_missing_score")
     low = bool(flags) or (tau_min is not None and (score is None or not math.isfinite(score)
                                                    or score < tau_min))
     return Selection(best, score, low, False, flags)

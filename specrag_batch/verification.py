@@ -1,24 +1,41 @@
 """Stage 4: verification (paper §3.3). The verifier scores each draft in one forward pass.
 
-Input per draft: ``[Q, α, β, R, "Yes"]`` — the question block (never the documents), the
-draft's answer and rationale, the reflection question R and the reply "Yes". From vLLM's
-``prompt_logprobs`` (natural log):
+Input per draft: ``[Q, α, β, R]`` — the question block (never the documents), the draft's
+answer α *as the drafter wrote it* (e.g. the letter ``B`` of a choice row) and rationale β,
+the reflection question R, then the chat template's assistant opening. One vLLM request
+returns the prompt's log-probs and the top-k log-probs of the next token (natural log):
 
 * self-consistency  log ρ_SC = Σ log P(t | prefix) over the α and β tokens = log P(α, β | Q)
-* self-reflection   log ρ_SR = Σ log P(t | prefix) over the "Yes" tokens = log P("Yes" | Q, α, β, R)
+* self-reflection   from the next token, where the verifier answers R:
+  P(Yes) = Σ P(t) over the tokenizer's single-token spellings of "yes" (``Yes``, ``yes``,
+  ``YES``, each with and without a leading space), P(No) likewise.
+  ``selection.self_reflection: paper``    log ρ_SR = log P(Yes)               (the paper's term)
+  ``selection.self_reflection: contrast`` log ρ_SR = log P(Yes) / (P(Yes) + P(No))
 
-Token positions come from the tokenizer's offset mapping (:func:`prompts.verifier_prompt`).
+When no spelling of a word is among the top-k next tokens (k = :data:`TOP_K`), its
+probability is bounded by the k-th largest log-prob, which is used in its place, and the
+draft is flagged ``self_reflection_yes_not_in_top_k`` / ``self_reflection_no_not_in_top_k``
+(with neither word present, ``contrast`` gives log 0.5).
+
+α and β token positions come from :func:`prompts.verifier_prompt` (data encoded separately,
+never located by searching the text).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
 from typing import Sequence
 
 from .engines import Engine, clean_logprob
-from .prompts import verifier_prompt
+from .prompts import Question, encode_plain, verifier_prompt
 from .selection import Draft
 
 NON_FINITE = "non_finite_logprob"
+TOO_LONG = "verifier_input_too_long"
+TOP_K = 20
+"""Next-token log-probs requested for self-reflection (vLLM's default ``max_logprobs``)."""
+SELF_REFLECTION_MODES = ("paper", "contrast")
 
 
 def _sum(lps: Sequence[float | None], idx: range) -> tuple[float, bool]:
@@ -30,29 +47,103 @@ def _sum(lps: Sequence[float | None], idx: range) -> tuple[float, bool]:
     return total, bad
 
 
-def verify(engine: Engine, items: Sequence[tuple[str, Draft]], reflection_question: str,
-           max_prompt_tokens: int, desc: str = "verification") -> None:
-    """Fill ``score_self_consistency`` and ``score_self_reflection`` of each draft in place.
+def word_token_ids(tokenizer, word: str) -> set[int]:
+    """Ids of the tokenizer's single-token spellings of ``word``: lower, Capitalised and
+    UPPER case, each with and without a leading space (spellings that take several tokens
+    are left out)."""
+    ids = set()
+    for w in {word.lower(), word.capitalize(), word.upper()}:
+        for pre in ("", " "):
+            t = encode_plain(tokenizer, pre + w)
+            if len(t) == 1:
+                ids.add(t[0])
+    return ids
+
+
+def _logsumexp(xs: Sequence[float]) -> float:
+    m = max(xs)
+    return m + math.log(sum(math.exp(x - m) for x in xs))
+
+
+def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int],
+                      mode: str) -> tuple[float | None, float | None, float | None, list[str]]:
+    """(log ρ_SR, log P(Yes), log P(No), flags) from the next token's top-k log-probs.
 
     Args:
-        items: (question block, draft) pairs; all scored in one batched engine call.
-        max_prompt_tokens: the verifier's context; a longer input gets flag
-            ``verifier_input_too_long`` and null verifier scores instead of failing the batch.
+        top: token id -> natural log-prob of the k most likely next tokens.
+        yes_ids, no_ids: :func:`word_token_ids` of "yes" and "no".
+        mode: ``paper`` (log P(Yes)) or ``contrast`` (log P(Yes)/(P(Yes)+P(No))).
+
+    A word with no spelling in ``top`` takes the k-th log-prob as its (upper-bound) value and
+    adds a flag (see the module docstring). Empty ``top``: all None, flag
+    ``self_reflection_unavailable``.
+
+    Raises:
+        ValueError: unknown ``mode``.
     """
-    prompts, keep = [], []
-    for q, d in items:
-        vp = verifier_prompt(engine.tokenizer, q, d.answer, d.rationale, reflection_question)
+    if mode not in SELF_REFLECTION_MODES:
+        raise ValueError(f"selection.self_reflection must be one of {SELF_REFLECTION_MODES}, got {mode!r}")
+    vals = [v for v in top.values() if math.isfinite(v)]
+    if not vals:
+        return None, None, None, ["self_reflection_unavailable"]
+    kth, flags, out = min(vals), [], []
+    for name, ids in (("yes", yes_ids), ("no", no_ids)):
+        hits = [top[t] for t in ids if t in top and math.isfinite(top[t])]
+        if hits:
+            out.append(_logsumexp(hits))
+        else:
+            out.append(kth)
+            flags.append(f"self_reflection_{name}_not_in_top_k")
+    lp_yes, lp_no = out
+    sr = lp_yes if mode == "paper" else lp_yes - _logsumexp([lp_yes, lp_no])
+    return sr, lp_yes, lp_no, flags
+
+
+def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], reflection_question: str,
+           max_prompt_tokens: int, mode: str = "paper", desc: str = "verification") -> dict[Hashable, str]:
+    """Fill each draft's verifier scores in place: ``score_self_consistency``,
+    ``score_self_reflection``, ``logprob_yes``/``logprob_no`` and the token counts
+    ``tokens_answer``/``tokens_rationale``.
+
+    Args:
+        items: (row key, question, draft); all scored in one batched engine call.
+        max_prompt_tokens: the verifier's context; a longer input gets flag
+            ``verifier_input_too_long`` and null verifier scores instead of failing the batch
+            (selection then ranks it after every fully scored draft).
+        mode: self-reflection variant, ``paper`` | ``contrast`` (module docstring).
+
+    Returns:
+        row key -> error message for rows where building a verifier input raised; those rows'
+        drafts are not scored (the caller turns the message into the row's ``error``).
+    """
+    tok = engine.tokenizer
+    yes_ids, no_ids = word_token_ids(tok, "yes"), word_token_ids(tok, "no")
+    prompts, keep, errors = [], [], {}
+    for key, q, d in items:
+        if key in errors:
+            continue
+        try:
+            vp = verifier_prompt(tok, q, d.written_answer or d.answer, d.rationale, reflection_question)
+        except Exception as e:  # one row's bad input must not fail the batch
+            errors[key] = f"building the verifier input failed: {type(e).__name__}: {e}"
+            continue
         if len(vp.token_ids) > max_prompt_tokens:
-            d.flags.append("verifier_input_too_long")
+            if TOO_LONG not in d.flags:
+                d.flags.append(TOO_LONG)
             continue
         prompts.append(vp)
-        keep.append(d)
-    all_lps = engine.prompt_logprobs([p.token_ids for p in prompts], desc=desc)
-    for vp, d, lps in zip(prompts, keep, all_lps):
+        keep.append((key, d))
+    outs = engine.prompt_and_next_logprobs([p.token_ids for p in prompts], TOP_K, desc=desc)
+    for vp, (key, d), (lps, top) in zip(prompts, keep, outs):
+        if key in errors:
+            continue
         a, bad_a = _sum(lps, vp.answer_tokens)
         b, bad_b = _sum(lps, vp.rationale_tokens)
-        y, bad_y = _sum(lps, vp.yes_tokens)
         d.score_self_consistency = a + b
-        d.score_self_reflection = y
-        if (bad_a or bad_b or bad_y) and NON_FINITE not in d.flags:
+        d.tokens_answer, d.tokens_rationale = len(vp.answer_tokens), len(vp.rationale_tokens)
+        sr, d.logprob_yes, d.logprob_no, flags = reflection_scores(top, yes_ids, no_ids, mode)
+        d.score_self_reflection = sr
+        d.flags += [f for f in flags if f not in d.flags]
+        if (bad_a or bad_b) and NON_FINITE not in d.flags:
             d.flags.append(NON_FINITE)
+    return errors

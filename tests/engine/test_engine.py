@@ -7,7 +7,7 @@ import pytest
 from specrag_batch.drafting import token_char_spans
 from specrag_batch.engines import NON_FINITE_FLOOR, clean_logprob, get_engine
 from specrag_batch.pipeline import StageTimer, run_speculative
-from specrag_batch.prompts import task_instruction, verifier_prompt
+from specrag_batch.prompts import Question, verifier_prompt
 from specrag_batch.schema import validate_table
 
 from ..conftest import sample_rows, small_config
@@ -32,17 +32,16 @@ def test_clean_logprob():
     assert clean_logprob(None) == (NON_FINITE_FLOOR, True)
 
 
-def test_verifier_spans_come_from_offsets(engine):
+def test_verifier_spans_are_the_answer_and_rationale_tokens(engine):
     tok = engine.tokenizer
-    q = task_instruction("qa", "What is Henry Feilden's occupation?", None, [])
+    q = Question("qa", "What is Henry Feilden's occupation?", None, ())
     vp = verifier_prompt(tok, q, "politician", "He was an English Conservative Party politician.",
                          "Do you think the explanation supports the answers? (Yes or No)")
     text = tok.decode(vp.token_ids)
-    assert tok.decode(vp.token_ids[vp.answer_tokens.start:vp.answer_tokens.stop]).strip() == "politician"
-    assert tok.decode(vp.token_ids[vp.rationale_tokens.start:vp.rationale_tokens.stop]).strip() == \
-        "He was an English Conservative Party politician."
-    assert vp.yes_tokens.stop == len(vp.token_ids)
-    assert tok.decode(vp.token_ids[vp.yes_tokens.start:]).strip() == "Yes"
+    assert tok.decode(vp.token_ids[vp.answer_tokens.start:vp.answer_tokens.stop]) == " politician"
+    assert tok.decode(vp.token_ids[vp.rationale_tokens.start:vp.rationale_tokens.stop]) == \
+        " He was an English Conservative Party politician."
+    assert text.endswith("(Yes or No)<|im_end|>\n<|im_start|>assistant\n")
     assert "Feilden" in text and "Documents" not in text  # the verifier never sees documents
 
 
@@ -80,9 +79,11 @@ def test_draft_score_matches_drafter_forward_pass(cfg, engine):
     gen = engine.generate([ids], max_tokens=48, temperature=0.0, top_p=1.0, seed=0)[0]
     text, spans = token_char_spans(engine.tokenizer, gen.token_ids)
     parsed = parse_draft(text, "qa")
-    score = span_logprob(spans, gen.logprobs, parsed.rationale_span) + span_logprob(spans, gen.logprobs, parsed.answer_span)
+    score = span_logprob(spans, gen.logprobs, parsed.rationale_span)[0] + \
+        span_logprob(spans, gen.logprobs, parsed.answer_span)[0]
     replay = engine.prompt_logprobs([ids + gen.token_ids])[0][len(ids):]
     assert len(replay) == len(gen.logprobs)
-    rescored = span_logprob(spans, replay, parsed.rationale_span) + span_logprob(spans, replay, parsed.answer_span)
+    rescored = span_logprob(spans, replay, parsed.rationale_span)[0] + \
+        span_logprob(spans, replay, parsed.answer_span)[0]
     assert score < 0
     assert rescored == pytest.approx(score, rel=0.1, abs=0.5)

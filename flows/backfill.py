@@ -21,6 +21,7 @@ from flows.nightly import MissingPartitionError, run_partition
 from flows.partitions import dates_between, require_directory, resolve_config
 from specrag_batch import storage
 from specrag_batch.execution import ExecutionConfig, ray_session
+from specrag_batch.redaction import redact
 
 
 @task(name="backfill-date", cache_policy=NO_CACHE)
@@ -85,7 +86,7 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
     summary = {"start_date": dates[0], "end_date": dates[-1], "dates": results,
                **{k: sum(r["status"] == k for r in results) for k in ("ok", "failed", "missing")}}
     summary_uri = storage.join(output_root, "_backfills", f"{dates[0]}_{dates[-1]}.json")
-    storage.write_bytes_atomic(summary_uri, json.dumps(summary, indent=2).encode())
+    storage.write_bytes_atomic(summary_uri, json.dumps(redact(summary), indent=2).encode())
     summary["summary_uri"] = summary_uri
     bad = [r["date"] for r in results if r["status"] == "failed"
            or (r["status"] == "missing" and not allow_missing)]

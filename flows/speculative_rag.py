@@ -27,6 +27,7 @@ from specrag_batch import resume, storage
 from specrag_batch.config import RunConfig, load_config
 from specrag_batch.engines import get_engine, loaded_engines
 from specrag_batch.execution import ExecutionConfig
+from specrag_batch.redaction import install_log_filter, redact
 from specrag_batch.run import (
     MANIFEST,
     ShardResult,
@@ -47,6 +48,7 @@ from specrag_batch.schema import InputSchemaError
 
 IO_RETRIES = 3
 IO_RETRY_DELAYS = [1, 5, 20]
+install_log_filter()  # run logs (console and Prefect API) never carry a URL password or token
 
 
 def _transient(task, task_run, state) -> bool:
@@ -286,6 +288,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     manifest["engine_load_seconds"] = round(engine_load, 3)
     manifest["execution"] = ex.model_dump(mode="json")
     manifest["manifest_uri"] = storage.join(output_uri, MANIFEST)
+    manifest = redact(manifest)  # returned (and stored as the flow's result) as written
     write_manifest(output_uri, manifest)
     return manifest
 

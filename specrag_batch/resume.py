@@ -24,6 +24,7 @@ import datetime as dt
 import json
 
 from . import storage
+from .redaction import redact, redact_text
 
 RUN_FILE = "_run.json"
 SHARDS_DIR = "_shards"
@@ -65,7 +66,8 @@ def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict
                  overwrite: bool = False) -> dict:
     """Bind the output prefix to this run key, or check that it already is.
 
-    Returns the (possibly pre-existing) ``_run.json`` content.
+    Returns the (possibly pre-existing) ``_run.json`` content, as written: secret-looking
+    config values and URL passwords replaced by their hash (:func:`redaction.redact`).
 
     Raises:
         RunConflictError: the prefix holds results of another input or config and
@@ -73,20 +75,22 @@ def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict
     """
     uri = storage.join(output_uri, RUN_FILE)
     existing = _read_json(uri)
+    shown_input = redact_text(input_uri)  # what _run.json holds (URL passwords hashed)
     if existing is not None and (existing.get("config_hash") != config_hash
-                                 or existing.get("input") != input_uri):
+                                 or existing.get("input") not in (input_uri, shown_input)):
         if not overwrite:
             raise RunConflictError(
-                f"output {output_uri!r} holds results of input {existing.get('input')!r} with "
-                f"config {existing.get('config_hash')} (run {existing.get('run_id')}); this run is "
-                f"input {input_uri!r} with config {config_hash}. Use another output URI, or "
+                f"output {redact_text(output_uri)!r} holds results of input "
+                f"{redact_text(str(existing.get('input')))!r} with config "
+                f"{existing.get('config_hash')} (run {existing.get('run_id')}); this run is input "
+                f"{shown_input!r} with config {config_hash}. Use another output URI, or "
                 "--overwrite to replace the previous results.")
         clear_previous(output_uri)
         existing = None
-    if existing is None:
-        existing = {"input": input_uri, "output": output_uri, "config_hash": config_hash,
-                    "run_id": run_id, "created": dt.datetime.now(dt.timezone.utc).isoformat(),
-                    "config": config}
+    if existing is None:  # secrets in the config are written as hashes (see redaction)
+        existing = redact({"input": input_uri, "output": output_uri, "config_hash": config_hash,
+                           "run_id": run_id, "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                           "config": config})
         storage.write_bytes_atomic(uri, json.dumps(existing, indent=2).encode())
     return existing
 

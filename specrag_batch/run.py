@@ -22,6 +22,7 @@ from . import intermediate, storage
 from .config import RunConfig
 from .evaluation import summarize
 from .pipeline import STAGES, RunInfo, StageTimer, draft_stage, process_rows, verify_stage
+from .redaction import redact
 from .schema import OUTPUT_SCHEMA, InputSchemaError, validate_table
 
 MANIFEST = "_manifest.json"
@@ -36,7 +37,9 @@ def plan_shards(input_uri: str) -> tuple[list[str], list[dict]]:
     """(Parquet shard URIs, skipped files with reasons). Files whose name starts with ``.`` or
     ``_`` (``_SUCCESS``, ``.crc``) are skipped silently as file-system metadata; files inside a
     ``.``/``_`` directory (e.g. Spark's ``_temporary/`` while a writer is still running) and
-    non-Parquet files are reported as skipped."""
+    non-Parquet files are reported as skipped, as are S3 keys holding ``?versionId=`` (s3fs
+    would read them as a version of another key). Listed paths are used as they are, never
+    re-parsed (:func:`storage.split_uri`)."""
     shards, skipped = [], []
     base = input_uri.rstrip("/")
     for f in storage.list_files(input_uri):
@@ -46,6 +49,9 @@ def plan_shards(input_uri: str) -> tuple[list[str], list[dict]]:
         rel = f[len(base):].lstrip("/") if f.startswith(base + "/") else name
         if any(part.startswith((".", "_")) for part in rel.split("/")[:-1]):
             skipped.append({"input": f, "reason": "inside a hidden or temporary directory (. or _)"})
+        elif storage.S3_VERSION_MARK in f and storage.split_uri(f)[0] in ("s3", "s3a"):
+            skipped.append({"input": f, "reason": f"key contains {storage.S3_VERSION_MARK!r}, which "
+                                                  "the S3 client reads as an object version"})
         elif name.endswith(".parquet"):
             shards.append(f)
         else:
@@ -294,6 +300,9 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
 
 
 def write_manifest(output_uri: str, manifest: dict) -> str:
+    """Write ``<output_uri>/_manifest.json`` atomically; returns its URI. Secrets in it (config,
+    ``execution`` settings such as ``runtime_env.env_vars`` or ``ray_init_kwargs``, URL
+    passwords) are written as hashes (:func:`redaction.redact`)."""
     uri = storage.join(output_uri, MANIFEST)
-    storage.write_bytes_atomic(uri, json.dumps(manifest, indent=2, default=str).encode())
+    storage.write_bytes_atomic(uri, json.dumps(redact(manifest), indent=2, default=str).encode())
     return uri

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import uuid
 
 import fsspec
@@ -30,10 +31,33 @@ def storage_options(uri: str) -> dict:
     return {}
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+S3_VERSION_MARK = "?versionId="  # s3fs reads the rest of a key after this as an object version
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """(fsspec protocol, path on that file system) of a URI or local path.
+
+    Only a leading ``scheme://`` is looked at: the rest is the path as it is, so a name that
+    came from a listing (``ns::part-0.parquet``, ``a#b?c*[d].parquet``) is never read again as
+    a URL chain, fragment, query or glob. No scheme (or ``file://``) is a local path."""
+    m = _SCHEME.match(uri)
+    if m is None:
+        return "file", uri
+    proto, rest = uri[:m.end() - 3], uri[m.end():]
+    if proto == "file":
+        return "file", rest
+    return proto, rest
+
+
 def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """(file system, path inside it) for a URI or local path."""
-    fs, path = fsspec.core.url_to_fs(uri, **storage_options(uri))
-    return fs, path
+    """(file system, plain path inside it) for a URI or local path (see :func:`split_uri`).
+
+    The file system is resolved once per protocol and options (fsspec's instance cache: every
+    shard of a run shares one S3 client); paths are handed to it without URL parsing or
+    globbing (``url_to_fs`` is never called on a listed path)."""
+    proto, path = split_uri(uri)
+    return fsspec.filesystem(proto, **storage_options(uri)), path
 
 
 def normalize_uri(uri: str) -> str:
@@ -99,17 +123,27 @@ def write_parquet_atomic(uri: str, table: pa.Table) -> None:
     write_bytes_atomic(uri, buf.getvalue())
 
 
+def _is_directory_marker(info: dict) -> bool:
+    """A zero-byte object whose key ends in ``/``: what S3 consoles create for a "folder"."""
+    return info.get("type") == "directory" or (info["name"].endswith("/") and not info.get("size"))
+
+
 def list_files(prefix: str) -> list[str]:
     """All files under a prefix (recursively) as full URIs, sorted; a single file lists itself.
+    S3 directory-marker keys (zero bytes, ending in ``/``) are not files and are left out.
+    Each returned URI is the listed path behind the prefix's scheme, unparsed.
 
     Raises:
         FileNotFoundError: nothing exists at ``prefix``.
     """
     fs, path = filesystem(prefix)
-    proto = prefix.split("://", 1)[0] + "://" if "://" in prefix else ""
+    proto = prefix[:_SCHEME.match(prefix).end()] if _SCHEME.match(prefix) else ""
+    if proto == "file://":
+        proto = ""
     if fs.isfile(path):
         return [prefix]
     if not fs.exists(path):
         raise FileNotFoundError(f"input {prefix!r} does not exist")
-    files = sorted(fs.find(path))
+    found = fs.find(path, detail=True)
+    files = sorted(name for name, info in found.items() if not _is_directory_marker({**info, "name": name}))
     return [proto + f if proto and not f.startswith(proto) else f for f in files]

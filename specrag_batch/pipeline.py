@@ -9,6 +9,7 @@ answered, or carrying an ``error`` that names the row and the field.
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,8 +22,8 @@ from .drafting import PROCESSING_ERROR, DraftRequest, PromptTooLongError, fitted
 from .evaluation import score_row
 from .models import model_id
 from .prompts import Question
-from .retrieval import embed, get_retriever
-from .sampling import cluster_documents, row_seed, sample_subsets
+from .retrieval import embed, get_retriever, load_embedder
+from .sampling import cluster_documents, conditioned_texts, row_seed, sample_subsets
 from .schema import Document, QueryRow
 from .selection import Draft, Selection, consensus, select
 from .standard import standard_request
@@ -61,15 +62,26 @@ class RunInfo:
     source_file: str
 
 
+def _visible_text(text: str) -> str:
+    """``text`` as a reader sees it, for comparing passages: NFKC-normalised, Unicode format
+    characters (category Cf: zero-width space/joiners, BOM, invisible separators, soft hyphen)
+    dropped, whitespace runs collapsed, lower case."""
+    text = unicodedata.normalize("NFKC", text)
+    return " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split()).lower()
+
+
 def _prepare_documents(row: QueryRow, docs: list[Document] | None, top_n: int) -> list[Document]:
-    """Top-N in given order, without empty or duplicate passages (flags record removals)."""
+    """Top-N in given order, without empty or duplicate passages (flags record removals).
+    Emptiness and duplicates are judged on the visible text (:func:`_visible_text`), so a copy
+    with zero-width spaces or a BOM is a duplicate and a passage of invisible characters is
+    empty; kept passages keep their text as given."""
     out, seen = [], set()
     for d in docs or []:
-        if not d.text.strip():
+        key = _visible_text(d.text)
+        if not key:
             if "empty_documents_removed" not in row.flags:
                 row.flags.append("empty_documents_removed")
             continue
-        key = " ".join(d.text.split()).lower()
         if key in seen:
             if "duplicate_documents_removed" not in row.flags:
                 row.flags.append("duplicate_documents_removed")
@@ -110,12 +122,22 @@ def retrieve(rows: Sequence[QueryRow], cfg: RunConfig) -> dict[int, list[Documen
 def multi_perspective_subsets(rows: Sequence[QueryRow], docs: dict[int, list[Document]],
                               cfg: RunConfig) -> dict[int, list[tuple[int, ...]]]:
     """Stage 2 (paper §3.2): query-conditioned embeddings of every (query, document) pair of
-    the chunk in one encoder call, K-Means per row, m subsets of one document per cluster."""
+    the chunk in one encoder call, K-Means per row, m subsets of one document per cluster.
+    The query is budgeted in encoder tokens so every document reaches the encoder
+    (:func:`~specrag_batch.sampling.conditioned_texts`; cuts are flagged on the row)."""
     s = cfg.sampling
     order = list(docs)
-    texts = [s.query_instruction.format(query=rows[i].query, document=f"{d.title}\n{d.text}".strip())
-             for i in order for d in docs[i]]
-    vecs = embed(cfg.retrieval.embedding_model, texts) if s.strategy != "random" else None
+    vecs = None
+    if s.strategy != "random":  # random subsets need no embeddings
+        encoder = load_embedder(cfg.retrieval.embedding_model)
+        texts = []
+        for i in order:
+            row_texts, flags = conditioned_texts(
+                rows[i].query, [f"{d.title}\n{d.text}".strip() for d in docs[i]], s.query_instruction,
+                encoder.tokenizer, encoder.max_seq_length)
+            texts += row_texts
+            rows[i].flags += [f for f in flags if f not in rows[i].flags]
+        vecs = embed(cfg.retrieval.embedding_model, texts)
     out, pos = {}, 0
     for i in order:
         n = len(docs[i])

@@ -118,3 +118,13 @@ def s3_bucket(s3_server, request):
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server}, skip_instance_cache=True)
     fs.mkdir(name)
     return f"s3://{name}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by the folder it lives in (``tests/<kind>/``): ``-m unit``, ``-m engine``,
+    ``-m flows``, ``-m scaleout``, ``-m infra`` select what a run needs."""
+    kinds = {"unit", "engine", "flows", "scaleout", "infra"}
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        if len(parts) > 1 and parts[0] in kinds:
+            item.add_marker(getattr(pytest.mark, parts[0]))

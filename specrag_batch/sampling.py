@@ -3,6 +3,8 @@
 The top-N documents of a query are embedded *query-conditioned* (the embedding text contains
 the query and the document, so clusters reflect the documents' perspective on this query),
 grouped into k clusters with K-Means, and m subsets are drawn with one document per cluster.
+The query part of each text is budgeted in encoder tokens (:func:`conditioned_texts`) so a long
+query cannot push the documents out of the encoder's window.
 """
 
 from __future__ import annotations
@@ -15,6 +17,67 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 Subset = tuple[int, ...]
+
+
+# row flags
+TRUNCATED_QUERY = "truncated_query_for_sampling"
+TRUNCATED_DOCUMENTS = "truncated_documents_for_sampling"
+
+
+def conditioned_texts(query: str, documents: Sequence[str], instruction: str, tokenizer,
+                      max_seq_length: int) -> tuple[list[str], list[str]]:
+    """The query-conditioned embedding texts of one row (paper §3.2), with the query budgeted in
+    the encoder's own tokens so that every document reaches the encoder.
+
+    The encoder sees at most ``max_seq_length`` tokens (special tokens included) and drops the
+    rest; with the default ``{query}\n{document}`` a long query would fill the window and every
+    document would embed alike. The query keeps all of its tokens when the row's longest
+    document still fits beside it; otherwise it is cut (its head kept, at a token boundary) to
+    ``max(room - longest document, room // 2)`` tokens, where ``room`` is the window less the
+    special tokens and the instruction's own text. So each document gets at least half of the
+    window, and every document of the row is conditioned on the same query text.
+
+    Args:
+        query: the row's question or claim.
+        documents: the texts to embed (``title\ntext``), N >= 1.
+        instruction: ``sampling.query_instruction`` with ``{query}`` and ``{document}``.
+        tokenizer: the encoder's Hugging Face tokenizer (a fast one cuts the query's own text
+            at a token offset; a slow one decodes the kept tokens).
+        max_seq_length: the encoder's window in tokens (``SentenceTransformer.max_seq_length``).
+
+    Returns:
+        (texts, flags): one text per document, in order; flags holds
+        :data:`TRUNCATED_QUERY` when the query was cut and :data:`TRUNCATED_DOCUMENTS` when a
+        text is still longer than the window (a document longer than its share: its end does
+        not reach the encoder).
+
+    Raises:
+        ValueError: the instruction alone leaves no room in the window.
+    """
+    def count(texts: list[str]) -> list[int]:
+        return [len(x) for x in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
+
+    window = max_seq_length - tokenizer.num_special_tokens_to_add(pair=False)
+    room = window - count([instruction.format(query="", document="")])[0]
+    if room <= 0:
+        raise ValueError(f"sampling.query_instruction leaves no room in the encoder's "
+                         f"{max_seq_length}-token window")
+    flags: list[str] = []
+    budget = max(room - max(count(list(documents))), room // 2)
+    if count([query])[0] > budget:
+        if budget <= 0:
+            query = ""
+        elif getattr(tokenizer, "is_fast", False):  # cut the original text at a token boundary
+            offsets = tokenizer(query, add_special_tokens=False, return_offsets_mapping=True,
+                                verbose=False)["offset_mapping"]
+            query = query[:offsets[budget - 1][1]]
+        else:
+            query = tokenizer.decode(tokenizer(query, add_special_tokens=False, verbose=False)["input_ids"][:budget])
+        flags.append(TRUNCATED_QUERY)
+    texts = [instruction.format(query=query, document=d) for d in documents]
+    if max(count(texts)) > window:
+        flags.append(TRUNCATED_DOCUMENTS)
+    return texts, flags
 
 
 def row_seed(seed: int, query_id: str) -> int:

@@ -3,7 +3,7 @@
 #
 #   cpu  python:3.11 (Debian bookworm) + the repository's own `make setup`: vLLM's CPU build and
 #        FAISS CPU, i.e. exactly the install steps CI runs (.ci/run -> make test -> setup).
-#        tests/infra/test_infra.py checks that relation, so change the Makefile, not this file.
+#        tests/infra/test_dockerfile.py checks that relation: change the Makefile, not this file.
 #   gpu  NVIDIA CUDA runtime (Ubuntu 22.04) + CPython 3.11 + `pip install '.[gpu,ray]'`
 #        (upstream vLLM for CUDA, FAISS GPU, Ray).
 #

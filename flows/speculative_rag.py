@@ -219,6 +219,23 @@ def _sum_engine_stats(results: list[ShardResult]) -> dict[str, dict]:
     return total
 
 
+def _report(output_uri: str, manifest: dict) -> dict:
+    """Write the run report and publish it as artifacts of this flow run; a failure is logged
+    and returned (recorded in the manifest), never raised: the run's results are written."""
+    from specrag_batch.report import publish_artifacts, write_report
+
+    try:
+        s = write_report(output_uri, redact(manifest))
+        publish_artifacts(s)
+        return {"status": "ok", "uri": s["report_uri"]}
+    except FileNotFoundError as e:  # no finished shard: nothing to report on
+        get_run_logger().info("run report skipped: %s", e)
+        return {"status": "skipped", "error": str(e)}
+    except Exception as e:  # noqa: BLE001 - the report is an extra, not the run's result
+        get_run_logger().error("run report failed: %s: %s", type(e).__name__, e)
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+
+
 @flow(name="specrag-batch", task_runner=ThreadPoolTaskRunner(max_workers=1), log_prints=True)
 def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = None,
                          run_id: str | None = None, overwrite: bool = False,
@@ -288,6 +305,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     manifest["engine_load_seconds"] = round(engine_load, 3)
     manifest["execution"] = ex.model_dump(mode="json")
     manifest["manifest_uri"] = storage.join(output_uri, MANIFEST)
+    manifest["report"] = _report(output_uri, manifest)
     manifest = redact(manifest)  # returned (and stored as the flow's result) as written
     write_manifest(output_uri, manifest)
     return manifest

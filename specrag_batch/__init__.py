@@ -3,7 +3,11 @@
 Public API: :func:`run_batch` (the Prefect flow), :class:`RunConfig`, :func:`load_config`.
 """
 
-from .config import RunConfig, load_config
+from .telemetry import apply_default as _telemetry_off_by_default
+
+_telemetry_off_by_default()  # before any flow run starts Prefect's server (SPECRAG_TELEMETRY=1 keeps it)
+
+from .config import RunConfig, load_config  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["RunConfig", "load_config", "run_batch", "__version__"]

@@ -273,6 +273,60 @@ def claims(
     console.print("labels: " + ", ".join(f"{k} {v}" for k, v in m["label_counts"].items()))
 
 
+@app.command()
+def report(
+    output: str = typer.Argument(..., help="Output prefix of a run (local path or s3://)."),
+) -> None:
+    """Write the run report (<output>/_report/report.md and PNG plots) from finished shards."""
+    from .report import write_report
+
+    try:
+        s = write_report(output)
+    except FileNotFoundError as e:
+        _fail(e, 2)
+    console.print(f"report: {s['rows']} rows from {s['shards']} shards -> {s['report_uri']}")
+
+
+@app.command()
+def calibrate(
+    output: str = typer.Argument(..., help="Output prefix of a run with gold answers."),
+    target_accuracy: Optional[float] = typer.Option(None, "--target-accuracy", help="Rows kept "
+                                                    "(confidence >= τ_min) reach this accuracy."),
+    target_coverage: Optional[float] = typer.Option(None, "--target-coverage", help="Share of "
+                                                    "graded rows kept at τ_min."),
+    confidence: str = typer.Option("score", "--confidence", help="Measure: score (log ρ) or "
+                                   "mean_logprob (per token)."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", min=1, help="Bootstrap resamples."),
+    out: Path = typer.Option(Path("tau_min.yaml"), "--out", help="Config snippet to write (YAML)."),
+) -> None:
+    """Choose selection.tau_min per task from a labelled run; write a config snippet."""
+    from .calibration import calibrate as calibrate_rows
+    from .calibration import config_snippet
+    from .report import load_rows
+
+    try:
+        data = load_rows(output)
+        res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
+                             target_coverage=target_coverage, n_boot=bootstrap)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(e, 2)
+    target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
+              else f"coverage >= {target_coverage}")
+    t = Table(title=f"τ_min ({confidence}) for {target}")
+    for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", "AUROC score",
+                "AUROC mean_logprob"):
+        t.add_column(col)
+    f = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
+    for r in res:
+        t.add_row(r.task, str(r.n), f(r.tau), f(r.coverage), f(r.accuracy),
+                  f"[{f(r.interval[0])}, {f(r.interval[1])}]" if r.interval else "–",
+                  f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
+    console.print(t)
+    out.write_text(config_snippet(res, f"specrag-batch calibrate {output} ({target}, "
+                                       f"measure {confidence}, {bootstrap} bootstrap resamples)"))
+    console.print(f"config snippet -> {out}")
+
+
 @index_app.command("build")
 def index_build(
     corpus: str = typer.Option(..., "--corpus", help="Corpus Parquet URI with doc_id, title, text."),

@@ -84,14 +84,27 @@ class SelectionConfig(_Strict):
         "log P(Yes); contrast = log P(Yes)/(P(Yes)+P(No)) (yes/no summed over the tokenizer's "
         "single-token spellings; see benchmarks/README.md for the measurement behind the default)")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
-    tau_min: float | None = Field(
-        None, description="log ρ threshold; a selected draft scoring below it is flagged "
-        "`low_confidence` (None disables the flag)")
+    tau_min: float | dict[Literal["qa", "claim", "choice"], float] | None = Field(
+        None, description="threshold on the selected draft's confidence (``confidence``); "
+        "below it the row is flagged `low_confidence`. One value for every task or a mapping "
+        "task -> value (a task not in it is never flagged); None disables the flag. "
+        "`specrag-batch calibrate` chooses it from a labelled run")
+    confidence: Literal["score", "mean_logprob"] = Field(
+        "score", description="measure ``tau_min`` is compared with: score = log ρ (paper "
+        "§3.3); mean_logprob = each enabled term per token (log ρ_draft / drafter tokens of "
+        "β+α, log ρ_SC / verifier tokens of α+β, plus log ρ_SR), which does not fall with "
+        "draft length (:func:`specrag_batch.selection.mean_logprob`)")
     consensus_min: int | None = Field(
         None, ge=1, description="c: when at least c' = max(2, min(c, valid drafts of the row)) "
         "drafts give the same normalised answer the verifier is skipped for that row (fast "
         "path); None = m (all valid drafts agree); one draft is never a consensus")
     consensus_enabled: bool = True
+
+    def tau_for(self, task: str) -> float | None:
+        """``tau_min`` for rows of ``task`` (None: never flagged low-confidence)."""
+        if isinstance(self.tau_min, dict):
+            return self.tau_min.get(task)
+        return self.tau_min
 
 
 class RunConfig(_Strict):
@@ -128,7 +141,8 @@ class RunConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":
         sel = self.selection
-        if sel.tau_min is not None and not math.isfinite(sel.tau_min):
+        taus = sel.tau_min.values() if isinstance(sel.tau_min, dict) else [sel.tau_min]
+        if any(t is not None and not math.isfinite(t) for t in taus):
             raise ValueError("selection.tau_min must be finite or null")
         return self
 
@@ -141,8 +155,11 @@ class RunConfig(_Strict):
 
     def config_hash(self) -> str:
         """sha256 (first 16 hex) of the canonical JSON of this config. Optional fields added
-        after 0.1 (``task``) count only when set, so earlier runs keep their hash."""
+        after 0.1 (``task``, ``selection.confidence``) count only when set away from their
+        default, so earlier runs keep their hash."""
         data = self.model_dump(mode="json", exclude={"task"} if self.task is None else None)
+        if data["selection"].get("confidence") == "score":  # added after 0.1, default: no hash change
+            del data["selection"]["confidence"]
         blob = json.dumps(data, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -235,8 +235,8 @@ def verify_and_select(rows: Sequence[QueryRow], by_row: dict[int, list[Draft]], 
                 continue
             rseed = row_seed(cfg.seed + 1, rows[i].query_id) if sel.random_selection else None
             out[i] = (ds, select(ds, use_draft=sel.use_draft_score, use_sc=sel.use_self_consistency,
-                                 use_sr=sel.use_self_reflection, tau_min=sel.tau_min,
-                                 fast_path=fast[i], random_seed=rseed))
+                                 use_sr=sel.use_self_reflection, tau_min=sel.tau_for(rows[i].task),
+                                 fast_path=fast[i], random_seed=rseed, confidence=sel.confidence))
     return out
 
 
@@ -278,7 +278,8 @@ def run_standard(rows: Sequence[QueryRow], cfg: RunConfig, generator: EngineLike
                 _fail(rows[q.row], "drafts", dr.rationale)
                 continue
             out[q.row] = ([dr], select([dr], use_draft=True, use_sc=False, use_sr=False,
-                                       tau_min=cfg.selection.tau_min))
+                                       tau_min=cfg.selection.tau_for(rows[q.row].task),
+                                       confidence=cfg.selection.confidence))
     return out
 
 

@@ -78,6 +78,24 @@ def combine(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float | No
     return float(sum(v for _, v in terms))
 
 
+def mean_logprob(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float | None:
+    """Length-normalised confidence: each enabled term of log ρ divided by the tokens behind
+    it, in nats per token: log ρ_draft / ``tokens_draft`` (drafter tokens of β+α) +
+    log ρ_SC / (``tokens_answer`` + ``tokens_rationale``) (verifier tokens of α and β) +
+    log ρ_SR (one position). Unlike log ρ (paper §3.3) it does not fall with the length of
+    α and β, so one threshold fits short and long drafts.
+
+    Returns None when an enabled term or its token count is missing (or zero)."""
+    total = 0.0
+    for name, v in _terms(d, use_draft, use_sc, use_sr):
+        n = {"draft": d.tokens_draft, "self_reflection": 1,
+             "self_consistency": (d.tokens_answer or 0) + (d.tokens_rationale or 0)}[name]
+        if v is None or not n:
+            return None
+        total += v / n
+    return float(total)
+
+
 def consensus_threshold(c: int | None, n_valid: int) -> int | None:
     """The consensus rule: c' = max(2, min(c, number of valid drafts)); None when off (c None
     or 0) or when fewer than 2 drafts are valid (one draft is not a consensus)."""
@@ -102,7 +120,7 @@ def consensus(drafts: list[Draft], c: int | None) -> list[int] | None:
 
 def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, use_sr: bool = True,
            tau_min: float | None = None, fast_path: list[int] | None = None,
-           random_seed: int | None = None) -> Selection:
+           random_seed: int | None = None, confidence: str = "score") -> Selection:
     """Pick the draft with the highest log ρ among valid drafts (ties: first).
 
     Args:
@@ -110,7 +128,8 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
         fast_path: indices from :func:`consensus`; the verifier was skipped and the argmax of
             the draft score among them is taken; never flagged low-confidence.
         random_seed: when set, the ablation "random selection": a uniformly random valid draft.
-        tau_min: low-confidence threshold on the selected log ρ.
+        tau_min: low-confidence threshold on the selected draft's ``confidence``: its log ρ
+            (``"score"``) or :func:`mean_logprob` (``"mean_logprob"``).
 
     Returns:
         :class:`Selection`; index None only when there are no drafts. When no draft is valid
@@ -149,6 +168,8 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
     score = drafts[best].score
     if score is None and drafts[best].valid:
         flags.append("selected_draft_missing_score")
-    low = bool(flags) or (tau_min is not None and (score is None or not math.isfinite(score)
-                                                   or score < tau_min))
+    conf = score if confidence == "score" or score is None else \
+        mean_logprob(drafts[best], use_draft, use_sc, use_sr)
+    low = bool(flags) or (tau_min is not None and (conf is None or not math.isfinite(conf)
+                                                   or conf < tau_min))
     return Selection(best, score, low, False, flags)

@@ -1,0 +1,201 @@
+"""Choosing τ_min from a labelled run: risk-coverage, AUROC, and a threshold per task.
+
+The paper (§3.3) ranks drafts by ρ and leaves the use of a low score open; this product flags
+a row ``low_confidence`` when the selected draft's confidence is below ``selection.tau_min``
+(:func:`specrag_batch.selection.select`). Which value to use depends on the models, the task
+and the measure, so it is read off a run with gold answers:
+
+* a row is *kept* (not flagged) when its confidence is ≥ τ; consensus fast-path rows are
+  always kept (the verifier was skipped on purpose, ``select`` never flags them); rows whose
+  selection is flagged regardless of τ (``no_valid_draft``, ``selected_draft_missing_score``)
+  or that have no confidence are never kept;
+* *coverage* = kept rows / graded answered rows; *accuracy* = share of kept rows that are
+  ``correct``; the risk-coverage curve is (coverage, accuracy) over every candidate τ (each
+  distinct confidence value);
+* ``target_accuracy`` a: the lowest τ (largest coverage) whose kept rows reach accuracy ≥ a;
+  ``target_coverage`` q: the highest τ whose coverage is still ≥ q;
+* the interval is a percentile bootstrap over rows (resampled with replacement, τ chosen again
+  on each resample).
+
+Confidence measures: ``score`` (log ρ, nats) and ``mean_logprob`` (nats per token,
+:func:`specrag_batch.selection.mean_logprob`); their AUROC for telling correct from wrong rows
+is :func:`auroc`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import yaml
+
+MEASURES = ("score", "mean_logprob")
+FORCED_LOW = ("no_valid_draft", "selected_draft_missing_score", "no_drafts")
+"""Row flags with which ``select`` flags a row low-confidence whatever τ is."""
+
+
+@dataclass
+class Curve:
+    """Risk-coverage curve: ``taus[i]`` keeps ``coverage[i]`` of the rows at ``accuracy[i]``
+    (arrays of equal length, τ descending, coverage ascending)."""
+
+    taus: np.ndarray
+    coverage: np.ndarray
+    accuracy: np.ndarray
+    n: int
+
+
+def risk_coverage(conf, correct, always=None) -> Curve:
+    """Accuracy of the kept rows vs the share kept as τ moves over every distinct confidence.
+
+    Args:
+        conf: float array (n,), the row's confidence; NaN = never kept.
+        correct: bool array (n,).
+        always: bool array (n,) of rows kept at any τ (fast path); default none.
+
+    Returns:
+        :class:`Curve` (empty arrays when no row has a confidence)."""
+    conf = np.asarray(conf, dtype=float)
+    correct = np.asarray(correct, dtype=bool)
+    always = np.zeros(len(conf), bool) if always is None else np.asarray(always, dtype=bool)
+    n = len(conf)
+    cand = ~always & np.isfinite(conf)
+    order = np.argsort(-conf[cand], kind="stable")
+    cs, cc = conf[cand][order], correct[cand][order]
+    if len(cs) == 0:
+        return Curve(np.array([]), np.array([]), np.array([]), n)
+    last = np.r_[cs[1:] != cs[:-1], True]  # last row of each run of equal confidence
+    kept = int(always.sum()) + np.arange(1, len(cs) + 1)[last]
+    right = int(correct[always].sum()) + np.cumsum(cc)[last]
+    return Curve(cs[last], kept / n, right / kept, n)
+
+
+def choose_tau(curve: Curve, target_accuracy: float | None = None,
+               target_coverage: float | None = None) -> int | None:
+    """Index into ``curve`` of the chosen τ, or None when no τ meets the target.
+
+    Exactly one target: ``target_accuracy`` -> the largest coverage with accuracy ≥ it;
+    ``target_coverage`` -> the highest τ with coverage ≥ it.
+
+    Raises:
+        ValueError: neither or both targets given, or a target outside (0, 1]."""
+    if (target_accuracy is None) == (target_coverage is None):
+        raise ValueError("give exactly one of target_accuracy and target_coverage")
+    t = target_accuracy if target_accuracy is not None else target_coverage
+    if not 0 < t <= 1:
+        raise ValueError(f"target must be in (0, 1], got {t}")
+    ok = curve.accuracy >= t - 1e-12 if target_accuracy is not None else curve.coverage >= t - 1e-12
+    idx = np.flatnonzero(ok)
+    if len(idx) == 0:
+        return None
+    return int(idx[-1] if target_accuracy is not None else idx[0])
+
+
+def auroc(conf, correct) -> float | None:
+    """Area under the ROC curve of ``conf`` as a score for ``correct`` (scikit-learn); None
+    when a class is missing or no row has a finite confidence. 0.5 = no separation."""
+    from sklearn.metrics import roc_auc_score
+
+    conf = np.asarray(conf, dtype=float)
+    correct = np.asarray(correct, dtype=bool)
+    ok = np.isfinite(conf)
+    if ok.sum() < 2 or len(set(correct[ok].tolist())) < 2:
+        return None
+    return float(roc_auc_score(correct[ok], conf[ok]))
+
+
+@dataclass
+class TaskThreshold:
+    """τ_min chosen for one task: ``tau`` None when the target cannot be met on this data."""
+
+    task: str
+    measure: str
+    n: int
+    tau: float | None
+    coverage: float | None
+    accuracy: float | None
+    interval: tuple[float, float] | None
+    bootstrap_unreachable: int
+    auroc: dict[str, float | None]
+
+
+def calibrate_task(conf, correct, always, *, target_accuracy: float | None = None,
+                   target_coverage: float | None = None, n_boot: int = 1000,
+                   seed: int = 0) -> tuple[float | None, float | None, float | None,
+                                           tuple[float, float] | None, int]:
+    """(τ, coverage, accuracy, 95% bootstrap interval of τ, resamples where the target was not
+    met) for one task's rows (arrays as in :func:`risk_coverage`)."""
+    conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
+    always = np.asarray(always, bool)
+    curve = risk_coverage(conf, correct, always)
+    i = choose_tau(curve, target_accuracy, target_coverage)
+    if i is None:
+        return None, None, None, None, n_boot
+    rng = np.random.default_rng(seed)
+    taus, missed = [], 0
+    for _ in range(n_boot):
+        s = rng.integers(0, len(conf), len(conf))
+        c = risk_coverage(conf[s], correct[s], always[s])
+        j = choose_tau(c, target_accuracy, target_coverage)
+        if j is None:
+            missed += 1
+        else:
+            taus.append(c.taus[j])
+    interval = (float(np.percentile(taus, 2.5)), float(np.percentile(taus, 97.5))) if taus else None
+    return float(curve.taus[i]), float(curve.coverage[i]), float(curve.accuracy[i]), interval, missed
+
+
+def graded_rows(df: pl.DataFrame) -> pl.DataFrame:
+    """Answered rows with a gold verdict, with ``always`` (fast path) and ``forced_low``."""
+    return (df.filter(pl.col("error").is_null() & pl.col("answer").is_not_null()
+                      & pl.col("correct").is_not_null())
+            .with_columns(always=pl.col("fast_path").fill_null(False),
+                          forced_low=pl.col("flags").list.eval(pl.element().is_in(FORCED_LOW)).list.any()
+                          .fill_null(False)))
+
+
+def measure_values(g: pl.DataFrame, measure: str) -> np.ndarray:
+    """The confidence ``measure`` of each row of :func:`graded_rows` (NaN = never kept)."""
+    v = g.select(pl.when(pl.col("forced_low")).then(None).otherwise(pl.col(measure))
+                 .cast(pl.Float64).fill_nan(None)).to_series()
+    return v.fill_null(float("nan")).to_numpy()
+
+
+def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: float | None = None,
+              target_coverage: float | None = None, n_boot: int = 1000,
+              seed: int = 0) -> list[TaskThreshold]:
+    """τ_min per task from output rows (``df`` from :func:`specrag_batch.report.load_rows`, with
+    ``score`` and ``mean_logprob`` columns).
+
+    Raises:
+        ValueError: unknown measure, bad targets, or no graded answered rows."""
+    if measure not in MEASURES:
+        raise ValueError(f"unknown confidence measure {measure!r} (expected one of {MEASURES})")
+    choose_tau(Curve(np.array([]), np.array([]), np.array([]), 0), target_accuracy, target_coverage)
+    g = graded_rows(df)
+    if g.height == 0:
+        raise ValueError("no answered rows with a gold answer: calibration needs a labelled run")
+    out = []
+    for task in sorted(g["task"].unique().to_list()):
+        t = g.filter(pl.col("task") == task)
+        correct, always = t["correct"].to_numpy(), t["always"].to_numpy()
+        tau, cov, acc, interval, missed = calibrate_task(
+            measure_values(t, measure), correct, always, target_accuracy=target_accuracy,
+            target_coverage=target_coverage, n_boot=n_boot, seed=seed)
+        aur = {m: auroc(measure_values(t, m)[~always], correct[~always]) for m in MEASURES}
+        out.append(TaskThreshold(task, measure, t.height, tau, cov, acc, interval, missed, aur))
+    return out
+
+
+def config_snippet(results: list[TaskThreshold], header: str = "") -> str:
+    """YAML that :func:`specrag_batch.config.load_config` accepts: ``selection.confidence`` and
+    ``selection.tau_min`` per task (tasks whose target was not met are left out, noted in a
+    comment)."""
+    taus = {r.task: round(r.tau, 6) for r in results if r.tau is not None}
+    body = yaml.safe_dump({"selection": {"confidence": results[0].measure if results else "score",
+                                         "tau_min": taus or None}}, sort_keys=False)
+    notes = [f"# {r.task}: target not met on this data (n={r.n}); rows never flagged"
+             for r in results if r.tau is None]
+    return "".join(f"# {line}\n" for line in header.splitlines()) + "\n".join(notes) + \
+        ("\n" if notes else "") + body

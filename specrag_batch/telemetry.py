@@ -1,0 +1,42 @@
+"""Usage telemetry: off by default, so batch jobs on locked-down networks log no errors.
+
+Prefect's server sends an anonymous heartbeat to ``https://sens-o-matic.prefect.io/`` every
+10 minutes (``prefect.server.services.telemetry``, setting ``PREFECT_SERVER_ANALYTICS_ENABLED``;
+the ephemeral server of a CLI run inherits this process's environment) and logs ``ERROR Failed
+to send telemetry`` when the network refuses it; the Prefect SDK, vLLM and huggingface_hub
+send usage events unless ``DO_NOT_TRACK`` is set. The product's own setting
+``SPECRAG_TELEMETRY`` (default ``0``) decides for all of them:
+
+* ``0``/unset: ``PREFECT_SERVER_ANALYTICS_ENABLED=false`` and ``DO_NOT_TRACK=1`` are set as
+  defaults of this process (and of the processes it starts). A value the user exported
+  themselves is kept.
+* ``1``: nothing is changed; each library's own settings apply (Prefect profile, ...).
+
+Applied when :mod:`specrag_batch` is imported, i.e. before any flow run starts Prefect's
+ephemeral server.
+"""
+
+from __future__ import annotations
+
+import os
+
+SETTING = "SPECRAG_TELEMETRY"
+OFF_DEFAULTS = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+
+
+def telemetry_enabled(environ: os._Environ | dict | None = None) -> bool:
+    """True when ``SPECRAG_TELEMETRY`` is ``1``/``true``/``yes``/``on`` (case-insensitive)."""
+    env = os.environ if environ is None else environ
+    return env.get(SETTING, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def apply_default(environ: os._Environ | dict | None = None) -> dict[str, str]:
+    """Unless telemetry is enabled, set :data:`OFF_DEFAULTS` where not already set.
+
+    Returns the variables this call set (empty when telemetry is on or all were set)."""
+    env = os.environ if environ is None else environ
+    if telemetry_enabled(env):
+        return {}
+    added = {k: v for k, v in OFF_DEFAULTS.items() if k not in env}
+    env.update(added)
+    return added

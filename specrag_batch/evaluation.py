@@ -10,7 +10,8 @@
   ``B`` or ARC's 1-based digit key ``2``).
 
 A gold that cannot be scored (a claim gold outside ``claim_labels``, a choice gold that is no
-option) is flagged on the row and left ungraded (``correct`` None), never scored as wrong.
+option, or one that is an option's text and names another option as key) is flagged on the row
+and left ungraded (``correct`` None), never scored as wrong.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from .parsing import (canonical_label, label_key, normalize_answer, normalize_an
 # row flags
 GOLD_NOT_A_LABEL = "gold_not_a_label"
 GOLD_NOT_AN_OPTION = "gold_not_an_option"
-GOLD_FLAGS = (GOLD_NOT_A_LABEL, GOLD_NOT_AN_OPTION)
+GOLD_OPTION_AMBIGUOUS = "gold_option_ambiguous"
+GOLD_FLAGS = (GOLD_NOT_A_LABEL, GOLD_NOT_AN_OPTION, GOLD_OPTION_AMBIGUOUS)
 
 _KEY_RE = re.compile(r"\(?([A-Za-z]+|[0-9]+)[.):]?")
 
@@ -82,24 +84,23 @@ def option_of(text: str, choices: Sequence[str]) -> int | None:
     return next((i for i, c in enumerate(choices) if key and _text_key(c) == key), None)
 
 
-def gold_option(gold: str, choices: Sequence[str]) -> int | None:
-    """0-based option index of a multiple-choice gold, else None.
-
-    The option text wins (the documented gold); otherwise a letter label as in the prompt
-    (``B``, ``(b)``, ``C.``; beyond Z ``AA``, ``AB``, ...: :func:`~specrag_batch.parsing.option_index`)
-    or a 1-based digit key (ARC's ``answerKey`` for rows labelled ``1``..``4``)."""
+def gold_options(gold: str, choices: Sequence[str]) -> set[int]:
+    """Every 0-based option a multiple-choice gold can mean: the option whose text it is, and
+    the option it names as a key: a letter label as in the prompt (``B``, ``(b)``, ``C.``;
+    beyond Z ``AA``, ``AB``, ...: :func:`~specrag_batch.parsing.option_index`) or a 1-based
+    digit key (ARC's ``answerKey`` for rows labelled ``1``..``4``). Empty: no option; two
+    indices: ambiguous (ARC ``Mercury_402547``: answerKey ``C``, and option A's text is ``C``)."""
+    out = set()
     i = option_of(gold, choices)
     if i is not None:
-        return i
+        out.add(i)
     m = _KEY_RE.fullmatch(gold.strip())
-    if m is None:
-        return None
-    key = m.group(1)
-    if key.isdigit():
-        i = int(key) - 1
-    else:
-        i = option_index(key.upper() if len(key) == 1 else key)
-    return i if 0 <= i < len(choices) else None
+    if m is not None:
+        key = m.group(1)
+        i = int(key) - 1 if key.isdigit() else option_index(key.upper() if len(key) == 1 else key)
+        if 0 <= i < len(choices):
+            out.add(i)
+    return out
 
 
 def score_row(task: str, answer: str | None, gold: list[str] | None, *,
@@ -119,8 +120,10 @@ def score_row(task: str, answer: str | None, gold: list[str] | None, *,
 
     Returns:
         :class:`RowScore`; all None when there is no gold, ``correct``/``exact_match`` None and
-        a flag when no gold could be mapped to a label / option. Golds that cannot be mapped are
-        flagged even when another gold of the row is scored.
+        a flag when no gold could be mapped to one label / option: :data:`GOLD_NOT_A_LABEL`,
+        :data:`GOLD_NOT_AN_OPTION`, or :data:`GOLD_OPTION_AMBIGUOUS` for a choice gold that is
+        one option's text and names another as key (never guessed). Such golds are flagged
+        even when another gold of the row is scored.
     """
     golds = [g for g in (gold or []) if g is not None and g.strip()]
     if not golds:
@@ -134,18 +137,21 @@ def score_row(task: str, answer: str | None, gold: list[str] | None, *,
         match = any(g in a if not whole else f" {g} " in f" {a} " for a, g, whole in keys if a)
         return RowScore(match, any(a == g for a, g, _ in keys),
                         max(_f1(a.split(), g.split()) for a, g, _ in keys))
+    # per gold, the set of labels / options it can mean (one: scorable)
     if task == "choice" and choices:
-        flag, targets = GOLD_NOT_AN_OPTION, {gold_option(g, choices) for g in golds}
+        missing, readings = GOLD_NOT_AN_OPTION, [gold_options(g, choices) for g in golds]
         got = option_of(ans, choices) if ans else None
     elif task == "choice":  # no option list to map to: compare normalised texts
-        flag, targets, got = None, {_text_key(g) for g in golds}, (_text_key(ans) or None)
+        missing, readings, got = None, [{_text_key(g)} for g in golds], (_text_key(ans) or None)
     elif labels is not None:
-        flag, targets = GOLD_NOT_A_LABEL, {canonical_label(g, list(labels)) for g in golds}
+        missing = GOLD_NOT_A_LABEL
+        readings = [{canonical_label(g, list(labels))} - {None} for g in golds]
         got = canonical_label(ans, list(labels)) if ans else None
     else:
-        flag, targets, got = None, {label_key(g) for g in golds}, (label_key(ans) or None)
-    flags = [flag] if None in targets else []
-    targets.discard(None)
+        missing, readings, got = None, [{label_key(g)} for g in golds], (label_key(ans) or None)
+    flags = ([missing] if any(not r for r in readings) else []) + (
+        [GOLD_OPTION_AMBIGUOUS] if any(len(r) > 1 for r in readings) else [])
+    targets = {x for r in readings if len(r) == 1 for x in r}
     if not targets:
         return RowScore(None, None, None, flags)
     ok = got is not None and got in targets

@@ -1,7 +1,7 @@
 import pytest
 
-from specrag_batch.evaluation import (GOLD_NOT_A_LABEL, GOLD_NOT_AN_OPTION, score_row, summarize,
-                                      token_f1)
+from specrag_batch.evaluation import (GOLD_NOT_A_LABEL, GOLD_NOT_AN_OPTION, GOLD_OPTION_AMBIGUOUS,
+                                      score_row, summarize, token_f1)
 from specrag_batch.parsing import normalize_answer
 
 
@@ -146,10 +146,20 @@ def test_choice_gold_that_is_no_option_is_flagged_not_scored_wrong(gold):
 
 
 def test_choice_option_texts_that_look_like_keys():
-    # option text wins over a key reading: gold is "the correct option" (README input table)
+    # text and key reading name the same option: scored
     opts = ["4", "2", "3", "1"]
     assert score_row("choice", "2", ["2"], choices=opts).correct is True
     assert score_row("choice", "4", ["2"], choices=opts).correct is False
+    # ARC-Challenge Mercury_402547: answerKey "C" (the third option) while option A's text is
+    # "C" (carbon): the two readings differ, so the gold is flagged and not guessed
+    arc = ["C", "NO_{2}", "O_{2}", "CO"]
+    for answer in arc:
+        r = score_row("choice", answer, ["C"], choices=arc)
+        assert (r.correct, r.exact_match, r.flags) == (None, None, [GOLD_OPTION_AMBIGUOUS])
+    assert score_row("choice", "O_{2}", ["O_{2}"], choices=arc).correct is True
+    numeric = ["2", "4", "6", "8"]
+    assert score_row("choice", "4", ["4"], choices=numeric).flags == [GOLD_OPTION_AMBIGUOUS]
+    assert score_row("choice", "6", ["6"], choices=numeric).correct is True  # 6 is no key of 4 options
     # options that SQuAD normalisation empties ("A" is an article) stay distinct
     blood = ["A", "B", "AB", "O"]
     assert score_row("choice", "A", ["A"], choices=blood).correct is True

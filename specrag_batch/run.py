@@ -237,10 +237,11 @@ def verify_shard(shard_uri: str, draft_uri: str, cfg: RunConfig, run_id: str, *,
 def merge_summaries(parts: list[dict]) -> dict:
     """Combine per-shard :func:`evaluation.summarize` outputs (accuracies weighted by n)."""
     out: dict = {"rows": 0, "answered": 0, "errors": 0, "low_confidence": 0, "fast_path": 0,
-                 "n_with_gold": 0, "by_task": {}}
+                 "n_with_gold": 0, "gold_not_scored": 0, "by_task": {}}
     acc = defaultdict(lambda: defaultdict(float))
     for p in parts:
-        for k in ("rows", "answered", "errors", "low_confidence", "fast_path", "n_with_gold"):
+        for k in ("rows", "answered", "errors", "low_confidence", "fast_path", "n_with_gold",
+                  "gold_not_scored"):
             out[k] += p.get(k, 0)
         for task, t in p.get("by_task", {}).items():
             n = t["n_with_gold"]

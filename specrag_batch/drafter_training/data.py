@@ -1,0 +1,389 @@
+"""Drafter training data (paper §3.1): teacher-written rationales for (Q, A, D) triples.
+
+For every labelled input row the document subsets are drawn exactly as inference draws them
+(:func:`specrag_batch.pipeline.retrieve` and :func:`~specrag_batch.pipeline.multi_perspective_subsets`,
+same config and seed), and the drafter prompt of each subset is built by the inference code
+(:func:`specrag_batch.drafting.fitted_prompt`). A **teacher** model (any model vLLM loads;
+default the configured verifier) sees the subset's documents, the question and the gold answer
+and writes a short rationale E. The training example is
+
+    prompt     = the inference drafter prompt (ends with the prefilled ``"Rationale:"``)
+    completion = ``" " + E + "\\nAnswer: " + A``  (what :func:`specrag_batch.parsing.parse_draft`
+                 reads back as rationale E and answer A; A in the drafter's answer format:
+                 the label for claims, the option letter for multiple choice)
+
+so the drafter is trained with L = -log P(A, E | Q, D) on exactly what it writes at inference.
+
+Rationales are filtered (each drop has a reason, counted in the data manifest and kept in the
+output with ``drop_reason``; nothing is silently dropped): ``empty_rationale``,
+``truncated_at_max_tokens``, ``repetition``, ``contradicts_gold`` (the teacher's own answer, or
+the label/option its rationale names, differs from the gold), ``gold_not_mentioned`` (QA: no
+accepted answer in the rationale), ``no_evidence`` (fewer than ``min_evidence_words`` content
+words shared with the documents that are not in the question or answer),
+``completion_does_not_parse`` (the completion would not parse back to the gold). Input rows
+that cannot give an example: ``invalid_row`` (validation error), ``no_gold``,
+``gold_not_a_label`` / ``gold_not_a_choice``, ``prompt_too_long``, ``no_documents``.
+
+Output: one Parquet per input shard (name as in a run, ``a/b.parquet`` -> ``a__b.parquet``),
+a done marker per shard (``_shards/``; a re-run skips finished shards whose input and settings
+did not change), and ``_manifest.json`` (the data manifest).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import pyarrow as pa
+
+from .. import resume, storage
+from ..config import RunConfig
+from ..drafting import PromptTooLongError, fitted_prompt, truncate_documents
+from ..parsing import ANSWER_RE, LETTERS, has_repetition, match_label, normalize_answer, parse_draft
+from ..pipeline import multi_perspective_subsets, retrieve
+from ..prompts import RATIONALE_PREFIX, _render, format_documents, task_instruction
+from ..run import new_run_id, plan_shards, read_validated, shard_output_uri
+from ..schema import Document, QueryRow
+
+TEACHER_SYSTEM = ("You explain answers using only the given documents. You are told the correct "
+                  "answer; write the reasoning a careful reader would give from the documents.")
+
+DOC_TYPE = pa.struct([("doc_id", pa.string()), ("title", pa.string()), ("text", pa.string())])
+DATA_SCHEMA = pa.schema([
+    ("query_id", pa.string()), ("task", pa.string()), ("query", pa.string()),
+    ("choices", pa.list_(pa.string())), ("gold", pa.list_(pa.string())),
+    ("subset_index", pa.int32()), ("doc_ids", pa.list_(pa.string())), ("documents", pa.list_(DOC_TYPE)),
+    ("prompt", pa.string()), ("prompt_tokens", pa.int32()), ("completion", pa.string()),
+    ("rationale", pa.string()), ("answer", pa.string()), ("teacher_text", pa.string()),
+    ("drop_reason", pa.string()), ("teacher_model", pa.string()), ("drafter_model", pa.string()),
+    ("source_file", pa.string()), ("source_row", pa.int32()),
+])
+"""One row per (input row, subset); rows kept for training have ``drop_reason`` null. Input
+rows that gave no subset at all have one row with ``subset_index`` null and the reason."""
+
+_STOP = set("""about above after again against also among because been before being below between
+both could does doing down during each from further have having here into itself more most only
+other over same should some such than that their theirs them then there these they this those
+through under until very were what when where which while whom with would your yours answer
+correct document documents rationale claim question evidence states state stated says said""".split())
+
+
+@dataclass
+class DataOptions:
+    """Settings of the data step (part of the shard key: changing one recomputes shards).
+
+    ``teacher``: model name (packaged name, HF id or path); None = the run config's verifier.
+    ``drafter``: the model whose chat template and tokenizer render the prompts; None = the
+    config's drafter (``specrag-batch drafter train`` re-renders for another base).
+    ``subsets_per_row``: examples per input row (the first of the m sampled subsets).
+    ``teacher_max_tokens``: rationale budget, tokens. ``min_evidence_words``: see module doc."""
+
+    teacher: str | None = None
+    drafter: str | None = None
+    subsets_per_row: int = 1
+    teacher_max_tokens: int = 96
+    min_evidence_words: int = 2
+
+    def key(self, cfg: RunConfig) -> str:
+        """sha256 (16 hex) of these options, the teacher/drafter names and the config hash."""
+        blob = json.dumps({**asdict(self), "teacher": self.teacher_name(cfg),
+                           "drafter": self.drafter_name(cfg), "config": cfg.config_hash()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def teacher_name(self, cfg: RunConfig) -> str:
+        return self.teacher or cfg.verifier.model
+
+    def drafter_name(self, cfg: RunConfig) -> str:
+        return self.drafter or cfg.drafter.model
+
+
+def answer_text(task: str, gold: list[str] | None, choices: list[str] | None,
+                labels: list[str]) -> tuple[str | None, str | None]:
+    """The gold in the drafter's answer format: (answer, None) or (None, reason).
+
+    qa: the first accepted answer; claim: the configured label it names; choice: the option
+    letter of the gold option text (or the gold letter itself)."""
+    golds = [g for g in (gold or []) if g and g.strip()]
+    if not golds:
+        return None, "no_gold"
+    g = golds[0].strip()
+    if task == "claim":
+        lab = match_label(g, labels)
+        return (lab, None) if lab else (None, "gold_not_a_label")
+    if task == "choice":
+        opts = choices or []
+        if g in opts:
+            return LETTERS[opts.index(g)], None
+        if len(g) == 1 and g.upper() in LETTERS[:len(opts)]:
+            return g.upper(), None
+        return None, "gold_not_a_choice"
+    return g, None
+
+
+def teacher_prompt(tokenizer, task: str, query: str, docs: list[Document], choices, labels,
+                   answer: str) -> str:
+    """Teacher input: the subset's documents, the question block the drafter sees, and the
+    gold answer; the reply is prefilled with ``"Rationale:"`` like the drafter's."""
+    shown = answer
+    if task == "choice" and choices:
+        shown = f"{answer}. {choices[LETTERS.index(answer)]}"
+    user = (f"Documents:\n{format_documents(docs)}\n\n{task_instruction(task, query, choices, labels)}\n\n"
+            f"Correct answer: {shown}\n\nIn one or two sentences, explain from the documents why "
+            "this answer is correct: name the facts in the documents that show it. Then stop.")
+    msgs = [{"role": "system", "content": TEACHER_SYSTEM}, {"role": "user", "content": user}]
+    return _render(tokenizer, msgs, True) + RATIONALE_PREFIX
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) >= 4 and w not in _STOP}
+
+
+def evidence_words(rationale: str, docs: list[Document], query: str, answer: str) -> set[str]:
+    """Content words (>= 4 letters, not stop words) of the rationale that occur in the
+    documents but not in the question or the answer: the evidence it cites."""
+    doc_words = _words(" ".join(f"{d.title} {d.text}" for d in docs))
+    return (_words(rationale) & doc_words) - _words(query) - _words(answer)
+
+
+def check_rationale(task: str, teacher_text: str, finish_reason: str | None, docs: list[Document],
+                    query: str, answer: str, gold: list[str], choices, labels,
+                    min_evidence_words: int) -> tuple[str, str | None]:
+    """(rationale, drop reason or None) for the teacher's generated text (after the prefill).
+
+    The rationale is the text before any ``Answer:`` line the teacher wrote, on one line."""
+    m = ANSWER_RE.search(teacher_text)
+    rationale = " ".join((teacher_text[:m.start()] if m else teacher_text).split()).strip(" *")
+    if not rationale:
+        return rationale, "empty_rationale"
+    if finish_reason == "length":
+        return rationale, "truncated_at_max_tokens"
+    if has_repetition(rationale):
+        return rationale, "repetition"
+    if m:  # the teacher wrote its own answer: it must be the gold
+        own = parse_draft(teacher_text, task, labels=labels, choices=choices)
+        if own.answer and not _same_answer(task, own.answer, answer, gold, choices):
+            return rationale, "contradicts_gold"
+    if task == "claim":
+        named = match_label(rationale, labels)
+        if named is not None and named != answer:
+            return rationale, "contradicts_gold"
+    elif task == "choice":
+        gold_opt = choices[LETTERS.index(answer)]
+        named = [c for c in choices if normalize_answer(c) and normalize_answer(c) in normalize_answer(rationale)]
+        if named and gold_opt not in named:
+            return rationale, "contradicts_gold"
+    elif not any(normalize_answer(g) and normalize_answer(g) in normalize_answer(rationale) for g in gold):
+        return rationale, "gold_not_mentioned"
+    if len(evidence_words(rationale, docs, query, answer)) < min_evidence_words:
+        return rationale, "no_evidence"
+    return rationale, None
+
+
+def _same_answer(task: str, parsed: str, answer: str, gold: list[str], choices) -> bool:
+    if task == "choice":
+        return parsed == choices[LETTERS.index(answer)]
+    if task == "claim":
+        return parsed == answer
+    return any(normalize_answer(parsed) == normalize_answer(g) for g in gold)
+
+
+def completion_text(rationale: str, answer: str) -> str:
+    """The drafter's target after the prefilled ``"Rationale:"`` (see :mod:`~specrag_batch.parsing`)."""
+    return f" {rationale}\nAnswer: {answer}"
+
+
+@dataclass
+class _Example:
+    row: QueryRow
+    subset_index: int | None = None
+    docs: list[Document] = field(default_factory=list)
+    prompt_ids: list[int] | None = None
+    answer: str | None = None
+    teacher_ids: list[int] | None = None
+    reason: str | None = None
+
+
+def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, drafter_tok,
+                  teacher_tok) -> list[_Example]:
+    """Sampling and prompts for a shard's rows: one example per (row, first subsets), or one
+    example carrying the reason a row gives none."""
+    out: list[_Example] = []
+    ok: list[QueryRow] = []
+    for r in rows:
+        if r.error is not None:
+            out.append(_Example(r, reason="invalid_row"))
+            continue
+        ans, why = answer_text(r.task, r.gold, r.choices, cfg.claim_labels)
+        if why:
+            out.append(_Example(r, reason=why))
+        else:
+            ok.append(r)
+    docs = retrieve(ok, cfg)
+    subsets = multi_perspective_subsets(ok, docs, cfg)
+    d = cfg.drafter
+    for i, r in enumerate(ok):
+        if i not in subsets or not subsets[i]:
+            out.append(_Example(r, reason="no_documents"))
+            continue
+        ans, _ = answer_text(r.task, r.gold, r.choices, cfg.claim_labels)
+        for s, sub in enumerate(subsets[i][:opts.subsets_per_row]):
+            sel = [docs[i][j] for j in sub]
+            ex = _Example(r, s, sel, answer=ans)
+            try:
+                ex.prompt_ids, _ = fitted_prompt(drafter_tok, r.task, r.query, sel, r.choices, cfg.claim_labels,
+                                                 cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens)
+            except PromptTooLongError:
+                ex.reason = "prompt_too_long"
+                out.append(ex)
+                continue
+            shown, _ = truncate_documents(teacher_tok, sel, cfg.retrieval.max_doc_tokens)
+            ex.teacher_ids = teacher_tok(teacher_prompt(teacher_tok, r.task, r.query, shown, r.choices,
+                                                        cfg.claim_labels, ans),
+                                         add_special_tokens=False)["input_ids"]
+            out.append(ex)
+    return out
+
+
+def load_tokenizer(name: str):
+    """The HF tokenizer of a model (packaged name, HF id or local path)."""
+    from transformers import AutoTokenizer
+
+    from ..models import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model(name))
+
+
+def generate_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, teacher,
+                      drafter_tok, source_file: str) -> list[dict]:
+    """Data records (:data:`DATA_SCHEMA`) for validated rows: sampling, prompts, one batched
+    teacher call, filtering. ``teacher`` is an :class:`~specrag_batch.engines.Engine`."""
+    exs = _row_examples(rows, cfg, opts, drafter_tok, teacher.tokenizer)
+    todo = [e for e in exs if e.reason is None]
+    gens = teacher.generate([e.teacher_ids for e in todo], max_tokens=opts.teacher_max_tokens,
+                            temperature=0.0, top_p=1.0, seed=cfg.seed, desc="teacher rationales")
+    gen_of = {id(e): g for e, g in zip(todo, gens)}
+    tname, dname = opts.teacher_name(cfg), opts.drafter_name(cfg)
+    out = []
+    for e in exs:
+        r = e.row
+        rec = {"query_id": r.query_id, "task": r.task, "query": r.query, "choices": r.choices,
+               "gold": r.gold, "subset_index": e.subset_index, "doc_ids": [d.doc_id for d in e.docs],
+               "documents": [asdict(d) for d in e.docs], "prompt": None, "prompt_tokens": None,
+               "completion": None, "rationale": None, "answer": e.answer, "teacher_text": None,
+               "drop_reason": e.reason, "teacher_model": tname, "drafter_model": dname,
+               "source_file": source_file, "source_row": r.row_index}
+        if e.prompt_ids is not None:
+            rec["prompt"] = drafter_tok.decode(e.prompt_ids)
+            rec["prompt_tokens"] = len(e.prompt_ids)
+        g = gen_of.get(id(e))
+        if g is not None:
+            rec["teacher_text"] = g.text
+            rationale, why = check_rationale(r.task, g.text, g.finish_reason, e.docs, r.query, e.answer,
+                                             r.gold, r.choices, cfg.claim_labels, opts.min_evidence_words)
+            rec["rationale"] = rationale
+            if why is None:
+                comp = completion_text(rationale, e.answer)
+                back = parse_draft(comp, r.task, labels=cfg.claim_labels, choices=r.choices)
+                if not back.valid or not _same_answer(r.task, back.answer, e.answer, r.gold or [], r.choices) \
+                        or back.rationale != rationale:
+                    why = "completion_does_not_parse"
+                else:
+                    rec["completion"] = comp
+            rec["drop_reason"] = why
+        out.append(rec)
+    return out
+
+
+def _summary(records: list[dict]) -> dict:
+    rows = {(r["source_file"], r["source_row"]) for r in records}
+    reasons = Counter(r["drop_reason"] for r in records if r["drop_reason"])
+    return {"rows_in": len(rows), "examples": sum(r["prompt"] is not None for r in records),
+            "kept": sum(r["drop_reason"] is None for r in records), "dropped": dict(sorted(reasons.items()))}
+
+
+def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
+                        opts: DataOptions | None = None) -> dict:
+    """The data step (``specrag-batch drafter data``): every input shard -> one data shard.
+
+    Resumable per output shard: a shard whose done marker matches its input version and the
+    settings key (:meth:`DataOptions.key`) is skipped. Returns the data manifest (also written
+    to ``<output_uri>/_manifest.json``): teacher, drafter, config, per-shard and total counts
+    of examples kept and dropped by reason, seconds, versions.
+
+    Raises:
+        FileNotFoundError: ``input_uri`` does not exist.
+        ValueError: input and output overlap."""
+    from ..engines import get_engine
+    from ..run import _versions, check_layout
+
+    opts = opts or DataOptions()
+    input_uri, output_uri = storage.normalize_uri(input_uri), storage.normalize_uri(output_uri)
+    shards, skipped = plan_shards(input_uri)
+    check_layout(input_uri, output_uri, shards)
+    key, run_id, t0 = opts.key(cfg), new_run_id(), time.perf_counter()
+    teacher = drafter_tok = None
+    results = []
+    for shard in shards:
+        out = shard_output_uri(input_uri, shard, output_uri)
+        fp = resume.input_fingerprint(shard)
+        done = resume.completed_shard(output_uri, out, key, fp)
+        if done:
+            results.append({**done["result"], "resumed": True})
+            continue
+        ts = time.perf_counter()
+        try:
+            rows = read_validated(shard, set(), cfg.task)
+        except (OSError, ValueError, pa.ArrowInvalid) as e:
+            results.append({"input": shard, "output": None, "status": "failed", "error": f"{type(e).__name__}: {e}"})
+            continue
+        if teacher is None:
+            tcfg = cfg.verifier.model_copy(update={"model": opts.teacher_name(cfg),
+                                                   "max_tokens": opts.teacher_max_tokens})
+            teacher = get_engine(tcfg, cfg.seed)
+            dname = opts.drafter_name(cfg)
+            drafter_tok = teacher.tokenizer if dname == opts.teacher_name(cfg) else load_tokenizer(dname)
+        records = generate_examples(rows, cfg, opts, teacher, drafter_tok, shard)
+        storage.write_parquet_atomic(out, pa.Table.from_pylist(records, schema=DATA_SCHEMA))
+        res = {"input": shard, "output": out, "status": "ok", **_summary(records),
+               "seconds": round(time.perf_counter() - ts, 2)}
+        resume.mark_done(output_uri, out, key, fp, run_id, res)
+        results.append(res)
+    total = Counter()
+    for r in results:
+        total.update(r.get("dropped", {}))
+    manifest = {
+        "kind": "drafter_training_data", "run_id": run_id,
+        "created": dt.datetime.now(dt.UTC).isoformat(), "input": input_uri, "output": output_uri,
+        "key": key, "teacher_model": opts.teacher_name(cfg), "drafter_model": opts.drafter_name(cfg),
+        "options": asdict(opts), "config": cfg.model_dump(mode="json"), "config_hash": cfg.config_hash(),
+        "completion_format": completion_text("<rationale>", "<answer>"),
+        "shards": results, "skipped_files": skipped,
+        "rows_in": sum(r.get("rows_in", 0) for r in results),
+        "examples": sum(r.get("examples", 0) for r in results),
+        "kept": sum(r.get("kept", 0) for r in results),
+        "dropped": dict(sorted(total.items())),
+        "failed_shards": sum(r["status"] != "ok" for r in results),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "engine": teacher.stats.as_dict() if teacher else None, "versions": _versions(),
+    }
+    storage.write_bytes_atomic(storage.join(output_uri, "_manifest.json"),
+                               json.dumps(manifest, indent=2, default=str).encode())
+    return manifest
+
+
+def read_training_data(data_uri: str) -> list[dict]:
+    """All kept examples (``drop_reason`` null) of a data prefix, in shard then row order.
+
+    Raises:
+        FileNotFoundError: nothing at ``data_uri``.
+        ValueError: no kept example."""
+    shards, _ = plan_shards(storage.normalize_uri(data_uri))
+    rows = [r for s in shards for r in storage.read_parquet(s).to_pylist() if r["drop_reason"] is None]
+    if not rows:
+        raise ValueError(f"{data_uri}: no training examples (all dropped, or an empty prefix)")
+    return rows

@@ -1,0 +1,153 @@
+"""Where drafter-training rows may come from (paper §3.1 data, under the benchmark's rules).
+
+The rule, explicit and tested (``tests/engine/test_drafter_training.py``): the benchmark
+(``benchmarks/bench.py``) reports on rows of the Climate-FEVER, PopQA (Self-RAG), ARC-Challenge
+(Self-RAG), HotpotQA and NQ-open files of ``../shared/data``, always taken from the *start* of
+each file in file order. The first :data:`BENCHMARK_RESERVE` rows of every such file are
+reserved for it (tuning and reported rows, today rows 0-55, planned >= 100 reported rows), and
+training rows come only from
+
+* rows after the reserve in those files (Climate-FEVER, HotpotQA, NQ-open; the Self-RAG PopQA
+  and ARC files have fewer rows than the reserve, so nothing of them is used), and
+* MuSiQue (a sample of its *train* split), which the benchmark does not use.
+
+ARC-Challenge's official train split is not used: it has no retrieved passages. NQ-open has
+one (gold) passage per question; :data:`NQ_DISTRACTORS` passages of other training questions
+are added so that multi-perspective sampling has documents to choose among.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+BENCHMARK_RESERVE = 300
+"""Rows at the start of each benchmark dataset file that training never reads."""
+
+NQ_DISTRACTORS = 9
+"""Passages from other NQ-open training questions added to each question's gold passage (N = 10)."""
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_samples():
+    """The benchmark's converter module (``scripts/make_samples.py``), so training sees the
+    same query ids, file order and input schema as the benchmark.
+
+    Raises:
+        FileNotFoundError: ``scripts/make_samples.py`` is not next to the package (an
+            installed wheel without the repository)."""
+    path = ROOT / "scripts"
+    if not (path / "make_samples.py").exists():
+        raise FileNotFoundError(f"{path / 'make_samples.py'} not found: run from a checkout of the repository")
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+    import make_samples as mod
+
+    return mod
+
+
+def benchmark_converters() -> dict:
+    """``make_samples.DATASETS``: benchmark dataset name -> row iterator (input schema dicts)."""
+    return make_samples().DATASETS
+
+
+def nq_question_id(question: str) -> str:
+    """Stable NQ-open query id (the data set has none): ``nq-open:<sha1(question)[:16]>``."""
+    return "nq-open:" + hashlib.sha1(question.encode()).hexdigest()[:16]
+
+
+def _jsonl(path: Path) -> Iterator[dict]:
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def nq_open(root: Path, skip: int = BENCHMARK_RESERVE) -> list[dict]:
+    """NQ-open rows after the first ``skip`` (input schema dicts): the gold passage first, then
+    :data:`NQ_DISTRACTORS` gold passages of the following training questions (never of reserved
+    rows). gold = the answer aliases."""
+    raw = list(_jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[skip:]
+    rows = []
+    for i, r in enumerate(raw):
+        qid = nq_question_id(r["question"])
+        docs = [{"doc_id": f"{qid}:gold", "title": c.get("title") or "", "text": c.get("text") or ""}
+                for c in r["ctxs"][:1]]
+        for j in range(1, NQ_DISTRACTORS + 1):
+            o = raw[(i + j * 7) % len(raw)]  # stride 7: neighbours in the file share topics less
+            if o is not r and o["ctxs"]:
+                docs.append({"doc_id": f"{nq_question_id(o['question'])}:gold", "title": o["ctxs"][0].get("title") or "",
+                             "text": o["ctxs"][0].get("text") or ""})
+        rows.append({"query_id": qid, "query": r["question"], "task": "qa", "documents": docs,
+                     "choices": None, "gold": list(r["answers"])})
+    return rows
+
+
+def musique(root: Path) -> list[dict]:
+    """MuSiQue train-split sample (all rows: the benchmark does not use MuSiQue), 20 paragraphs
+    each; gold = answer and aliases."""
+    data = json.loads((root / "musique_hipporag_sample" / "musique_train_sample.shared.json").read_text())
+    return [{"query_id": f"musique:{r['id']}", "query": r["question"], "task": "qa",
+             "documents": [{"doc_id": f"musique:{r['id']}:{p['idx']}", "title": p["title"],
+                            "text": p["paragraph_text"]} for p in r["paragraphs"]],
+             "choices": None, "gold": [r["answer"], *r.get("answer_aliases", [])]}
+            for r in data if r.get("answerable", True)]
+
+
+BENCHMARK_DATASETS = ("climate_fever", "popqa", "arc_challenge", "hotpotqa", "nq_open")
+"""Datasets the benchmark reports on (make_samples names; ``nq_open`` planned by issue 13)."""
+
+
+def benchmark_rows(root: Path) -> dict[str, list[dict]]:
+    """The reserved rows of every benchmark dataset (first :data:`BENCHMARK_RESERVE` of each
+    file): what training must never contain."""
+    conv = benchmark_converters()
+    out = {n: list(conv[n](root))[:BENCHMARK_RESERVE] for n in BENCHMARK_DATASETS if n in conv}
+    if "nq_open" not in out:
+        raw = list(_jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[:BENCHMARK_RESERVE]
+        out["nq_open"] = [{"query_id": nq_question_id(r["question"]), "query": r["question"]} for r in raw]
+    return out
+
+
+def training_rows(root: Path, datasets: tuple[str, ...] = ("climate_fever", "hotpotqa", "nq_open", "musique"),
+                  limit: int | None = None) -> dict[str, list[dict]]:
+    """Training input rows per dataset, under the rule of this module's docstring.
+
+    ``limit`` caps rows per dataset (first rows after the reserve). Only the datasets named
+    are read.
+
+    Raises:
+        ValueError: an unknown dataset name, or one the benchmark reports on that has no rows
+            after the reserve (PopQA, Self-RAG ARC)."""
+    out: dict[str, list[dict]] = {}
+    for name in datasets:
+        if name == "nq_open":
+            rows = nq_open(root)
+        elif name == "musique":
+            rows = musique(root)
+        elif name in ("climate_fever", "hotpotqa"):
+            rows = list(benchmark_converters()[name](root))[BENCHMARK_RESERVE:]
+        else:
+            raise ValueError(f"dataset {name!r}: not a training source (choose from climate_fever, "
+                             "hotpotqa, nq_open, musique; popqa and arc_challenge are benchmark-only)")
+        out[name] = rows[:limit] if limit is not None else rows
+    return out
+
+
+def write_training_inputs(root: Path, out_dir: Path, **kw) -> dict[str, int]:
+    """Write :func:`training_rows` as one input-schema Parquet per dataset under ``out_dir``
+    (the input of ``specrag-batch drafter data``). Returns rows per dataset."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = make_samples().INPUT_SCHEMA
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for name, rows in training_rows(root, **kw).items():
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), out_dir / f"{name}.parquet")
+        counts[name] = len(rows)
+    return counts

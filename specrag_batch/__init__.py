@@ -3,9 +3,10 @@
 Public API: :func:`run_batch` (the Prefect flow), :class:`RunConfig`, :func:`load_config`.
 """
 
-from .telemetry import apply_default as _telemetry_off_by_default
+from . import quiet as _quiet
 
-_telemetry_off_by_default()  # before any flow run starts Prefect's server (SPECRAG_TELEMETRY=1 keeps it)
+_quiet.apply_default()  # telemetry off before any flow run starts Prefect's server (SPECRAG_TELEMETRY=1 keeps it)
+_quiet.silence_benign()
 
 from .config import RunConfig, load_config  # noqa: E402
 

@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from . import calibration, storage
+from .redaction import redact_text
 from .resume import RUN_FILE, SHARDS_DIR
 
 REPORT_DIR = "_report"
@@ -162,7 +163,7 @@ def summary(data: RunData) -> dict:
     flags = (df.select(pl.col("flags").explode()).drop_nulls()["flags"].value_counts(sort=True)
              if n else pl.DataFrame({"flags": [], "count": []}))
     out: dict = {
-        "output": data.prefix, "shards": len(data.shards), "rows": n, "answered": answered,
+        "output": redact_text(data.prefix), "shards": len(data.shards), "rows": n, "answered": answered,
         "errors": len(errs), "errors_by_reason": dict(sorted(by_reason.items(), key=lambda kv: -kv[1])),
         "flags_by_kind": dict(zip(flags["flags"].to_list(), flags["count"].to_list())),
         "low_confidence": int(df["low_confidence"].fill_null(False).sum()),

@@ -14,7 +14,7 @@ from specrag_batch import calibration
 from specrag_batch.config import RunConfig, load_config
 from specrag_batch.report import with_mean_logprob
 from specrag_batch.selection import Draft, mean_logprob, select
-from specrag_batch.telemetry import apply_default
+from specrag_batch.quiet import apply_default
 
 
 def _rows() -> pl.DataFrame:

@@ -1,0 +1,156 @@
+"""Batch invariance: how often do greedy answers and scores change with batch composition?
+
+Each row of a small real slice (``samples/demo``: Climate-FEVER claims and PopQA questions,
+converted from ``../shared/data``) is run through the whole pipeline (retrieval, sampling,
+drafting, verification, selection) three ways with the same engines, config and seed:
+
+* ``alone``: a chunk of one row (the row is the only query in every vLLM call);
+* ``batched``: all rows in one chunk (one batched ``generate`` / ``prompt_logprobs`` call);
+* ``reversed``: all rows in one chunk, in reverse order (same batch, another layout).
+
+It prints, per layout compared to ``alone``: rows whose selected answer changed, rows whose
+selected score log ρ changed (bit for bit), drafts (of m per row) whose answer or draft score
+changed, and the largest / median absolute score change in nats; plus wall time per layout.
+
+``--batch-invariant`` sets ``VLLM_BATCH_INVARIANT=1`` before vLLM is imported (vLLM's
+batch-invariant kernels); on a build that cannot run them the engine start or the first step
+fails and the error is printed. ``--probe`` only turns the mode on the way vLLM's worker does
+(``init_batch_invariance``) and calls each operator it replaces on a CPU tensor, printing
+which run (no engine; seconds).
+
+    python benchmarks/batch_invariance.py --rows 20 --config configs/test-smollm2.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _slice(input_dir: Path, n: int):
+    import pyarrow.parquet as pq
+
+    from specrag_batch.schema import validate_table
+
+    files = sorted(input_dir.glob("*.parquet"))
+    per = -(-n // len(files))
+    rows = []
+    for f in files:
+        rows += validate_table(pq.read_table(f).slice(0, per), str(f))
+    return rows[:n]
+
+
+def _run(rows, cfg, drafter, verifier):
+    from specrag_batch.pipeline import RunInfo, process_rows
+
+    rows = copy.deepcopy(rows)  # process_rows records flags and N on the rows
+    cfg = cfg.model_copy(update={"chunk_rows": max(1, len(rows))})
+    t0 = time.perf_counter()
+    recs = process_rows(rows, cfg, drafter=drafter, verifier=verifier, info=RunInfo("bench", "bench"))
+    return {r["query_id"]: r for r in recs}, time.perf_counter() - t0
+
+
+def _compare(ref: dict, other: dict) -> dict:
+    ans = sc = d_ans = d_sc = n_d = 0
+    deltas = []
+    for qid, a in ref.items():
+        b = other[qid]
+        ans += a["answer"] != b["answer"]
+        if a["score"] is not None and b["score"] is not None:
+            sc += a["score"] != b["score"]
+            deltas.append(abs(a["score"] - b["score"]))
+        for da, db in zip(a["drafts"] or [], b["drafts"] or []):
+            n_d += 1
+            d_ans += da["answer"] != db["answer"]
+            d_sc += da["score_draft"] != db["score_draft"]
+    return {"rows": len(ref), "answer_changed": ans, "score_changed": sc, "drafts": n_d,
+            "draft_answer_changed": d_ans, "draft_score_changed": d_sc,
+            "max_abs_score_delta": max(deltas) if deltas else None,
+            "median_abs_score_delta": statistics.median(deltas) if deltas else None}
+
+
+def probe() -> dict:
+    """Turn on vLLM's batch-invariant mode in this process and call each operator it replaces
+    (plus a plain matmul, which it replaces only on GPUs) on a small CPU tensor."""
+    os.environ["VLLM_BATCH_INVARIANT"] = "1"
+    import torch
+    from vllm.model_executor.determinism import batch_invariant as bi
+    from vllm.platforms import current_platform
+
+    bi.init_batch_invariance()
+    x = torch.randn(4, 8)
+    ops = {"softmax": lambda: torch.softmax(x, -1), "log_softmax": lambda: torch.log_softmax(x, -1),
+           "mean": lambda: x.mean(-1), "bmm": lambda: torch.bmm(x[None], x.T[None]),
+           "matmul": lambda: x @ x.T}
+    out = {"platform": type(current_platform).__name__, "mode_on": bi._batch_invariant_MODE}
+    for name, f in ops.items():
+        try:
+            f()
+            out[name] = "runs"
+        except Exception as e:  # noqa: BLE001 - the figure is which operators run
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=20)
+    ap.add_argument("--input", default=str(ROOT / "samples" / "demo"))
+    ap.add_argument("--config", default=str(ROOT / "configs" / "test-smollm2.yaml"))
+    ap.add_argument("--batch-invariant", action="store_true")
+    ap.add_argument("--probe", action="store_true", help="only probe the batch-invariant kernels")
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args()
+    if args.probe:
+        print(json.dumps(probe(), indent=2))
+        return
+    if args.batch_invariant:
+        os.environ["VLLM_BATCH_INVARIANT"] = "1"
+    os.environ.setdefault("SPECRAG_PROGRESS", "0")
+
+    from specrag_batch.config import load_config
+    from specrag_batch.engines import get_engine
+
+    cfg = load_config(args.config)
+    rows = _slice(Path(args.input), args.rows)
+    out: dict = {"config": args.config, "drafter": cfg.drafter.model, "verifier": cfg.verifier.model,
+                 "rows": len(rows), "batch_invariant_env": args.batch_invariant}
+    try:
+        t0 = time.perf_counter()
+        drafter = get_engine(cfg.drafter, cfg.seed)
+        verifier = get_engine(cfg.verifier, cfg.seed)
+        out["engine_load_s"] = round(time.perf_counter() - t0, 1)
+        batched, t_b = _run(rows, cfg, drafter, verifier)
+        rev, t_r = _run(rows[::-1], cfg, drafter, verifier)
+        alone, t_a = {}, 0.0
+        for i, r in enumerate(rows):
+            print(f"alone: row {i + 1}/{len(rows)}", file=sys.stderr, flush=True)
+            rec, t = _run([r], cfg, drafter, verifier)
+            alone.update(rec)
+            t_a += t
+    except Exception as e:  # noqa: BLE001 - the figure is whether the engine runs at all
+        out["error"] = f"{type(e).__name__}: {e}"
+        print(json.dumps(out, indent=2))
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2))
+        sys.exit(1)
+    out["seconds"] = {"alone": round(t_a, 1), "batched": round(t_b, 1), "reversed": round(t_r, 1)}
+    out["batched_vs_alone"] = _compare(alone, batched)
+    out["reversed_vs_alone"] = _compare(alone, rev)
+    out["reversed_vs_batched"] = _compare(batched, rev)
+    print(json.dumps(out, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

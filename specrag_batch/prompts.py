@@ -149,12 +149,6 @@ def drafter_prompt_ids(tokenizer, task: str, query: str, docs: Sequence[Document
     return ids
 
 
-def drafter_prompt(tokenizer, task: str, query: str, docs: Sequence[Document],
-                   choices: Sequence[str] | None, labels: Sequence[str]) -> str:
-    """The drafter prompt as text (for display; the engine gets :func:`drafter_prompt_ids`)."""
-    return tokenizer.decode(drafter_prompt_ids(tokenizer, task, query, docs, choices, labels))
-
-
 @dataclass
 class VerifierPrompt:
     """Token ids of ``[Q, α, β, R]`` up to the assistant's reply, and the token index ranges

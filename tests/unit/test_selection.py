@@ -53,3 +53,36 @@ def test_random_selection_is_seeded():
     picks = {select(drafts, random_seed=s).index for s in range(20)}
     assert len(picks) > 1
     assert select(drafts, random_seed=3).index == select(drafts, random_seed=3).index
+
+
+def test_missing_enabled_term_ranks_after_every_fully_scored_draft():
+    """Issue 10 item 1: a draft the verifier could not score (input too long) kept only its
+    draft score (-2) and beat verified drafts (-30); now it ranks last and says why."""
+    too_long = d("short", -2.0, None, None)
+    drafts = [d("a", -5.0, -20.0, -5.0), too_long, d("b", -6.0, -15.0, -4.0)]
+    s = select(drafts)
+    assert s.index == 2 and s.score == pytest.approx(-25.0) and s.flags == []
+    assert too_long.score is None
+    assert too_long.flags == ["missing_score_self_consistency", "missing_score_self_reflection"]
+    assert combine(too_long, True, True, True) is None
+    assert combine(too_long, True, False, False) == pytest.approx(-2.0)  # the term is off: fine
+
+
+def test_only_incomplete_drafts_select_the_best_partial_and_flag_low_confidence():
+    drafts = [d("a", -3.0, None, -1.0), d("b", -1.0, None, -1.0)]
+    s = select(drafts)
+    assert (s.index, s.score, s.low_confidence, s.flags) == (1, None, True, ["selected_draft_missing_score"])
+
+
+def test_consensus_rule_min_c_valid_never_below_two():
+    """Issue 10 item 8: c' = max(2, min(c, number of valid drafts))."""
+    from specrag_batch.selection import consensus_threshold
+
+    assert consensus_threshold(5, 3) == 3 and consensus_threshold(5, 5) == 5
+    assert consensus_threshold(1, 5) == 2 and consensus_threshold(5, 1) is None
+    assert consensus_threshold(None, 5) is None and consensus_threshold(3, 0) is None
+    three = [d("Paris", -1, None, None), d("paris.", -2, None, None), d("The Paris", -3, None, None)]
+    assert consensus(three, 5) == [0, 1, 2]  # a row with 3 subsets where m = 5
+    assert consensus(three[:1], 5) is None  # one draft is not a consensus
+    assert consensus(three + [d("Rome", -1, None, None, valid=False)] * 2, 5) == [0, 1, 2]
+    assert consensus(three + [d("Rome", -1, None, None)], 5) is None  # 3 of 4 valid agree, c' = 4

@@ -19,6 +19,9 @@ index_app = typer.Typer(no_args_is_help=True, help="FAISS retrieval index over a
 models_app = typer.Typer(no_args_is_help=True, help="Packaged models (GGUF in PyPI packages).")
 app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")
+from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
+
+app.add_typer(drafter_app, name="drafter")
 console = Console()
 
 
@@ -68,6 +71,9 @@ def print_summary(m: dict) -> None:
         t.add_row(f"stage {k} (s)", f"{v:.1f}")
     t.add_row("total (s)", f"{m['seconds']:.1f}")
     t.add_row("output", m["output"])
+    if m.get("report"):
+        rep = m["report"]
+        t.add_row("report", rep.get("uri") if rep["status"] == "ok" else f"{rep['status']}: {rep.get('error')}")
     console.print(t)
     for s in m["shards"]:
         if s["status"] != "ok":

@@ -288,7 +288,7 @@ def plots(data: RunData) -> dict[str, bytes]:
         c = calibration.risk_coverage(calibration.measure_values(g, m), g["correct"].to_numpy(),
                                       g["always"].to_numpy())
         if len(c.taus):
-            ax.step(c.coverage, c.accuracy, where="post", label=m)
+            ax.plot(c.coverage, c.accuracy, marker="o", ms=3, alpha=0.8, label=m)
     ax.set_xlabel("coverage (share of graded rows kept)")
     ax.set_ylabel("accuracy of kept rows")
     ax.set_ylim(0, 1.02)

@@ -192,10 +192,11 @@ def config_snippet(results: list[TaskThreshold], header: str = "") -> str:
     """YAML that :func:`specrag_batch.config.load_config` accepts: ``selection.confidence`` and
     ``selection.tau_min`` per task (tasks whose target was not met are left out, noted in a
     comment)."""
-    taus = {r.task: round(r.tau, 6) for r in results if r.tau is not None}
+    taus = {r.task: r.tau for r in results if r.tau is not None}  # exact: a rounded τ may drop its row
     body = yaml.safe_dump({"selection": {"confidence": results[0].measure if results else "score",
                                          "tau_min": taus or None}}, sort_keys=False)
-    notes = [f"# {r.task}: target not met on this data (n={r.n}); rows never flagged"
+    notes = [f"# {r.task}: target not met on this data (n={r.n}); left out, so its rows are "
+             "never flagged: set a value by hand"
              for r in results if r.tau is None]
     return "".join(f"# {line}\n" for line in header.splitlines()) + "\n".join(notes) + \
         ("\n" if notes else "") + body

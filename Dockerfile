@@ -4,7 +4,7 @@
 #   cpu  python:3.11 (Debian bookworm) + the repository's own `make setup`: vLLM's CPU build and
 #        FAISS CPU, i.e. exactly the install steps CI runs (.ci/run -> make test -> setup).
 #        tests/infra/test_dockerfile.py checks that relation: change the Makefile, not this file.
-#   gpu  NVIDIA CUDA runtime (Ubuntu 22.04) + CPython 3.11 + `pip install '.[gpu,ray]'`
+#   gpu  NVIDIA CUDA runtime (Ubuntu 22.04) + CPython 3.11 + `pip install '.[gpu,ray,train]'`
 #        (upstream vLLM for CUDA, FAISS GPU, Ray).
 #
 #   docker build --target cpu -t specrag-batch:0.1.0-cpu .
@@ -113,7 +113,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY specrag_batch ./specrag_batch
 COPY flows ./flows
-RUN --mount=type=cache,target=/root/.cache/pip /opt/venv/bin/pip install '.[gpu,ray]'
+RUN --mount=type=cache,target=/root/.cache/pip /opt/venv/bin/pip install '.[gpu,ray,train]'
 COPY configs ./configs
 COPY samples ./samples
 COPY prefect.yaml ./

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from . import intermediate, storage
 from .config import RunConfig
+from .drafter_training.train import drafter_identity
 from .evaluation import summarize
 from .pipeline import STAGES, RunInfo, StageTimer, draft_stage, process_rows, verify_stage
 from .redaction import redact
@@ -284,6 +285,8 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         "input": input_uri,
         "output": output_uri,
         "mode": cfg.mode,
+        # which drafter: packaged pin, or a tuned model's training manifest id / weights sha256
+        "drafter": drafter_identity(cfg.drafter.model) if cfg.mode == "speculative" else None,
         "config": cfg.model_dump(mode="json"),
         "config_hash": cfg.config_hash(),
         "shards": [r.as_dict() for r in results],

@@ -1,0 +1,179 @@
+"""Specialist drafter (paper §3.1, issue 12): the data step with SmolLM2 as teacher on real
+rows, and SFT of SmolLM2-135M on a tiny fixture (loss, label mask, merged model in vLLM and in
+a pipeline run, resume after a kill)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ..conftest import ROOT, sample_rows, small_config, subprocess_env
+
+pytestmark = pytest.mark.slow
+SHARED = ROOT.parent / "shared" / "data"
+
+
+def tiny_training_data(dest: Path, n: int = 12) -> Path:
+    """A tiny data prefix in the data step's schema, from the bundled PopQA demo rows: the
+    completion names the first document's title and the gold (a fixed, learnable pattern)."""
+    from specrag_batch.drafter_training.data import DATA_SCHEMA, completion_text
+
+    recs = []
+    for r in sample_rows("popqa", n).to_pylist():
+        docs = r["documents"][:1]
+        rationale = f"Document [1] ({docs[0]['title']}) gives the answer {r['gold'][0]}."
+        recs.append({"query_id": r["query_id"], "task": "qa", "query": r["query"], "choices": None,
+                     "gold": r["gold"], "subset_index": 0, "doc_ids": [d["doc_id"] for d in docs],
+                     "documents": docs, "prompt": None, "prompt_tokens": None,
+                     "completion": completion_text(rationale, r["gold"][0]), "rationale": rationale,
+                     "answer": r["gold"][0], "teacher_text": rationale, "drop_reason": None,
+                     "teacher_model": "fixture", "drafter_model": "smollm2-135m-instruct",
+                     "source_file": "samples/demo/popqa.parquet", "source_row": 0})
+    dest.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(recs, schema=DATA_SCHEMA), dest / "tiny.parquet")
+    return dest
+
+
+class PromptRecorder:
+    """The real engine, recording the prompt ids the pipeline hands to it."""
+
+    def __init__(self, engine):
+        self.engine, self.tokenizer, self.prompts = engine, engine.tokenizer, []
+
+    def generate(self, prompts, **kw):
+        self.prompts += [list(p) for p in prompts]
+        return self.engine.generate(prompts, **kw)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
+def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
+    from specrag_batch.drafter_training.data import answer_text, build_training_data
+    from specrag_batch.drafter_training.sources import make_samples, training_rows
+    from specrag_batch.engines import get_engine
+    from specrag_batch.parsing import parse_draft
+    from specrag_batch.pipeline import StageTimer, draft_rows
+    from specrag_batch.schema import validate_table
+
+    cfg = small_config(**{"sampling.num_drafts": 2})
+    rows = [r for rs in training_rows(SHARED, ("climate_fever", "nq_open"), limit=3).values() for r in rs]
+    rows.append({**rows[0], "query_id": "no-gold-row", "gold": None})  # cannot give an example
+    inp = tmp_path / "in"
+    inp.mkdir()
+    table = pa.Table.from_pylist(rows, schema=make_samples().INPUT_SCHEMA)
+    pq.write_table(table, inp / "rows.parquet")
+    m = build_training_data(str(inp), str(tmp_path / "data"), cfg)
+    out = pq.read_table(tmp_path / "data" / "rows.parquet").to_pylist()
+
+    # every input row comes out; reasons counted in the manifest equal those in the data
+    assert {r["query_id"] for r in out} == {r["query_id"] for r in rows}
+    reasons = [r["drop_reason"] for r in out if r["drop_reason"]]
+    assert m["dropped"] == {k: reasons.count(k) for k in set(reasons)}
+    assert m["dropped"].get("no_gold") == 1
+    assert m["kept"] == sum(r["drop_reason"] is None for r in out) and m["kept"] + len(reasons) == len(out)
+
+    # the prompt is exactly what the inference drafter is given for that subset
+    rec = PromptRecorder(get_engine(cfg.drafter, cfg.seed))
+    vrows = validate_table(table, "rows.parquet")
+    draft_rows([r for r in vrows if r.gold], cfg, rec, StageTimer())
+    tok = rec.tokenizer
+    with_prompt = [r for r in out if r["prompt"] is not None]
+    assert with_prompt
+    for r in with_prompt:
+        ids = tok(r["prompt"], add_special_tokens=False)["input_ids"]
+        assert ids in rec.prompts and len(ids) == r["prompt_tokens"]
+        assert r["prompt"].endswith("Rationale:")
+        ans, _ = answer_text(r["task"], r["gold"], r["choices"], cfg.claim_labels)
+        if r["drop_reason"] is None:  # completions end with the gold in the answer format
+            assert r["completion"].endswith(f"\nAnswer: {ans}") and r["completion"].startswith(" ")
+            assert parse_draft(r["completion"], r["task"], labels=cfg.claim_labels).answer == ans
+        else:
+            assert r["completion"] is None
+
+    # re-running resumes: finished shards are not recomputed
+    again = build_training_data(str(inp), str(tmp_path / "data"), cfg)
+    assert all(s.get("resumed") for s in again["shards"]) and again["kept"] == m["kept"]
+
+
+def test_training_loss_mask_merged_model_in_vllm_and_pipeline(tmp_path):
+    from specrag_batch.drafter_training.data import read_training_data
+    from specrag_batch.drafter_training.train import (TrainOptions, build_datasets, drafter_identity,
+                                                      make_trainer, train_drafter)
+    from specrag_batch.engines import get_engine
+    from specrag_batch.models import resolve_model
+    from specrag_batch.pipeline import RunInfo, process_rows
+    from specrag_batch.schema import validate_table
+    from transformers import AutoTokenizer
+
+    data = tiny_training_data(tmp_path / "data")
+    opts = TrainOptions(max_steps=16, batch_size=2, grad_accum=1, learning_rate=2e-3, max_length=256,
+                        max_doc_tokens=64, save_steps=100, logging_steps=4, eval_fraction=0.0)
+
+    # only completion tokens carry loss: labels are -100 exactly on the prompt
+    base = resolve_model("smollm2-135m-instruct")
+    tok = AutoTokenizer.from_pretrained(base)
+    train_ds, _, counts = build_datasets(read_training_data(str(data)), tok, opts)
+    assert counts["train"] == 12
+    trainer = make_trainer(base, train_ds, None, tmp_path / "probe", opts, tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+    for i in range(2):
+        ex = train_ds[i]
+        n, mask = len(ex["input_ids"]), ex["completion_mask"]
+        labels = batch["labels"][i].tolist()
+        assert [lab != -100 for lab in labels[:n]] == [bool(x) for x in mask]
+        assert all(lab == -100 for lab in labels[n:])  # padding
+        kept = [t for t, lab in zip(ex["input_ids"], labels) if lab != -100]
+        assert tok.decode(kept).startswith(" Document [1]") and kept[-1] == tok.eos_token_id
+    del trainer
+
+    m = train_drafter(str(data), "smollm2-135m-instruct", str(tmp_path / "model"), opts)
+    losses = [p["loss"] for p in m["loss_curve"]]
+    assert len(losses) >= 4 and losses[-1] < losses[0]
+    assert (tmp_path / "model" / "training_manifest.json").is_file()
+    ident = drafter_identity(str(tmp_path / "model"))
+    assert ident["training_manifest_id"] == m["manifest_id"] and ident["weights_sha256"]
+
+    # the merged model is a drafter vLLM loads by path; a pipeline run with it drafts
+    cfg = small_config(**{"drafter.model": str(tmp_path / "model")})
+    drafter = get_engine(cfg.drafter, cfg.seed)
+    verifier = get_engine(cfg.verifier, cfg.seed)
+    rows = validate_table(sample_rows("popqa", 2, skip=12), "popqa.parquet")
+    recs = process_rows(rows, cfg, drafter=drafter, verifier=verifier, info=RunInfo("t", "popqa"))
+    assert all(r["error"] is None and r["drafts"] for r in recs)
+    assert any(d["answer"] for r in recs for d in r["drafts"])
+    assert recs[0]["drafter_model"] == str(tmp_path / "model")
+
+
+def test_killed_training_resumes_from_last_checkpoint(tmp_path):
+    data = tiny_training_data(tmp_path / "data")
+    out = tmp_path / "model"
+    cmd = [str(Path(sys.executable).with_name("specrag-batch")), "drafter", "train", "--data", str(data),
+           "--base", "smollm2-135m-instruct", "-o", str(out), "--max-steps", "8", "--save-steps", "2",
+           "--batch-size", "2", "--grad-accum", "1", "--max-length", "256", "--max-doc-tokens", "64"]
+    env = subprocess_env(tmp_path)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 600
+        while not list((out / "_checkpoints").glob("checkpoint-4")) and time.time() < deadline:
+            assert proc.poll() is None, "training ended before it could be killed"
+            time.sleep(1)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not (out / "training_manifest.json").exists()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = json.loads((out / "training_manifest.json").read_text())
+    assert m["resumed_from"] and int(m["resumed_from"].rsplit("-", 1)[1]) >= 4
+    assert m["global_step"] == 8

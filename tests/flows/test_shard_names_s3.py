@@ -72,7 +72,8 @@ def test_flow_over_odd_s3_names_polars_and_pandas_shards(prefect_harness, s3_buc
     storage.write_parquet_atomic(f"{inp}/{DECOY}", sample_rows("climate_fever", 1))
     put_markers(s3_bucket, "in")
 
-    m = speculative_rag_flow(inp, out, small_config().model_dump(mode="json"))
+    cfg = small_config(**{"sampling.num_drafts": 2, "drafter.max_tokens": 24, "verifier.max_tokens": 24})
+    m = speculative_rag_flow(inp, out, cfg.model_dump(mode="json"))
 
     assert m["failed_shards"] == 0 and m["rows_in"] == m["rows_out"] == 6
     assert m["skipped_files"] == [{"input": f"{inp}/{DECOY}", "reason": "not a .parquet file"}]

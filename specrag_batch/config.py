@@ -80,9 +80,10 @@ class SelectionConfig(_Strict):
     use_self_consistency: bool = True
     use_self_reflection: bool = True
     self_reflection: Literal["paper", "contrast"] = Field(
-        "contrast", description="ρ_SR from the verifier's next token after R: paper = "
-        "log P(Yes); contrast = log P(Yes)/(P(Yes)+P(No)) (yes/no summed over the tokenizer's "
-        "single-token spellings; see benchmarks/README.md for the measurement behind the default)")
+        "paper", description="ρ_SR from the verifier's next token after R: paper = "
+        "log P(Yes) (the paper's term); contrast = log P(Yes)/(P(Yes)+P(No)) (yes/no summed "
+        "over the tokenizer's single-token spellings). The default stays the paper's until "
+        "benchmarks/self_reflection.py has measured both (benchmarks/README.md)")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
     tau_min: float | dict[Literal["qa", "claim", "choice"], float] | None = Field(
         None, description="threshold on the selected draft's confidence (``confidence``); "

@@ -15,9 +15,15 @@ SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, fail_every: int = 4):
+    """``rule(method, path, n)`` (optional) picks the requests to fail instead of every
+    ``fail_every``-th: ``n`` is how many times this method and path were seen before."""
+
+    def __init__(self, upstream: str, fail_every: int = 4, rule=None):
         self.upstream = urlparse(upstream)
         self.fail_every = fail_every
+        self.rule = rule
+        self.seen: dict[tuple[str, str], int] = {}
+        self.failed: list[tuple[str, str]] = []
         self.requests = 0
         self.failures = 0
         self._lock = threading.Lock()
@@ -34,8 +40,14 @@ class FaultProxy:
                 body = self.rfile.read(n) if n else None
                 with proxy._lock:
                     proxy.requests += 1
-                    fail = proxy.requests % proxy.fail_every == 0
+                    key = (self.command, self.path.split("?", 1)[0])
+                    n = proxy.seen.get(key, 0)
+                    proxy.seen[key] = n + 1
+                    fail = (proxy.rule(*key, n) if proxy.rule is not None
+                            else proxy.requests % proxy.fail_every == 0)
                     proxy.failures += fail
+                    if fail:
+                        proxy.failed.append(key)
                 if fail:
                     self.send_response(503)
                     self.send_header("Content-Type", "application/xml")

@@ -168,11 +168,13 @@ def make_trainer(base_path: str, train_ds, eval_ds, out_dir: Path, opts: TrainOp
 
 
 def last_checkpoint(out_dir: Path) -> str | None:
-    """The newest ``checkpoint-<step>`` directory under ``<out_dir>/_checkpoints``, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
-
+    """The newest complete ``checkpoint-<step>`` directory under ``<out_dir>/_checkpoints``
+    (one holding ``trainer_state.json``: a kill while a checkpoint was being written leaves an
+    incomplete one, which is skipped), or None."""
     d = out_dir / CHECKPOINTS
-    return get_last_checkpoint(str(d)) if d.is_dir() else None
+    found = [(int(p.name.rsplit("-", 1)[1]), p) for p in d.glob("checkpoint-*")
+             if p.name.rsplit("-", 1)[1].isdigit() and (p / "trainer_state.json").is_file()] if d.is_dir() else []
+    return str(max(found)[1]) if found else None
 
 
 def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | None = None) -> dict:

@@ -91,7 +91,11 @@ def test_flow_s3_round_trip(prefect_harness, s3_bucket, shards):
     assert sorted(r["query_id"] for r in rows) == input_ids(shards)
     assert manifest["rows_out"] == 6 and all(s["output"].startswith("s3://") for s in manifest["shards"])
     fs, path = storage.filesystem(out)
-    assert not [f for f in fs.find(path) if ".tmp" in f]
+    written = sorted(f[len(path):].lstrip("/") for f in fs.find(path))  # exactly these objects
+    assert written == ["_manifest.json", "_report/report.md", "_report/risk_coverage.png",
+                       "_report/score_correct_vs_wrong.png", "_report/summary.json", "_run.json",
+                       "_shards/claims__climate.parquet.json", "_shards/popqa.parquet.json",
+                       "claims__climate.parquet", "popqa.parquet"]
 
 
 def test_flow_bad_shard_and_bad_rows_lose_nothing(prefect_harness, tmp_path):
@@ -165,7 +169,7 @@ def test_cli_help_and_run(tmp_path):
     assert "rows in / out" in p.stdout and "2 / 2" in p.stdout
     bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "run", "-i", str(inp), "-o", "x",
                           "--mode", "fast"], capture_output=True, text=True, env=env, cwd=ROOT)
-    assert bad.returncode != 0 and "--mode" in (bad.stderr + bad.stdout)
+    assert bad.returncode == 2 and "--mode" in (bad.stderr + bad.stdout)  # README: bad flag exits 2
 
 
 def test_relative_input_same_names_in_two_folders_and_respelled_resume(prefect_harness, tmp_path, monkeypatch):

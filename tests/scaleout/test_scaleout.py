@@ -103,7 +103,9 @@ def test_disaggregated_threads_same_answers_and_resumes_from_drafts(prefect_harn
     out = str(tmp_path / "out")
     m = run_flow(inputs, out, cfg, execution={"stages": "disaggregated", "keep_drafts": True})
     assert outputs(out) == reference
-    assert m["stage_seconds"]["drafting"] > 0 and m["stage_seconds"]["verification"] >= 0
+    assert m["stage_seconds"]["drafting"] > 0
+    # the verifier ran: at least one of the 8 rows was not on the consensus fast path
+    assert m["metrics"]["fast_path"] < 8 and m["stage_seconds"]["verification"] > 0
     drafts = sorted(os.listdir(tmp_path / "out" / "_drafts"))
     assert drafts == ["_shards"] + [f"part-{i}.parquet" for i in range(4)]
     t = pq.read_table(tmp_path / "out" / "_drafts" / "part-0.parquet")

@@ -19,11 +19,10 @@ from typing import Sequence
 from .engines import Engine, GenerationResult
 from .parsing import ParsedDraft, parse_draft
 from .prompts import drafter_prompt_ids, encode_plain
-from .schema import Document
-from .selection import Draft
+from .records import Document, Draft, Flag
 
-NON_FINITE = "non_finite_logprob"
-PROCESSING_ERROR = "draft_processing_error"
+NON_FINITE = Flag.NON_FINITE_LOGPROB
+PROCESSING_ERROR = Flag.DRAFT_PROCESSING_ERROR
 
 
 class PromptTooLongError(ValueError):

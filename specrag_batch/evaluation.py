@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 
 from .parsing import (canonical_label, label_key, normalize_answer, normalize_answer_keep_articles,
                       option_index)
+from .records import Flag
 
 # row flags
-GOLD_NOT_A_LABEL = "gold_not_a_label"
-GOLD_NOT_AN_OPTION = "gold_not_an_option"
-GOLD_OPTION_AMBIGUOUS = "gold_option_ambiguous"
+GOLD_NOT_A_LABEL = Flag.GOLD_NOT_A_LABEL
+GOLD_NOT_AN_OPTION = Flag.GOLD_NOT_AN_OPTION
+GOLD_OPTION_AMBIGUOUS = Flag.GOLD_OPTION_AMBIGUOUS
 GOLD_FLAGS = (GOLD_NOT_A_LABEL, GOLD_NOT_AN_OPTION, GOLD_OPTION_AMBIGUOUS)
 
 _KEY_RE = re.compile(r"\(?([A-Za-z]+|[0-9]+)[.):]?")

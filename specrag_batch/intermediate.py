@@ -19,21 +19,12 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 
 from .resume import DRAFTS_DIR  # noqa: F401 - sub-prefix of the output holding draft shards
-from .schema import QueryRow
-from .selection import Draft
+from .records import Draft, QueryRow
+from .schema import DRAFT_RECORD_TYPE
 
 _STR_LIST = pa.list_(pa.string())
 
-INTERMEDIATE_DRAFT_TYPE = pa.struct([
-    ("doc_ids", _STR_LIST),
-    ("answer", pa.string()),
-    ("rationale", pa.string()),
-    ("flags", _STR_LIST),
-    ("valid", pa.bool_()),
-    ("score_draft", pa.float64()),
-    ("written_answer", pa.string()),
-    ("tokens_draft", pa.int32()),
-])
+INTERMEDIATE_DRAFT_TYPE = DRAFT_RECORD_TYPE  # verifier scores are null until verification
 
 DRAFTS_SCHEMA = pa.schema([
     ("row_index", pa.int64()),
@@ -59,10 +50,7 @@ def to_table(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]]) -> pa.Tab
             "row_index": r.row_index, "query_id": r.query_id, "query": r.query, "task": r.task,
             "choices": r.choices, "gold": r.gold, "error": r.error, "flags": list(r.flags),
             "num_documents": r.num_documents,
-            "drafts": [{"doc_ids": d.doc_ids, "answer": d.answer, "rationale": d.rationale,
-                        "flags": list(d.flags), "valid": d.valid, "score_draft": d.score_draft,
-                        "written_answer": d.written_answer, "tokens_draft": d.tokens_draft}
-                       for d in drafts.get(i, [])],
+            "drafts": [d.to_record() for d in drafts.get(i, [])],
         })
     return pa.Table.from_pylist(recs, schema=DRAFTS_SCHEMA)
 
@@ -83,12 +71,7 @@ def from_table(table: pa.Table, file: str) -> tuple[list[QueryRow], dict[int, li
                              gold=rec["gold"], error=rec["error"], flags=list(rec["flags"] or []),
                              num_documents=rec["num_documents"]))
         if rec["drafts"]:
-            drafts[i] = [Draft(doc_ids=list(d["doc_ids"] or []), answer=d["answer"],
-                               rationale=d["rationale"], flags=list(d["flags"] or []),
-                               valid=d["valid"], score_draft=d["score_draft"],
-                               written_answer=d.get("written_answer") or "",
-                               tokens_draft=d.get("tokens_draft"))
-                         for d in rec["drafts"]]
+            drafts[i] = [Draft.from_record(d) for d in rec["drafts"]]
     return rows, drafts
 
 

@@ -12,6 +12,8 @@ import string
 import unicodedata
 from dataclasses import dataclass, field
 
+from .records import Flag, is_valid_draft
+
 ANSWER_RE = re.compile(r"(?im)^\s*(?:\*\*)?\s*(?:final\s+)?answer\s*(?:\*\*)?\s*[:\-]\s*(?:\*\*)?")
 LETTERS = string.ascii_uppercase
 
@@ -39,14 +41,14 @@ def option_index(label: str) -> int:
     return n - 1
 
 # draft flags
-NO_ANSWER_FIELD = "no_answer_field"
-EMPTY = "empty_draft"
-EMPTY_ANSWER = "empty_answer"
-EMPTY_RATIONALE = "empty_rationale"
-TRUNCATED = "truncated_at_max_tokens"
-REPETITION = "repetition"
-NOT_A_LABEL = "answer_not_a_label"
-NOT_A_CHOICE = "answer_not_a_choice"
+NO_ANSWER_FIELD = Flag.NO_ANSWER_FIELD
+EMPTY = Flag.EMPTY_DRAFT
+EMPTY_ANSWER = Flag.EMPTY_ANSWER
+EMPTY_RATIONALE = Flag.EMPTY_RATIONALE
+TRUNCATED = Flag.TRUNCATED_AT_MAX_TOKENS
+REPETITION = Flag.REPETITION
+NOT_A_LABEL = Flag.ANSWER_NOT_A_LABEL
+NOT_A_CHOICE = Flag.ANSWER_NOT_A_CHOICE
 
 
 @dataclass
@@ -66,7 +68,7 @@ class ParsedDraft:
     def valid(self) -> bool:
         """A draft usable for selection: it has a rationale β and an answer α of the right
         kind (the paper's draft is the pair (α, β))."""
-        return not ({EMPTY, EMPTY_ANSWER, EMPTY_RATIONALE, NOT_A_LABEL, NOT_A_CHOICE} & set(self.flags))
+        return is_valid_draft(self.flags)
 
 
 # Letters NFKD does not decompose (no combining mark to drop), after case folding.

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import storage
-from .schema import Document
+from .records import Document
 
 PACKAGED_EMBEDDERS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 _EMBED_LOCK = threading.Lock()

@@ -16,12 +16,14 @@ from typing import Literal, Sequence
 import numpy as np
 from sklearn.cluster import KMeans
 
+from .records import Flag
+
 Subset = tuple[int, ...]
 
 
 # row flags
-TRUNCATED_QUERY = "truncated_query_for_sampling"
-TRUNCATED_DOCUMENTS = "truncated_documents_for_sampling"
+TRUNCATED_QUERY = Flag.TRUNCATED_QUERY_FOR_SAMPLING
+TRUNCATED_DOCUMENTS = Flag.TRUNCATED_DOCUMENTS_FOR_SAMPLING
 
 
 def conditioned_texts(query: str, documents: Sequence[str], instruction: str, tokenizer,

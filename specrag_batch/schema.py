@@ -27,10 +27,12 @@ the field; the other rows are answered.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from .records import Document, QueryRow, row_error
+
+__all__ = ["Document", "QueryRow"]  # re-exported: the row types live in records
 
 TASKS = ("qa", "claim", "choice")
 REQUIRED = ("query_id", "query", "task")
@@ -43,31 +45,6 @@ class InputSchemaError(ValueError):
     def __init__(self, file: str, field: str, reason: str):
         self.file, self.field, self.reason = file, field, reason
         super().__init__(f"{file}: column '{field}': {reason}")
-
-
-@dataclass
-class Document:
-    """One retrieved passage."""
-
-    doc_id: str
-    title: str
-    text: str
-
-
-@dataclass
-class QueryRow:
-    """One validated input row. ``error`` is set (and the row not processed) when invalid."""
-
-    row_index: int
-    query_id: str
-    query: str
-    task: str
-    documents: list[Document] | None = None
-    choices: list[str] | None = None
-    gold: list[str] | None = None
-    error: str | None = None
-    flags: list[str] = field(default_factory=list)
-    num_documents: int | None = None  # N after retrieval (set by the pipeline)
 
 
 STRING_TYPES = "string, large_string, string_view, dictionary<_, string> (or all null)"
@@ -198,22 +175,21 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
     rows: list[QueryRow] = []
     for i in range(table.num_rows):
         qid = cols["query_id"][i]
-        where = f"{file}: row {i}"
         row = QueryRow(row_index=i, query_id=qid if qid is not None else f"<row {i}>",
                        query=cols["query"][i] or "", task=cols["task"][i] or "")
         err = None
         if qid is None or not str(qid).strip():
-            err = f"{where}: field 'query_id': null or empty"
+            err = row_error(i, None, "query_id", "null or empty", where=file)
         elif qid in seen:
-            err = f"{where}: field 'query_id': duplicate id {qid!r}"
+            err = row_error(i, None, "query_id", f"duplicate id {qid!r}", where=file)
         elif cols["query"][i] is None or not cols["query"][i].strip():
-            err = f"{where} (query_id={qid!r}): field 'query': null or empty"
+            err = row_error(i, qid, "query", "null or empty", where=file)
         elif cols["task"][i] not in TASKS:
-            err = (f"{where} (query_id={qid!r}): field 'task': unknown value "
-                   f"{cols['task'][i]!r} (expected one of {', '.join(TASKS)})")
+            err = row_error(i, qid, "task", f"unknown value {cols['task'][i]!r} "
+                            f"(expected one of {', '.join(TASKS)})", where=file)
         elif task is not None and cols["task"][i] != task:
-            err = (f"{where} (query_id={qid!r}): field 'task': {cols['task'][i]!r}, but this run "
-                   f"only takes {task!r} rows (config 'task')")
+            err = row_error(i, qid, "task", f"{cols['task'][i]!r}, but this run only takes "
+                            f"{task!r} rows (config 'task')", where=file)
         if qid is not None:
             seen.add(qid)
         docs = cols.get("documents", [None] * table.num_rows)[i]
@@ -227,7 +203,7 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
         if err is None and row.task == "choice":
             opts = [c for c in (row.choices or []) if c is not None and c.strip()]
             if not opts:
-                err = f"{where} (query_id={qid!r}): field 'choices': missing or empty for task 'choice'"
+                err = row_error(i, qid, "choices", "missing or empty for task 'choice'", where=file)
             else:
                 row.choices = opts
         row.error = err
@@ -259,7 +235,12 @@ DRAFT_TYPE = pa.struct([
 wrote it (what the verifier scored, e.g. ``B``); ``logprob_yes``/``logprob_no`` the verifier's
 log P(Yes), log P(No) after R; ``tokens_*`` the number of tokens behind each score (drafter
 tokens of β+α for ``score_draft``; verifier tokens of α and of β for
-``score_self_consistency``; ``score_self_reflection`` is one position)."""
+``score_self_consistency``; ``score_self_reflection`` is one position).
+Written and read by :meth:`records.Draft.to_record` / :meth:`records.Draft.from_record`."""
+
+DRAFT_RECORD_TYPE = pa.struct([*DRAFT_TYPE, ("valid", pa.bool_())])
+"""A draft as the intermediate draft Parquet holds it: :data:`DRAFT_TYPE` and ``valid`` (whether
+the draft takes part in selection; the output keeps only its flags)."""
 
 OUTPUT_SCHEMA = pa.schema([
     ("query_id", pa.string()),

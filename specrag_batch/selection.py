@@ -9,57 +9,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from .parsing import normalize_answer
+from .records import Draft, Flag, Selection
 
+__all__ = ["Draft", "Selection", "combine", "consensus", "consensus_threshold", "mean_logprob",
+           "select"]  # Draft and Selection live in records; imported from here by older code
 
-MISSING = {"draft": "missing_score_draft", "self_consistency": "missing_score_self_consistency",
-           "self_reflection": "missing_score_self_reflection"}
+MISSING = {"draft": Flag.MISSING_SCORE_DRAFT, "self_consistency": Flag.MISSING_SCORE_SELF_CONSISTENCY,
+           "self_reflection": Flag.MISSING_SCORE_SELF_REFLECTION}
 """Draft flag per enabled score term that could not be computed (e.g. the verifier input was
 too long); such a draft ranks after every fully scored draft."""
-
-
-@dataclass
-class Draft:
-    """One (subset, draft) pair and its scores (natural-log probabilities, None = not computed).
-
-    ``score_draft`` = log P(β|Q,δ) + log P(α|Q,δ,β) from the drafter's own tokens;
-    ``score_self_consistency`` = log P(α, β | Q) under the verifier;
-    ``score_self_reflection`` = the verifier's "Yes" to R, see :mod:`verification`
-    (``logprob_yes`` / ``logprob_no`` are log P(Yes), log P(No) at that position).
-    ``answer`` is canonical (a label, an option text); ``written_answer`` is α as the drafter
-    wrote it (what the verifier scores; empty = same as ``answer``). ``tokens_*`` count the
-    tokens behind each score: drafter tokens of β+α, verifier tokens of α and of β."""
-
-    doc_ids: list[str]
-    answer: str
-    rationale: str
-    flags: list[str] = field(default_factory=list)
-    valid: bool = True
-    score_draft: float | None = None
-    score_self_consistency: float | None = None
-    score_self_reflection: float | None = None
-    score: float | None = None
-    written_answer: str = ""
-    logprob_yes: float | None = None
-    logprob_no: float | None = None
-    tokens_draft: int | None = None
-    tokens_answer: int | None = None
-    tokens_rationale: int | None = None
-
-
-@dataclass
-class Selection:
-    """Outcome for one row."""
-
-    index: int | None
-    score: float | None
-    low_confidence: bool
-    fast_path: bool
-    flags: list[str] = field(default_factory=list)
 
 
 def _terms(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> list[tuple[str, float | None]]:
@@ -139,7 +100,7 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
         term) the row gets ``selected_draft_missing_score`` and low confidence.
     """
     if not drafts:
-        return Selection(None, None, True, False, ["no_drafts"])
+        return Selection(None, None, True, False, [Flag.NO_DRAFTS])
     flags: list[str] = []
     if fast_path:
         # the verifier was skipped on purpose: log ρ is the draft score alone
@@ -158,7 +119,7 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
     pool = [i for i, d in enumerate(drafts) if d.valid]
     if not pool:
         pool = list(range(len(drafts)))
-        flags.append("no_valid_draft")
+        flags.append(Flag.NO_VALID_DRAFT)
     if random_seed is not None:
         best = int(np.random.default_rng(random_seed).choice(pool))
     else:
@@ -167,7 +128,7 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
                                         drafts[i].score if drafts[i].score is not None else partial[i], -i))
     score = drafts[best].score
     if score is None and drafts[best].valid:
-        flags.append("selected_draft_missing_score")
+        flags.append(Flag.SELECTED_DRAFT_MISSING_SCORE)
     conf = score if confidence == "score" or score is None else \
         mean_logprob(drafts[best], use_draft, use_sc, use_sr)
     low = bool(flags) or (tau_min is not None and (conf is None or not math.isfinite(conf)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .drafting import DraftRequest, fitted_prompt
-from .schema import Document
+from .records import Document
 
 
 def standard_request(tokenizer, row: int, task: str, query: str, docs: Sequence[Document],

@@ -29,10 +29,10 @@ from typing import Sequence
 
 from .engines import Engine, clean_logprob
 from .prompts import Question, encode_plain, verifier_prompt
-from .selection import Draft
+from .records import Draft, Flag, add_flag
 
-NON_FINITE = "non_finite_logprob"
-TOO_LONG = "verifier_input_too_long"
+NON_FINITE = Flag.NON_FINITE_LOGPROB
+TOO_LONG = Flag.VERIFIER_INPUT_TOO_LONG
 TOP_K = 20
 """Next-token log-probs requested for self-reflection (vLLM's default ``max_logprobs``)."""
 SELF_REFLECTION_MODES = ("paper", "contrast")
@@ -85,7 +85,7 @@ def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int]
         raise ValueError(f"selection.self_reflection must be one of {SELF_REFLECTION_MODES}, got {mode!r}")
     vals = [v for v in top.values() if math.isfinite(v)]
     if not vals:
-        return None, None, None, ["self_reflection_unavailable"]
+        return None, None, None, [Flag.SELF_REFLECTION_UNAVAILABLE]
     kth, flags, out = min(vals), [], []
     for name, ids in (("yes", yes_ids), ("no", no_ids)):
         hits = [top[t] for t in ids if t in top and math.isfinite(top[t])]
@@ -93,7 +93,7 @@ def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int]
             out.append(_logsumexp(hits))
         else:
             out.append(kth)
-            flags.append(f"self_reflection_{name}_not_in_top_k")
+            flags.append(Flag(f"self_reflection_{name}_not_in_top_k"))
     lp_yes, lp_no = out
     sr = lp_yes if mode == "paper" else lp_yes - _logsumexp([lp_yes, lp_no])
     return sr, lp_yes, lp_no, flags
@@ -128,8 +128,7 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
             errors[key] = f"building the verifier input failed: {type(e).__name__}: {e}"
             continue
         if len(vp.token_ids) > max_prompt_tokens:
-            if TOO_LONG not in d.flags:
-                d.flags.append(TOO_LONG)
+            add_flag(d.flags, TOO_LONG)
             continue
         prompts.append(vp)
         keep.append((key, d))
@@ -144,6 +143,6 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
         sr, d.logprob_yes, d.logprob_no, flags = reflection_scores(top, yes_ids, no_ids, mode)
         d.score_self_reflection = sr
         d.flags += [f for f in flags if f not in d.flags]
-        if (bad_a or bad_b) and NON_FINITE not in d.flags:
-            d.flags.append(NON_FINITE)
+        if bad_a or bad_b:
+            add_flag(d.flags, NON_FINITE)
     return errors

@@ -156,10 +156,12 @@ def run(
             "sampling.num_clusters": clusters, "selection.tau_min": tau_min, "seed": seed})
     except (ValidationError, ValueError) as e:  # bad config: a usage error, not a failed run
         _fail(e, 2)
+    from .models import ModelNotInstalledError
+
     try:
         manifest = run_batch(input, output, cfg, run_id, overwrite, execution)
-    except (RunConflictError, FileNotFoundError, ValueError) as e:  # ValueError: layout, topology
-        _fail(e, 2)
+    except (RunConflictError, FileNotFoundError, ValueError, ModelNotInstalledError) as e:
+        _fail(e, 2)  # ValueError: layout, topology, a packaged model's sha256 pin
     if json_out:
         print(json.dumps(manifest, indent=2, default=str))
     else:

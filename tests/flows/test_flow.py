@@ -52,7 +52,7 @@ def test_flow_speculative_local(prefect_harness, tmp_path, shards):
     assert sorted(r["query_id"] for r in rows) == input_ids(shards)  # every row exactly once
     assert manifest["rows_in"] == manifest["rows_out"] == 6 and manifest["failed_shards"] == 0
     assert manifest == json.loads(json.dumps(m, default=str))
-    assert sorted(os.listdir(out)) == [MANIFEST, "_run.json", "_shards", "claims__climate.parquet", "popqa.parquet"]
+    assert sorted(os.listdir(out)) == [MANIFEST, "_report", "_run.json", "_shards", "claims__climate.parquet", "popqa.parquet"]
     assert {s["output"].rsplit("/", 1)[-1] for s in manifest["shards"]} == {"claims__climate.parquet", "popqa.parquet"}
     assert manifest["config"]["drafter"]["model"] == "smollm2-135m-instruct"
     assert manifest["metrics"]["n_with_gold"] == 6 and manifest["stage_seconds"]["drafting"] > 0

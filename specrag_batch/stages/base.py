@@ -1,0 +1,161 @@
+"""What a stage is, and the one :class:`Pipeline` that runs a list of stages over chunks.
+
+A stage declares the :class:`~specrag_batch.records.QueryRow` fields it reads and writes
+(after Ray Data LLM's stages, which declare the keys they require and produce). A dotted name
+(``drafts.score``) names a field of the records in a list field; the row field is the part
+before the dot. The pipeline checks the declarations twice: when it is built (every field a
+stage reads is an input field or written by an earlier stage) and while it runs (before a
+stage, every row without an ``error`` holds what the stage reads; after it, what it writes).
+Every stage may also set a row's ``error`` and add to its ``flags``; rows with an ``error``
+are passed over by every later stage and come out with their reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterable, Iterator, Protocol, Sequence
+
+from ..records import QueryRow
+
+INPUT_FIELDS = ("row_index", "query_id", "query", "task", "documents", "choices", "gold")
+"""Row fields set by validation (:func:`specrag_batch.schema.validate_table`)."""
+OPTIONAL_FIELDS = frozenset({"documents", "choices", "gold"})
+"""Fields that may be None on a valid row (not checked while running)."""
+_ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(QueryRow))
+
+
+class EngineLike(Protocol):  # pragma: no cover - typing only
+    """What stages use of an engine (:class:`specrag_batch.engines.Engine`)."""
+
+    tokenizer: object
+    def generate(self, prompts, **kw): ...
+    def prompt_logprobs(self, prompts, desc: str = ...): ...
+    def prompt_and_next_logprobs(self, prompts, top_k: int, desc: str = ...): ...
+
+
+@dataclass
+class StageTimer:
+    """Wall seconds per stage timer name (:data:`STAGES`), accumulated over chunks."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+
+@dataclass
+class RunInfo:
+    """Identifiers copied into every output row."""
+
+    run_id: str
+    source_file: str
+
+
+class StageContractError(RuntimeError):
+    """A stage's declared reads/writes do not hold (a programming error, not bad data)."""
+
+
+class Stage:
+    """One step of the pipeline over a chunk of rows.
+
+    Subclasses set ``name`` (as in ARCHITECTURE.md), ``timer_name`` (the :class:`StageTimer`
+    key, one of :data:`STAGES`), ``reads`` and ``writes`` (row field names, see the module
+    docstring), and implement :meth:`__call__`, which updates the rows in place."""
+
+    name: ClassVar[str]
+    timer_name: ClassVar[str]
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+
+    def __call__(self, rows: Sequence[QueryRow]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(reads={self.reads}, writes={self.writes})"
+
+
+def row_field(name: str) -> str:
+    """The row field a declared name refers to (``drafts.score`` -> ``drafts``)."""
+    return name.split(".", 1)[0]
+
+
+def _check_rows(stage: Stage, rows: Sequence[QueryRow], names: Iterable[str], when: str) -> None:
+    needed = [n for n in {row_field(x): None for x in names} if n not in OPTIONAL_FIELDS]
+    for row in rows:
+        if row.error is None:
+            for name in needed:
+                if getattr(row, name) is None:
+                    raise StageContractError(f"{when} stage {stage.name!r}: row {row.row_index} "
+                                             f"(query_id={row.query_id!r}) has no {name!r}")
+
+
+class Pipeline:
+    """Stages run in order over the rows in chunks of ``chunk_rows``: all stages over one
+    chunk, then the next chunk. Chunking and timing are written here only.
+
+    Args:
+        stages: the stages, in order.
+        chunk_rows: rows per chunk (``RunConfig.chunk_rows``); each stage sends one batched
+            engine call per chunk.
+        given: row fields already set when the pipeline starts (default: the input fields;
+            the verifier side of a disaggregated run also has what the drafter side wrote).
+
+    Raises:
+        StageContractError: a stage reads a field nothing before it writes, or declares a
+            name that is not a row field.
+    """
+
+    def __init__(self, stages: Sequence[Stage], *, chunk_rows: int,
+                 given: Iterable[str] = INPUT_FIELDS):
+        self.stages, self.chunk_rows, self.given = list(stages), chunk_rows, tuple(given)
+        available = set(self.given)
+        for stage in self.stages:
+            for name in (*stage.reads, *stage.writes):
+                if row_field(name) not in _ROW_FIELDS:
+                    raise StageContractError(f"stage {stage.name!r} declares {name!r}, not a row field")
+            missing = [n for n in stage.reads if row_field(n) not in available]
+            if missing:
+                raise StageContractError(f"stage {stage.name!r} reads {missing}, which no earlier "
+                                         f"stage writes")
+            available |= {row_field(n) for n in stage.writes}
+
+    def chunks(self, rows: Sequence[QueryRow]) -> Iterator[list[QueryRow]]:
+        """Consecutive chunks of ``chunk_rows`` rows, in input order."""
+        for start in range(0, len(rows), self.chunk_rows):
+            yield list(rows[start:start + self.chunk_rows])
+
+    def run(self, rows: Sequence[QueryRow], timer: StageTimer | None = None) -> None:
+        """Run every stage over every chunk, updating the rows in place; wall seconds per
+        stage are added to ``timer``."""
+        timer = timer if timer is not None else StageTimer()
+        for chunk in self.chunks(rows):
+            for stage in self.stages:
+                _check_rows(stage, chunk, stage.reads, "before")
+                with timer.stage(stage.timer_name):
+                    stage(chunk)
+                _check_rows(stage, chunk, stage.writes, "after")
+
+    def split(self, before: str) -> tuple[Pipeline, Pipeline]:
+        """(the stages before the stage named ``before``, that stage and the rest): the two
+        halves of a disaggregated run. The second half is given what the first writes.
+
+        Raises:
+            ValueError: no stage has that name."""
+        names = [s.name for s in self.stages]
+        if before not in names:
+            raise ValueError(f"no stage {before!r} in {names}")
+        at = names.index(before)
+        first = Pipeline(self.stages[:at], chunk_rows=self.chunk_rows, given=self.given)
+        written = [row_field(n) for s in first.stages for n in s.writes]
+        second = Pipeline(self.stages[at:], chunk_rows=self.chunk_rows,
+                          given=(*self.given, *dict.fromkeys(written)))
+        return first, second

@@ -1,0 +1,60 @@
+"""The output record of a row (:data:`specrag_batch.schema.OUTPUT_SCHEMA`), with evaluation
+against ``gold`` (stage 6)."""
+
+from __future__ import annotations
+
+from ..config import RunConfig
+from ..evaluation import score_row
+from ..models import model_id
+from ..records import Draft, Flag, QueryRow, Selection
+from ..schema import DRAFT_TYPE
+from .base import RunInfo
+
+_DRAFT_FIELDS = tuple(DRAFT_TYPE.field(i).name for i in range(DRAFT_TYPE.num_fields))
+
+
+def _add_flags(flags: list[str], more) -> None:
+    flags += [flag for flag in more if flag not in flags]
+
+
+def output_row(row: QueryRow, result: tuple[list[Draft], Selection] | None, config: RunConfig,
+               info: RunInfo) -> dict:
+    """One output record (see :data:`schema.OUTPUT_SCHEMA`) from the row and its
+    (drafts, selection), None when the row has none (it has an error, or was not selected)."""
+    record = {"query_id": row.query_id, "task": row.task, "query": row.query, "answer": None,
+              "rationale": None, "score": None, "score_draft": None, "score_self_consistency": None,
+              "score_self_reflection": None, "low_confidence": None, "fast_path": None,
+              "num_documents": row.num_documents, "drafts": [], "flags": list(row.flags),
+              "error": row.error, "gold": row.gold, "correct": None, "exact_match": None,
+              "f1": None, "mode": config.mode,
+              "drafter_model": model_id(config.drafter.model) if config.mode == "speculative" else None,
+              "verifier_model": model_id(config.verifier.model), "run_id": info.run_id,
+              "source_file": info.source_file}
+    if row.error is None and result is not None:
+        drafts, selection = result
+        record["drafts"] = [{k: v for k, v in d.to_record().items() if k in _DRAFT_FIELDS}
+                            for d in drafts]
+        record["low_confidence"] = selection.low_confidence
+        record["fast_path"] = selection.fast_path
+        _add_flags(record["flags"], selection.flags)
+        if selection.index is not None:
+            best = drafts[selection.index]
+            record.update(answer=best.answer, rationale=best.rationale, score=selection.score,
+                          score_draft=best.score_draft,
+                          score_self_consistency=best.score_self_consistency,
+                          score_self_reflection=best.score_self_reflection)
+            _add_flags(record["flags"], best.flags)
+        if any(Flag.NON_FINITE_LOGPROB in d.flags for d in drafts):
+            _add_flags(record["flags"], [Flag.NON_FINITE_LOGPROB])
+    if row.error is None:
+        metrics = score_row(row.task, record["answer"], row.gold, choices=row.choices,
+                            labels=config.claim_labels)
+        record.update(correct=metrics.correct, exact_match=metrics.exact_match, f1=metrics.f1)
+        _add_flags(record["flags"], metrics.flags)
+    return record
+
+
+def output_record(row: QueryRow, config: RunConfig, info: RunInfo) -> dict:
+    """:func:`output_row` from the row state the stages left."""
+    result = (row.drafts, row.selection) if row.selection is not None else None
+    return output_row(row, result, config, info)

@@ -1,0 +1,76 @@
+"""Stage 1, retrieval: each row's top-N documents, given or from the FAISS index."""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Sequence
+
+from ..config import RunConfig
+from ..records import Document, Flag, QueryRow, add_flag
+from ..retrieval import get_retriever
+from .base import Stage
+
+
+def visible_text(text: str) -> str:
+    """``text`` as a reader sees it, for comparing passages: NFKC-normalised, Unicode format
+    characters (category Cf: zero-width space/joiners, BOM, invisible separators, soft hyphen)
+    dropped, whitespace runs collapsed, lower case."""
+    text = unicodedata.normalize("NFKC", text)
+    return " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split()).lower()
+
+
+def prepare_documents(row: QueryRow, documents: list[Document] | None, top_n: int) -> list[Document]:
+    """Top-N in given order, without empty or duplicate passages (flags on ``row`` record
+    removals). Emptiness and duplicates are judged on the visible text (:func:`visible_text`),
+    so a copy with zero-width spaces or a BOM is a duplicate and a passage of invisible
+    characters is empty; kept passages keep their text as given."""
+    kept, seen = [], set()
+    for document in documents or []:
+        key = visible_text(document.text)
+        if not key:
+            add_flag(row.flags, Flag.EMPTY_DOCUMENTS_REMOVED)
+            continue
+        if key in seen:
+            add_flag(row.flags, Flag.DUPLICATE_DOCUMENTS_REMOVED)
+            continue
+        seen.add(key)
+        kept.append(document)
+        if len(kept) == top_n:
+            break
+    return kept
+
+
+class Retrieval(Stage):
+    """Rows without documents are searched in the FAISS index (``retrieval.index``, one
+    batched search per chunk); every row keeps its top-N (``retrieval.top_n``) non-empty,
+    distinct documents. A row left with none gets an error on field ``documents`` and flag
+    ``no_documents``."""
+
+    name = timer_name = "retrieval"
+    reads = ("query", "documents")
+    writes = ("documents", "top_documents", "num_documents")
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+
+    def __call__(self, rows: Sequence[QueryRow]) -> None:
+        retrieval = self.config.retrieval
+        need = [row for row in rows if row.error is None and row.documents is None]
+        if need and retrieval.index:
+            found = get_retriever(retrieval.index).search([row.query for row in need], retrieval.top_n)
+            for row, documents in zip(need, found):
+                row.documents = documents
+        for row in rows:
+            if row.error is not None:
+                continue
+            if row.documents is None:
+                row.fail("documents", "missing and no retrieval index configured (retrieval.index)")
+                row.flags.append(Flag.NO_DOCUMENTS)
+                continue
+            top = prepare_documents(row, row.documents, retrieval.top_n)
+            row.num_documents = len(top)
+            if top:
+                row.top_documents = top
+            else:
+                row.fail("documents", "no documents (N = 0)")
+                row.flags.append(Flag.NO_DOCUMENTS)

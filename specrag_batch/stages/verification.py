@@ -1,0 +1,50 @@
+"""Stage 4, verification (paper §3.3): the consensus fast path, then the verifier's
+self-consistency and self-reflection scores of every remaining valid draft of the chunk in one
+batched call (question block only, never the documents)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..config import RunConfig
+from ..prompts import Question
+from ..records import QueryRow
+from ..selection import consensus
+from ..verification import verify
+from .base import EngineLike, Stage
+
+
+def question(row: QueryRow, config: RunConfig) -> Question:
+    """The question block Q of ``row`` as the verifier sees it."""
+    return Question(row.task, row.query, tuple(row.choices) if row.choices is not None else None,
+                    tuple(config.claim_labels))
+
+
+class Verification(Stage):
+    """``consensus``: indices of the valid drafts agreeing on one answer when at least c' of
+    them do (``consensus_threshold``; [] otherwise); those rows skip the verifier. Other rows'
+    valid drafts get ``score_self_consistency`` = log P(α, β | Q) and ``score_self_reflection``
+    (nats; :func:`specrag_batch.verification.verify`) within ``verifier.max_model_len - 1``
+    tokens. With no verifier, or both verifier terms switched off, only ``consensus`` is set."""
+
+    name = timer_name = "verification"
+    reads = ("task", "query", "choices", "drafts")
+    writes = ("consensus", "drafts.score_self_consistency", "drafts.score_self_reflection")
+
+    def __init__(self, config: RunConfig, *, verifier: EngineLike | None):
+        self.config, self.verifier = config, verifier
+
+    def __call__(self, rows: Sequence[QueryRow]) -> None:
+        config, selection = self.config, self.config.selection
+        active = [row for row in rows if row.error is None and row.drafts is not None]
+        for row in active:
+            row.consensus = consensus(row.drafts, config.consensus_threshold) or []
+        if self.verifier is None or not (selection.use_self_consistency or selection.use_self_reflection):
+            return
+        items = [(position, question(row, config), draft) for position, row in enumerate(rows)
+                 if row.error is None and row.drafts is not None and not row.consensus
+                 for draft in row.drafts if draft.valid]
+        errors = verify(self.verifier, items, config.reflection_question,
+                        config.verifier.max_model_len - 1, mode=selection.self_reflection)
+        for position, message in errors.items():
+            rows[position].fail("drafts", message)

@@ -133,11 +133,8 @@ def reselect(recs: list[dict], rows: list[dict], labels: list[str], **kw) -> flo
         if r["fast_path"] or not r["drafts"]:
             ok.append(bool(r["correct"]))
             continue
-        drafts = [Draft(doc_ids=x["doc_ids"], answer=x["answer"], rationale=x["rationale"],
-                        flags=x["flags"], valid=not ({"empty_draft", "empty_answer", "empty_rationale",
-                                                      "answer_not_a_label", "answer_not_a_choice"} & set(x["flags"])),
-                        score_draft=x["score_draft"], score_self_consistency=x["score_self_consistency"],
-                        score_self_reflection=x["score_self_reflection"]) for x in r["drafts"]]
+        # an output draft has no 'valid': from_record judges it by its flags (records.is_valid_draft)
+        drafts = [Draft.from_record(x) for x in r["drafts"]]
         s = select(drafts, random_seed=row_seed(1, r["query_id"]) if kw.get("random") else None,
                    use_draft=kw.get("use_draft", True), use_sc=kw.get("use_sc", True), use_sr=kw.get("use_sr", True))
         ok.append(bool(score_row(r["task"], drafts[s.index].answer, r["gold"],

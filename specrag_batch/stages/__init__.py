@@ -80,7 +80,17 @@ def build_pipeline(config: RunConfig, *, drafter: EngineLike | None,
     return Pipeline(stages, chunk_rows=config.chunk_rows)
 
 
+def stage_table(stages: list[Stage]) -> str:
+    """A Markdown table of ``stages``: name, class, timer name, fields read, fields written
+    (what ARCHITECTURE.md shows; a unit test keeps the two equal)."""
+    lines = ["| stage | class | timer | reads | writes |", "|---|---|---|---|---|"]
+    for stage in stages:
+        lines.append(f"| {stage.name} | `{type(stage).__name__}` | {stage.timer_name} | "
+                     f"{', '.join(stage.reads)} | {', '.join(stage.writes)} |")
+    return "\n".join(lines)
+
+
 __all__ = ["INPUT_FIELDS", "SPLIT_AT", "STAGES", "Drafting", "EngineLike", "MultiPerspectiveSampling",
            "Pipeline", "Retrieval", "RunInfo", "Selection", "Stage", "StageContractError",
            "StageTimer", "StandardAnswer", "Verification", "build_pipeline", "output_record",
-           "output_row", "speculative_stages", "standard_stages"]
+           "output_row", "speculative_stages", "stage_table", "standard_stages"]

@@ -1,0 +1,36 @@
+"""ARCHITECTURE.md shows the stage lists the code runs, with their declared reads/writes."""
+
+from pathlib import Path
+
+import pytest
+
+from specrag_batch.config import RunConfig
+from specrag_batch.stages import (SPLIT_AT, Pipeline, StageContractError, speculative_stages,
+                                  stage_table, standard_stages)
+
+DOC = (Path(__file__).resolve().parents[2] / "ARCHITECTURE.md").read_text()
+CONFIG = RunConfig()
+
+
+@pytest.mark.parametrize("stages", [speculative_stages(CONFIG, drafter=None, verifier=None),
+                                    standard_stages(CONFIG, generator=None)],
+                         ids=["speculative", "standard"])
+def test_architecture_names_every_stage_with_its_reads_and_writes(stages):
+    assert stage_table(stages) in DOC
+    for stage in stages:
+        assert f"`{type(stage).__name__}`" in DOC and stage.name in DOC
+        assert all(name in DOC for name in (*stage.reads, *stage.writes))
+
+
+def test_disaggregated_split_is_where_the_diagram_draws_it():
+    stages = speculative_stages(CONFIG, drafter=None, verifier=None)
+    first, second = Pipeline(stages, chunk_rows=4).split(SPLIT_AT)
+    left = " -> ".join(type(s).__name__ for s in first.stages)
+    right = " -> ".join(type(s).__name__ for s in second.stages)
+    assert f"{left} | {right}" in DOC
+
+
+def test_a_stage_reading_what_nothing_writes_is_refused():
+    stages = speculative_stages(CONFIG, drafter=None, verifier=None)
+    with pytest.raises(StageContractError, match="reads \\['subsets'\\]"):
+        Pipeline([stages[0], stages[2]], chunk_rows=4)  # drafting without sampling

@@ -78,9 +78,17 @@ def format_documents(docs: Sequence[Document], slot=None) -> str:
     return "\n\n".join(out)
 
 
-def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
-    """The chat template applied to ``messages``; a template that refuses the system role
-    (e.g. Gemma's) gets the system text prepended to the first user message."""
+def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
+    """The chat template applied to ``messages`` (``[{"role", "content"}]``), as text; a
+    template that refuses the system role (e.g. Gemma's) gets the system text prepended to the
+    first user message; no template: ``"Role: content"`` blocks.
+
+    Data belongs in the messages only as :class:`Slots` placeholders: tokenise the result with
+    :func:`encode_template`, never as a whole (a ``<|im_end|>`` in data would become a control
+    token). Used for the drafter, verifier and the drafter-training teacher prompts.
+
+    Raises:
+        jinja2 errors of the template when it fails for a reason other than the system role."""
     if getattr(tokenizer, "chat_template", None):
         try:
             return tokenizer.apply_chat_template(messages, tokenize=False,
@@ -145,7 +153,7 @@ def drafter_prompt_ids(tokenizer, task: str, query: str, docs: Sequence[Document
             f"{task_instruction(task, query, choices, labels, slot)}\n\n"
             f"Reply in exactly this format:\n{RATIONALE_PREFIX} <rationale>\nAnswer: <answer>")
     msgs = [{"role": "system", "content": DRAFTER_SYSTEM}, {"role": "user", "content": user}]
-    ids, _ = encode_template(tokenizer, _render(tokenizer, msgs, True) + RATIONALE_PREFIX, slot.values)
+    ids, _ = encode_template(tokenizer, render_chat(tokenizer, msgs, True) + RATIONALE_PREFIX, slot.values)
     return ids
 
 
@@ -175,6 +183,6 @@ def verifier_prompt(tokenizer, question: Question, answer: str, rationale: str,
     msgs = [{"role": "user", "content": q},
             {"role": "assistant", "content": f"Answer: {a_s}\nRationale: {b_s}"},
             {"role": "user", "content": reflection_question}]
-    ids, spans = encode_template(tokenizer, _render(tokenizer, msgs, True), slot.values)
+    ids, spans = encode_template(tokenizer, render_chat(tokenizer, msgs, True), slot.values)
     n = len(slot.values)
     return VerifierPrompt(ids, spans[n - 2], spans[n - 1])

@@ -46,7 +46,8 @@ from ..config import RunConfig
 from ..drafting import PromptTooLongError, fitted_prompt, truncate_documents
 from ..parsing import ANSWER_RE, LETTERS, has_repetition, match_label, normalize_answer, parse_draft
 from ..pipeline import multi_perspective_subsets, retrieve
-from ..prompts import RATIONALE_PREFIX, _render, format_documents, task_instruction
+from ..prompts import (RATIONALE_PREFIX, Slots, encode_template, format_documents, render_chat,
+                       task_instruction)
 from ..run import new_run_id, plan_shards, read_validated, shard_output_uri
 from ..schema import Document, QueryRow
 
@@ -125,18 +126,27 @@ def answer_text(task: str, gold: list[str] | None, choices: list[str] | None,
     return g, None
 
 
-def teacher_prompt(tokenizer, task: str, query: str, docs: list[Document], choices, labels,
-                   answer: str) -> str:
-    """Teacher input: the subset's documents, the question block the drafter sees, and the
-    gold answer; the reply is prefilled with ``"Rationale:"`` like the drafter's."""
-    shown = answer
+def teacher_prompt_ids(tokenizer, task: str, query: str, docs: list[Document], choices, labels,
+                       answer: str) -> list[int]:
+    """Token ids of the teacher input: the subset's documents, the question block the drafter
+    sees, and the gold answer (for choice: letter and option text); the reply is prefilled with
+    ``"Rationale:"`` like the drafter's.
+
+    Encoded like the inference prompts (:mod:`specrag_batch.prompts`): documents, query,
+    options, labels and the answer are data segments (``split_special_tokens=True``), so a
+    ``<|im_end|>`` in a passage stays plain text and the ids hold only the chat template's own
+    special tokens."""
+    slot = Slots()
+    shown = slot(answer)
     if task == "choice" and choices:
-        shown = f"{answer}. {choices[LETTERS.index(answer)]}"
-    user = (f"Documents:\n{format_documents(docs)}\n\n{task_instruction(task, query, choices, labels)}\n\n"
+        shown = f"{shown}. {slot(choices[LETTERS.index(answer)])}"
+    user = (f"Documents:\n{format_documents(docs, slot)}\n\n"
+            f"{task_instruction(task, query, choices, labels, slot)}\n\n"
             f"Correct answer: {shown}\n\nIn one or two sentences, explain from the documents why "
             "this answer is correct: name the facts in the documents that show it. Then stop.")
     msgs = [{"role": "system", "content": TEACHER_SYSTEM}, {"role": "user", "content": user}]
-    return _render(tokenizer, msgs, True) + RATIONALE_PREFIX
+    ids, _ = encode_template(tokenizer, render_chat(tokenizer, msgs, True) + RATIONALE_PREFIX, slot.values)
+    return ids
 
 
 def _words(text: str) -> set[str]:
@@ -242,9 +252,8 @@ def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, draft
                 out.append(ex)
                 continue
             shown, _ = truncate_documents(teacher_tok, sel, cfg.retrieval.max_doc_tokens)
-            ex.teacher_ids = teacher_tok(teacher_prompt(teacher_tok, r.task, r.query, shown, r.choices,
-                                                        cfg.claim_labels, ans),
-                                         add_special_tokens=False)["input_ids"]
+            ex.teacher_ids = teacher_prompt_ids(teacher_tok, r.task, r.query, shown, r.choices,
+                                                cfg.claim_labels, ans)
             out.append(ex)
     return out
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from .. import storage
 from ..config import RunConfig
 from ..drafting import PromptTooLongError, fitted_prompt
+from ..prompts import encode_plain
 from ..schema import Document
 
 MANIFEST = "training_manifest.json"
@@ -98,9 +99,11 @@ def tokenize_example(tokenizer, ex: dict, max_length: int, opts: TrainOptions) -
     """``input_ids`` and ``completion_mask`` for one data row, or None when it does not fit.
 
     The prompt is rendered by :func:`fitted_prompt` (the inference drafter prompt for this
-    tokenizer) with room for the completion; the completion is tokenised on its own and ends
-    with the tokenizer's end-of-turn (eos) token, where vLLM stops the drafter."""
-    comp = tokenizer(ex["completion"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    tokenizer) with room for the completion; the completion is tokenised on its own as plain
+    text (:func:`~specrag_batch.prompts.encode_plain`: a ``<|im_end|>`` in a rationale or gold
+    stays text) and ends with the tokenizer's end-of-turn (eos) token, where vLLM stops the
+    drafter."""
+    comp = encode_plain(tokenizer, ex["completion"]) + [tokenizer.eos_token_id]
     docs = [Document(d["doc_id"], d["title"], d["text"]) for d in ex["documents"]]
     try:
         prompt, _ = fitted_prompt(tokenizer, ex["task"], ex["query"], docs, ex["choices"],

@@ -34,13 +34,14 @@ def truncate_documents(tokenizer, docs: Sequence[Document], budget: int) -> tupl
 
     Returns (documents, whether any was truncated). Titles are kept whole."""
     out, cut = [], False
-    for d in docs:
-        ids = encode_plain(tokenizer, d.text)
+    for document in docs:
+        ids = encode_plain(tokenizer, document.text)
         if len(ids) > budget:
             cut = True
-            out.append(Document(d.doc_id, d.title, tokenizer.decode(ids[:budget]).rstrip() + " ..."))
+            out.append(Document(document.doc_id, document.title,
+                                tokenizer.decode(ids[:budget]).rstrip() + " ..."))
         else:
-            out.append(d)
+            out.append(document)
     return out, cut
 
 
@@ -84,8 +85,9 @@ def span_logprob(spans: list[tuple[int, int]], logprobs: Sequence[float],
     if empty)."""
     if span is None:
         return 0.0, 0
-    a, b = span
-    hits = [lp for (s, e), lp in zip(spans, logprobs) if e > s and e > a and s < b]
+    first, last = span
+    hits = [logprob for (start, end), logprob in zip(spans, logprobs)
+            if end > start and end > first and start < last]
     return float(sum(hits)), len(hits)
 
 
@@ -107,11 +109,11 @@ def score_generation(tokenizer, gen: GenerationResult, task: str, labels,
     Returns (parsed draft, log ρ_draft, number of drafter tokens behind it: β and α)."""
     text, spans = token_char_spans(tokenizer, gen.token_ids)
     parsed = parse_draft(text, task, labels=labels, choices=choices, finish_reason=gen.finish_reason)
-    (r, nr), (a, na) = (span_logprob(spans, gen.logprobs, parsed.rationale_span),
-                        span_logprob(spans, gen.logprobs, parsed.answer_span))
+    rationale_logprob, rationale_tokens = span_logprob(spans, gen.logprobs, parsed.rationale_span)
+    answer_logprob, answer_tokens = span_logprob(spans, gen.logprobs, parsed.answer_span)
     if gen.non_finite:
         parsed.flags.append(NON_FINITE)
-    return parsed, r + a, nr + na
+    return parsed, rationale_logprob + answer_logprob, rationale_tokens + answer_tokens
 
 
 def run_drafts(engine: Engine, requests: Sequence[DraftRequest], *, max_tokens: int,
@@ -122,17 +124,17 @@ def run_drafts(engine: Engine, requests: Sequence[DraftRequest], *, max_tokens: 
     whose parsing or scoring raised is returned with ``valid`` False, flag
     ``draft_processing_error`` and the message as its ``rationale`` (the caller makes it the
     row's error)."""
-    gens = engine.generate([r.prompt_ids for r in requests], max_tokens=max_tokens,
+    gens = engine.generate([request.prompt_ids for request in requests], max_tokens=max_tokens,
                            temperature=temperature, top_p=top_p, seed=seed, desc=desc)
     drafts = []
     for req, gen in zip(requests, gens):
         try:
-            parsed, score, n = score_generation(engine.tokenizer, gen, req.task, labels, req.choices)
+            parsed, score, tokens = score_generation(engine.tokenizer, gen, req.task, labels, req.choices)
         except Exception as e:  # one row's odd output must not fail the shard
             drafts.append(Draft(doc_ids=req.doc_ids, answer="", valid=False, flags=[PROCESSING_ERROR],
                                 rationale=f"parsing the draft failed: {type(e).__name__}: {e}"))
             continue
         drafts.append(Draft(doc_ids=req.doc_ids, answer=parsed.answer, rationale=parsed.rationale,
                             flags=parsed.flags, valid=parsed.valid, score_draft=score,
-                            written_answer=parsed.written_answer, tokens_draft=n))
+                            written_answer=parsed.written_answer, tokens_draft=tokens))
     return drafts

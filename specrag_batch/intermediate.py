@@ -39,20 +39,16 @@ DRAFTS_SCHEMA = pa.schema([
     ("drafts", pa.list_(INTERMEDIATE_DRAFT_TYPE)),
 ])
 """One row per input row. ``drafts`` is empty for a row with an ``error`` (never dropped)."""
+_ROW_COLUMNS = ("row_index", "query_id", "query", "task", "choices", "gold", "error", "num_documents")
 
 
 def to_table(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]]) -> pa.Table:
     """Rows (after stages 1-3) and their drafts (position in ``rows`` -> drafts) as a
     :data:`DRAFTS_SCHEMA` table, in input order."""
-    recs = []
-    for i, r in enumerate(rows):
-        recs.append({
-            "row_index": r.row_index, "query_id": r.query_id, "query": r.query, "task": r.task,
-            "choices": r.choices, "gold": r.gold, "error": r.error, "flags": list(r.flags),
-            "num_documents": r.num_documents,
-            "drafts": [d.to_record() for d in drafts.get(i, [])],
-        })
-    return pa.Table.from_pylist(recs, schema=DRAFTS_SCHEMA)
+    records = [{**{name: getattr(row, name) for name in _ROW_COLUMNS}, "flags": list(row.flags),
+                "drafts": [draft.to_record() for draft in drafts.get(i, [])]}
+               for i, row in enumerate(rows)]
+    return pa.Table.from_pylist(records, schema=DRAFTS_SCHEMA)
 
 
 def from_table(table: pa.Table, file: str) -> tuple[list[QueryRow], dict[int, list[Draft]]]:
@@ -66,12 +62,10 @@ def from_table(table: pa.Table, file: str) -> tuple[list[QueryRow], dict[int, li
     rows: list[QueryRow] = []
     drafts: dict[int, list[Draft]] = {}
     for i, rec in enumerate(table.select(DRAFTS_SCHEMA.names).to_pylist()):
-        rows.append(QueryRow(row_index=rec["row_index"], query_id=rec["query_id"],
-                             query=rec["query"], task=rec["task"], choices=rec["choices"],
-                             gold=rec["gold"], error=rec["error"], flags=list(rec["flags"] or []),
-                             num_documents=rec["num_documents"]))
+        rows.append(QueryRow(**{name: rec[name] for name in _ROW_COLUMNS},
+                             flags=list(rec["flags"] or [])))
         if rec["drafts"]:
-            drafts[i] = [Draft.from_record(d) for d in rec["drafts"]]
+            drafts[i] = [Draft.from_record(draft) for draft in rec["drafts"]]
     return rows, drafts
 
 
@@ -92,5 +86,5 @@ def check_matches(rows: Sequence[QueryRow], expected: dict, file: str) -> None:
     if expected.get("rows_out") is not None and len(rows) != expected["rows_out"]:
         raise ValueError(f"{file}: draft shard has {len(rows)} rows, its done marker says "
                          f"{expected['rows_out']}")
-    if expected.get("digest") and ids_digest(r.query_id for r in rows) != expected["digest"]:
+    if expected.get("digest") and ids_digest(row.query_id for row in rows) != expected["digest"]:
         raise ValueError(f"{file}: draft shard's query ids differ from those its done marker records")

@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 
 from .parsing import normalize_answer
-from .records import Draft, Flag, Selection
+from .records import Draft, Flag, Selection, add_flag
 
 __all__ = ["Draft", "Selection", "combine", "consensus", "consensus_threshold", "mean_logprob",
            "select"]  # Draft and Selection live in records; imported from here by older code
@@ -23,10 +23,12 @@ MISSING = {"draft": Flag.MISSING_SCORE_DRAFT, "self_consistency": Flag.MISSING_S
 too long); such a draft ranks after every fully scored draft."""
 
 
-def _terms(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> list[tuple[str, float | None]]:
-    return [(n, v) for n, on, v in (("draft", use_draft, d.score_draft),
-                                    ("self_consistency", use_sc, d.score_self_consistency),
-                                    ("self_reflection", use_sr, d.score_self_reflection)) if on]
+def _terms(draft: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> list[tuple[str, float | None]]:
+    """(term name, its log-prob or None) of each enabled term of log ρ."""
+    return [(name, value) for name, enabled, value in (
+        ("draft", use_draft, draft.score_draft),
+        ("self_consistency", use_sc, draft.score_self_consistency),
+        ("self_reflection", use_sr, draft.score_self_reflection)) if enabled]
 
 
 def combine(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float | None:
@@ -48,12 +50,12 @@ def mean_logprob(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float
 
     Returns None when an enabled term or its token count is missing (or zero)."""
     total = 0.0
-    for name, v in _terms(d, use_draft, use_sc, use_sr):
-        n = {"draft": d.tokens_draft, "self_reflection": 1,
-             "self_consistency": (d.tokens_answer or 0) + (d.tokens_rationale or 0)}[name]
-        if v is None or not n:
+    for name, value in _terms(d, use_draft, use_sc, use_sr):
+        tokens = {"draft": d.tokens_draft, "self_reflection": 1,
+                  "self_consistency": (d.tokens_answer or 0) + (d.tokens_rationale or 0)}[name]
+        if value is None or not tokens:
             return None
-        total += v / n
+        total += value / tokens
     return float(total)
 
 
@@ -104,19 +106,19 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
     flags: list[str] = []
     if fast_path:
         # the verifier was skipped on purpose: log ρ is the draft score alone
-        for d in drafts:
-            d.score = d.score_draft if use_draft else None
+        for draft in drafts:
+            draft.score = draft.score_draft if use_draft else None
         best = max(fast_path, key=lambda i: (drafts[i].score_draft or 0.0, -i))
         return Selection(best, drafts[best].score, False, True, flags)
     partial: dict[int, float] = {}
-    for i, d in enumerate(drafts):
-        d.score = combine(d, use_draft, use_sc, use_sr)
-        terms = _terms(d, use_draft, use_sc, use_sr)
-        for name, v in terms:
-            if v is None and d.valid and MISSING[name] not in d.flags:
-                d.flags.append(MISSING[name])
-        partial[i] = float(sum(v for _, v in terms if v is not None))
-    pool = [i for i, d in enumerate(drafts) if d.valid]
+    for i, draft in enumerate(drafts):
+        draft.score = combine(draft, use_draft, use_sc, use_sr)
+        terms = _terms(draft, use_draft, use_sc, use_sr)
+        for name, value in terms:
+            if value is None and draft.valid:
+                add_flag(draft.flags, MISSING[name])
+        partial[i] = float(sum(value for _, value in terms if value is not None))
+    pool = [i for i, draft in enumerate(drafts) if draft.valid]
     if not pool:
         pool = list(range(len(drafts)))
         flags.append(Flag.NO_VALID_DRAFT)

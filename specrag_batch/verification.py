@@ -38,12 +38,13 @@ TOP_K = 20
 SELF_REFLECTION_MODES = ("paper", "contrast")
 
 
-def _sum(lps: Sequence[float | None], idx: range) -> tuple[float, bool]:
+def _sum(logprobs: Sequence[float | None], positions: range) -> tuple[float, bool]:
+    """(Sum of the cleaned log-probs at ``positions``, whether any was not finite)."""
     total, bad = 0.0, False
-    for i in idx:
-        v, nf = clean_logprob(lps[i])
-        total += v
-        bad |= nf
+    for position in positions:
+        value, non_finite = clean_logprob(logprobs[position])
+        total += value
+        bad |= non_finite
     return total, bad
 
 
@@ -116,33 +117,35 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
         row key -> error message for rows where building a verifier input raised; those rows'
         drafts are not scored (the caller turns the message into the row's ``error``).
     """
-    tok = engine.tokenizer
-    yes_ids, no_ids = word_token_ids(tok, "yes"), word_token_ids(tok, "no")
-    prompts, keep, errors = [], [], {}
-    for key, q, d in items:
+    tokenizer = engine.tokenizer
+    yes_ids, no_ids = word_token_ids(tokenizer, "yes"), word_token_ids(tokenizer, "no")
+    prompts, kept, errors = [], [], {}
+    for key, question, draft in items:
         if key in errors:
             continue
         try:
-            vp = verifier_prompt(tok, q, d.written_answer or d.answer, d.rationale, reflection_question)
+            prompt = verifier_prompt(tokenizer, question, draft.written_answer or draft.answer,
+                                     draft.rationale, reflection_question)
         except Exception as e:  # one row's bad input must not fail the batch
             errors[key] = f"building the verifier input failed: {type(e).__name__}: {e}"
             continue
-        if len(vp.token_ids) > max_prompt_tokens:
-            add_flag(d.flags, TOO_LONG)
+        if len(prompt.token_ids) > max_prompt_tokens:
+            add_flag(draft.flags, TOO_LONG)
             continue
-        prompts.append(vp)
-        keep.append((key, d))
-    outs = engine.prompt_and_next_logprobs([p.token_ids for p in prompts], TOP_K, desc=desc)
-    for vp, (key, d), (lps, top) in zip(prompts, keep, outs):
+        prompts.append(prompt)
+        kept.append((key, draft))
+    outputs = engine.prompt_and_next_logprobs([p.token_ids for p in prompts], TOP_K, desc=desc)
+    for prompt, (key, draft), (prompt_logprobs, top) in zip(prompts, kept, outputs):
         if key in errors:
             continue
-        a, bad_a = _sum(lps, vp.answer_tokens)
-        b, bad_b = _sum(lps, vp.rationale_tokens)
-        d.score_self_consistency = a + b
-        d.tokens_answer, d.tokens_rationale = len(vp.answer_tokens), len(vp.rationale_tokens)
-        sr, d.logprob_yes, d.logprob_no, flags = reflection_scores(top, yes_ids, no_ids, mode)
-        d.score_self_reflection = sr
-        d.flags += [f for f in flags if f not in d.flags]
-        if bad_a or bad_b:
-            add_flag(d.flags, NON_FINITE)
+        answer_logprob, answer_bad = _sum(prompt_logprobs, prompt.answer_tokens)
+        rationale_logprob, rationale_bad = _sum(prompt_logprobs, prompt.rationale_tokens)
+        draft.score_self_consistency = answer_logprob + rationale_logprob
+        draft.tokens_answer, draft.tokens_rationale = len(prompt.answer_tokens), len(prompt.rationale_tokens)
+        draft.score_self_reflection, draft.logprob_yes, draft.logprob_no, flags = reflection_scores(
+            top, yes_ids, no_ids, mode)
+        for flag in flags:
+            add_flag(draft.flags, flag)
+        if answer_bad or rationale_bad:
+            add_flag(draft.flags, NON_FINITE)
     return errors

@@ -211,24 +211,13 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
     return rows
 
 
-_SCORES = [
-    ("score", pa.float64()),
-    ("score_draft", pa.float64()),
-    ("score_self_consistency", pa.float64()),
-    ("score_self_reflection", pa.float64()),
-]
+_SCORES = [(name, pa.float64())
+           for name in ("score", "score_draft", "score_self_consistency", "score_self_reflection")]
 
 DRAFT_TYPE = pa.struct([
-    ("doc_ids", pa.list_(pa.string())),
-    ("answer", pa.string()),
-    ("written_answer", pa.string()),
-    ("rationale", pa.string()),
-    *_SCORES,
-    ("logprob_yes", pa.float64()),
-    ("logprob_no", pa.float64()),
-    ("tokens_draft", pa.int32()),
-    ("tokens_answer", pa.int32()),
-    ("tokens_rationale", pa.int32()),
+    ("doc_ids", pa.list_(pa.string())), ("answer", pa.string()), ("written_answer", pa.string()),
+    ("rationale", pa.string()), *_SCORES, ("logprob_yes", pa.float64()), ("logprob_no", pa.float64()),
+    *[(f"tokens_{part}", pa.int32()) for part in ("draft", "answer", "rationale")],
     ("flags", pa.list_(pa.string())),
 ])
 """One draft: ``answer`` canonical (label / option text), ``written_answer`` α as the drafter
@@ -243,27 +232,12 @@ DRAFT_RECORD_TYPE = pa.struct([*DRAFT_TYPE, ("valid", pa.bool_())])
 the draft takes part in selection; the output keeps only its flags)."""
 
 OUTPUT_SCHEMA = pa.schema([
-    ("query_id", pa.string()),
-    ("task", pa.string()),
-    ("query", pa.string()),
-    ("answer", pa.string()),
-    ("rationale", pa.string()),
-    *_SCORES,
-    ("low_confidence", pa.bool_()),
-    ("fast_path", pa.bool_()),
-    ("num_documents", pa.int32()),
-    ("drafts", pa.list_(DRAFT_TYPE)),
-    ("flags", pa.list_(pa.string())),
-    ("error", pa.string()),
-    ("gold", pa.list_(pa.string())),
-    ("correct", pa.bool_()),
-    ("exact_match", pa.bool_()),
+    *[(name, pa.string()) for name in ("query_id", "task", "query", "answer", "rationale")],
+    *_SCORES, ("low_confidence", pa.bool_()), ("fast_path", pa.bool_()), ("num_documents", pa.int32()),
+    ("drafts", pa.list_(DRAFT_TYPE)), ("flags", pa.list_(pa.string())), ("error", pa.string()),
+    ("gold", pa.list_(pa.string())), ("correct", pa.bool_()), ("exact_match", pa.bool_()),
     ("f1", pa.float64()),
-    ("mode", pa.string()),
-    ("drafter_model", pa.string()),
-    ("verifier_model", pa.string()),
-    ("run_id", pa.string()),
-    ("source_file", pa.string()),
+    *[(name, pa.string()) for name in ("mode", "drafter_model", "verifier_model", "run_id", "source_file")],
 ])
 """Output schema: one row per input row. ``score*`` are natural-log probabilities
 (log ρ, log ρ_draft, log ρ_SC, log ρ_SR); a term that was switched off or skipped is null.

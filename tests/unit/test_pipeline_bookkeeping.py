@@ -48,6 +48,12 @@ ERRORS = {"q-null": "field 'query'", "q-nodocs": "field 'documents'", "q-blank":
           "q-nochoices": "field 'choices'"}
 
 
+def config(**over):
+    """The SmolLM2 test config with random subsets (no encoder, no K-Means: the fast default
+    here); :func:`test_chunking_with_clustered_subsets` runs the paper's clustering."""
+    return small_config(**{"sampling.strategy": "random", **over})
+
+
 def fresh_rows():
     """Validated rows (stages change rows in place, so every run gets its own)."""
     return validate_table(TABLE, SHARD)
@@ -73,7 +79,7 @@ def disaggregated(cfg, tmp_path, drafter=None, verifier=None):
 @pytest.fixture(scope="module")
 def reference():
     """The fused run in one chunk: the records every other layout must reproduce."""
-    return fused(small_config(chunk_rows=256))
+    return fused(config(chunk_rows=256))
 
 
 def test_one_record_per_input_row_in_order_with_errors(reference):
@@ -102,7 +108,7 @@ def test_chunking_does_not_change_records(reference, chunk_rows):
     """Rows go to the engines ``chunk_rows`` at a time (one generate call per chunk with
     rows to draft); the records are the same as in one chunk."""
     eng = FakeEngine()
-    recs = fused(small_config(chunk_rows=chunk_rows), eng)
+    recs = fused(config(chunk_rows=chunk_rows), eng)
     assert recs == reference
     chunks_with_drafts = {i // chunk_rows for i, r in enumerate(reference) if r["drafts"]}
     gens = eng.calls_to("generate")
@@ -116,7 +122,7 @@ def test_disaggregated_equals_fused(reference, tmp_path, chunk_rows):
     """draft_stage -> intermediate draft Parquet -> verify_stage gives the fused run's
     records, record for record; the drafter never scores and the verifier never drafts."""
     drafter, verifier = FakeEngine(), FakeEngine()
-    recs = disaggregated(small_config(chunk_rows=chunk_rows), tmp_path, drafter, verifier)
+    recs = disaggregated(config(chunk_rows=chunk_rows), tmp_path, drafter, verifier)
     assert recs == reference
     assert {c.method for c in drafter.calls} == {"generate"}
     assert {c.method for c in verifier.calls} == {"prompt_and_next_logprobs"}
@@ -132,7 +138,7 @@ def test_consensus_fast_path_skips_the_verifier(tmp_path):
             return " All documents name the same city.\nAnswer: Paris"
         return default_reply(text, h)
 
-    cfg = small_config()
+    cfg = config()
     for run in ("fused", "disaggregated"):
         drafter, verifier = FakeEngine(reply=reply), FakeEngine()
         recs = (fused(cfg, drafter, verifier) if run == "fused"
@@ -147,7 +153,7 @@ def test_consensus_fast_path_skips_the_verifier(tmp_path):
 
 
 def test_consensus_off_sends_every_valid_draft_to_the_verifier():
-    cfg = small_config(**{"selection.consensus_enabled": False})
+    cfg = config(**{"selection.consensus_enabled": False})
     drafter, verifier = FakeEngine(reply=lambda text, h: " Same.\nAnswer: Paris"), FakeEngine()
     recs = fused(cfg, drafter, verifier)
     answered = [r for r in recs if r["error"] is None]
@@ -162,7 +168,7 @@ def test_standard_mode_one_generation_per_row_and_chunk_invariant():
     """Standard RAG: the verifier model answers each row once from all N documents; no
     drafter, no scoring call; the same records in any chunking."""
     ref_engine = FakeEngine()
-    ref = pipeline.process_rows(fresh_rows(), small_config(mode="standard"), drafter=None,
+    ref = pipeline.process_rows(fresh_rows(), config(mode="standard"), drafter=None,
                                 verifier=ref_engine, info=INFO)
     assert [r["query_id"] for r in ref] == TABLE.column("query_id").to_pylist()
     answered = [r for r in ref if r["error"] is None]
@@ -170,8 +176,18 @@ def test_standard_mode_one_generation_per_row_and_chunk_invariant():
     assert all(r["drafter_model"] is None for r in ref)
     assert [(c.method, c.prompts) for c in ref_engine.calls] == [("generate", len(answered))]
     eng = FakeEngine()
-    assert pipeline.process_rows(fresh_rows(), small_config(mode="standard", chunk_rows=1), drafter=None,
+    assert pipeline.process_rows(fresh_rows(), config(mode="standard", chunk_rows=1), drafter=None,
                                  verifier=eng, info=INFO) == ref
     assert len(eng.calls) == len(answered)
     with pytest.raises(ValueError, match="speculative"):
-        pipeline.draft_stage(fresh_rows(), small_config(mode="standard"), drafter=eng)
+        pipeline.draft_stage(fresh_rows(), config(mode="standard"), drafter=eng)
+
+
+def test_chunking_with_clustered_subsets(reference):
+    """The paper's multi-perspective sampling embeds every (query, document) pair of a chunk
+    in one encoder call; a row's clusters, subsets and record do not depend on which rows
+    share its chunk."""
+    cfg = small_config(**{"sampling.strategy": "cluster"})
+    whole = fused(cfg.model_copy(update={"chunk_rows": 256}))
+    assert fused(cfg.model_copy(update={"chunk_rows": 1})) == whole
+    assert whole != reference  # the clustered subsets are not the random ones

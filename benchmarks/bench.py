@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import make_samples  # noqa: E402
 from specrag_batch.config import load_config  # noqa: E402
-from specrag_batch.engines import get_engine  # noqa: E402
+from specrag_batch.engines import EngineUsage, get_engine  # noqa: E402
 from specrag_batch.pipeline import RunInfo, StageTimer, process_rows  # noqa: E402
 from specrag_batch.sampling import row_seed  # noqa: E402
 from specrag_batch.schema import Document, QueryRow  # noqa: E402
@@ -76,12 +76,12 @@ def bootstrap_ci(values: list[bool], reps: int = 2000, seed: int = 0) -> list[fl
     return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
 
 
-def snapshot(engines) -> dict:
-    return {n: dict(e.stats.as_dict()) for n, e in engines.items()}
+def snapshot(engines) -> EngineUsage:
+    return EngineUsage.snapshot(engines)
 
 
-def delta(before: dict, engines) -> dict:
-    return {n: {k: round(v - before[n][k], 3) for k, v in e.stats.as_dict().items()} for n, e in engines.items()}
+def delta(before: EngineUsage, engines) -> dict:
+    return EngineUsage.snapshot(engines).since(before).as_dict()
 
 
 def cold(engines) -> None:

@@ -222,3 +222,41 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
 def loaded_engines() -> list[Engine]:
     """Engines created so far in this process."""
     return list(_ENGINES.values())
+
+
+@dataclass(frozen=True)
+class EngineUsage:
+    """Engine usage per engine name: ``{name: {"seconds": s, "prompt_tokens": n,
+    "generated_tokens": n, "calls": n}}`` (seconds inside vLLM calls; token counts), as in
+    :class:`EngineStats`. Values are rounded to 3 decimals by :meth:`since` and :meth:`total`."""
+
+    by_engine: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def snapshot(cls, engines: dict[str, Engine] | None = None) -> EngineUsage:
+        """Cumulative usage now of ``engines`` (name -> engine; default: every engine loaded
+        in this process, by model name)."""
+        if engines is None:
+            engines = {e.name: e for e in loaded_engines()}
+        return cls({name: dict(e.stats.as_dict()) for name, e in engines.items()})
+
+    def since(self, before: EngineUsage) -> EngineUsage:
+        """The difference ``self - before``: usage between two snapshots (an engine missing
+        from ``before`` counts from zero)."""
+        return EngineUsage({name: {k: round(v - before.by_engine.get(name, {}).get(k, 0), 3)
+                                   for k, v in now.items()} for name, now in self.by_engine.items()})
+
+    @classmethod
+    def total(cls, parts: Sequence[EngineUsage | dict]) -> EngineUsage:
+        """Sum of usages (or their :meth:`as_dict` forms), per engine name and counter."""
+        out: dict[str, dict[str, float]] = {}
+        for part in parts:
+            for name, stats in (part.by_engine if isinstance(part, EngineUsage) else part or {}).items():
+                cur = out.setdefault(name, {})
+                for k, v in stats.items():
+                    cur[k] = round(cur.get(k, 0) + v, 3)
+        return cls(out)
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        """JSON form (manifest ``engines``, ShardResult ``engines``)."""
+        return {name: dict(stats) for name, stats in self.by_engine.items()}

@@ -1,98 +1,11 @@
-"""Backfill over a date range: each date an independent, resumable sub-run.
-
-Every date of ``[start_date, end_date]`` runs :func:`flows.nightly.run_partition` as its own
-subflow (own output partition, run key and manifest), at most ``max_concurrency`` at a time
-(a Prefect ``ThreadPoolTaskRunner`` bounds the date tasks). Re-running the same backfill skips
-finished dates and shards. A date without an input partition is reported as ``missing``; the
-flow run fails at the end if any date failed (or was missing, unless ``allow_missing``), after
-all other dates ran.
-"""
+"""Backfill of a date range (``prefect.yaml`` entrypoint ``flows/backfill.py:backfill_flow``);
+the flow lives in :mod:`specrag_batch.scheduled.backfill`."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from specrag_batch.scheduled.backfill import (
+    backfill_date,
+    backfill_flow,
+)
 
-from prefect import flow, get_run_logger, task, unmapped
-from prefect.cache_policies import NO_CACHE
-from prefect.task_runners import ThreadPoolTaskRunner
-
-from flows.nightly import MissingPartitionError, run_partition
-from flows.partitions import dates_between, require_directory, resolve_config
-from specrag_batch import storage
-from specrag_batch.execution import ExecutionConfig, ray_session
-from specrag_batch.redaction import redact
-
-
-@task(name="backfill-date", cache_policy=NO_CACHE)
-def backfill_date(input_root: str, output_root: str, date: str, config: dict,
-                  execution: ExecutionConfig, overwrite: bool) -> dict:
-    """One date: its partition's run (a subflow), summarised; never raises for a bad date."""
-    try:
-        m = run_partition(input_root, output_root, date, config, execution, overwrite)
-    except MissingPartitionError as e:
-        return {"date": date, "status": "missing", "error": str(e)}
-    except Exception as e:  # noqa: BLE001 - one bad date must not stop the others
-        get_run_logger().error("date %s failed: %s", date, e)
-        return {"date": date, "status": "failed", "error": f"{type(e).__name__}: {e}"}
-    return {"date": date, "status": "ok" if not m["failed_shards"] else "failed",
-            "rows_in": m["rows_in"], "rows_out": m["rows_out"],
-            "failed_shards": m["failed_shards"], "resumed_shards": m["resumed_shards"],
-            "manifest": m["manifest_uri"], "run_id": m["run_id"]}
-
-
-@flow(name="specrag-backfill-dates", log_prints=True)
-def _run_dates(input_root: str, output_root: str, dates: list[str], config: dict,
-               execution: ExecutionConfig, overwrite: bool) -> list[dict]:
-    futures = backfill_date.map(unmapped(input_root), unmapped(output_root), dates,
-                                unmapped(config), unmapped(execution), unmapped(overwrite))
-    return [f.result() for f in futures]
-
-
-@flow(name="specrag-backfill", log_prints=True)
-def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: str,
-                  max_concurrency: int = 2, config_path: str | None = None,
-                  config: dict[str, Any] | None = None,
-                  config_overrides: dict[str, Any] | None = None,
-                  execution: ExecutionConfig | None = None, overwrite: bool = False,
-                  allow_missing: bool = False) -> dict:
-    """Run every date partition from ``start_date`` to ``end_date`` (inclusive, YYYY-MM-DD).
-
-    Args:
-        max_concurrency: dates in flight at once (>= 1). With the threads task runner the dates
-            share this process's engines; with Ray each date's shards spread over the cluster.
-        allow_missing: a date without input partition does not fail the run.
-
-    Returns ``{"dates": [per-date summary], "ok": n, "failed": n, "missing": n, ...}``, also
-    written to ``<output_root>/_backfills/<start>_<end>.json``.
-
-    Raises:
-        ValueError: bad dates, ``max_concurrency`` < 1, config/topology mismatch (before any
-            work).
-        FileNotFoundError: ``input_root`` is not an existing directory (before any work).
-        RuntimeError: after all dates ran, if any failed (or was missing and not allowed)."""
-    if max_concurrency < 1:
-        raise ValueError(f"parameter 'max_concurrency': must be >= 1, got {max_concurrency}")
-    dates = [d.isoformat() for d in dates_between(start_date, end_date)]
-    cfg = resolve_config(config, config_path, config_overrides)
-    ex = ExecutionConfig.coerce(execution)
-    ex.check_mode(cfg.mode)
-    require_directory(input_root, "input_root")
-    log = get_run_logger()
-    log.info("backfill %s..%s: %d dates, %d at a time", dates[0], dates[-1], len(dates), max_concurrency)
-    with ray_session(ex):
-        results = _run_dates.with_options(task_runner=ThreadPoolTaskRunner(max_workers=max_concurrency))(
-            input_root, output_root, dates, cfg.model_dump(mode="json"), ex, overwrite)
-    summary = {"start_date": dates[0], "end_date": dates[-1], "dates": results,
-               **{k: sum(r["status"] == k for r in results) for k in ("ok", "failed", "missing")}}
-    summary_uri = storage.join(output_root, "_backfills", f"{dates[0]}_{dates[-1]}.json")
-    storage.write_bytes_atomic(summary_uri, json.dumps(redact(summary), indent=2).encode())
-    summary["summary_uri"] = summary_uri
-    bad = [r["date"] for r in results if r["status"] == "failed"
-           or (r["status"] == "missing" and not allow_missing)]
-    if bad:
-        shown = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
-        raise RuntimeError(f"backfill: {len(bad)} of {len(dates)} dates not completed ({shown}); "
-                           f"per-date status in {summary_uri}")
-    return summary
-
+__all__ = ["backfill_date", "backfill_flow"]

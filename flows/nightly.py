@@ -1,86 +1,12 @@
-"""Nightly job: one dated input partition in, the matching output partition out.
-
-``<input_root>/date=YYYY-MM-DD/*.parquet`` -> ``<output_root>/date=YYYY-MM-DD/`` (one output
-Parquet per input shard, done markers, ``_manifest.json``). The date defaults to the run's
-scheduled day in the deployment's timezone minus ``lag_days``; a retry or a re-run of the
-same date resumes (finished shards are skipped). Deployed by ``prefect.yaml`` on a cron
-schedule; run by hand with::
-
-    specrag-batch nightly --input-root s3://bucket/queries --output-root s3://bucket/answers \
-        --date 2026-11-28 --config configs/demo.yaml
-"""
+"""Nightly job over one dated input partition (``prefect.yaml`` entrypoint
+``flows/nightly.py:nightly_flow``); the flow lives in :mod:`specrag_batch.scheduled.nightly`."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from prefect import flow, get_run_logger
-
-from flows.partitions import (
-    check_timezone,
-    parse_date,
-    partition_uri,
-    require_directory,
-    resolve_config,
-    scheduled_date,
+from specrag_batch.scheduled.nightly import (
+    MissingPartitionError,
+    nightly_flow,
+    run_partition,
 )
-from flows.speculative_rag import run_flow
-from specrag_batch import storage
-from specrag_batch.execution import ExecutionConfig
-from specrag_batch.run import plan_shards
 
-
-class MissingPartitionError(FileNotFoundError):
-    """A date's input partition does not exist or holds no Parquet shard."""
-
-
-def run_partition(input_root: str, output_root: str, date, config: dict,
-                  execution: ExecutionConfig, overwrite: bool = False) -> dict:
-    """Run the pipeline over one date partition (a subflow when called inside a flow).
-
-    Returns the partition's manifest plus ``date``.
-
-    Raises:
-        MissingPartitionError: the input partition does not exist or has no ``*.parquet``
-            shard (upstream did not deliver; an empty run would hide that)."""
-    d = parse_date(date, "date")
-    src, dst = partition_uri(input_root, d), partition_uri(output_root, d)
-    if not storage.exists(src):
-        raise MissingPartitionError(f"input partition {src!r} does not exist")
-    shards, skipped = plan_shards(src)
-    if not shards:
-        raise MissingPartitionError(f"input partition {src!r} has no Parquet shards "
-                                    f"({len(skipped)} other files)")
-    manifest = run_flow(src, dst, config, None, overwrite, execution)
-    return {**manifest, "date": d.isoformat()}
-
-
-@flow(name="specrag-nightly", log_prints=True)
-def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag_days: int = 1,
-                 timezone: str = "UTC", config_path: str | None = None,
-                 config: dict[str, Any] | None = None,
-                 config_overrides: dict[str, Any] | None = None,
-                 execution: ExecutionConfig | None = None, overwrite: bool = False) -> dict:
-    """Speculative RAG over the ``date=YYYY-MM-DD`` partition of ``input_root``.
-
-    Args:
-        date: partition to process; None = scheduled day in ``timezone`` minus ``lag_days``.
-        config_path / config / config_overrides: the run config (see
-            :func:`flows.partitions.resolve_config`).
-        execution: task runner (threads or Ray) and stage topology.
-
-    Returns the partition's run manifest. The flow run fails when a shard failed (its rows are
-    listed in the manifest), so Prefect retries/alerts apply; a retry resumes."""
-    check_timezone(timezone)
-    day = parse_date(date, "date") if date is not None else scheduled_date(timezone, lag_days)
-    cfg = resolve_config(config, config_path, config_overrides)
-    ex = ExecutionConfig.coerce(execution)
-    ex.check_mode(cfg.mode)
-    require_directory(input_root, "input_root")
-    get_run_logger().info("nightly partition %s (%s)", day, timezone)
-    manifest = run_partition(input_root, output_root, day, cfg.model_dump(mode="json"), ex, overwrite)
-    if manifest["failed_shards"]:
-        raise RuntimeError(f"{manifest['failed_shards']} shard(s) failed in partition {day}; "
-                           f"see {manifest['manifest_uri']}")
-    return manifest
-
+__all__ = ["MissingPartitionError", "nightly_flow", "run_partition"]

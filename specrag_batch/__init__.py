@@ -14,11 +14,13 @@ __version__ = "0.1.0"
 __all__ = ["RunConfig", "load_config", "run_batch", "__version__"]
 
 
-def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None = None,
-              overwrite: bool = False, execution=None) -> dict:
+def run_batch(input_uri: str, output_uri: str, *, config=None, execution=None,
+              run_id: str | None = None, overwrite: bool = False) -> dict:
     """Run the pipeline over ``input_uri`` into ``output_uri``; returns the run manifest.
 
-    See :func:`specrag_batch.cli.run_batch`."""
-    from .cli import run_batch as _run
+    See :func:`specrag_batch.orchestration.run_batch` (imported on first call: Prefect is
+    loaded only when a run starts)."""
+    from .orchestration import run_batch as _run
 
-    return _run(input_uri, output_uri, config, run_id, overwrite, execution)
+    return _run(input_uri, output_uri, config=config, execution=execution, run_id=run_id,
+                overwrite=overwrite)

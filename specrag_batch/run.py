@@ -1,4 +1,4 @@
-"""Shard-level building blocks shared by the Prefect flows and the Python API.
+"""Planning a run and recording it: which shards, where their outputs go, the manifest.
 
 A run reads every ``*.parquet`` file under an input URI (each file = one shard), writes one
 output Parquet per shard under the output URI, and finally a run manifest
@@ -10,21 +10,22 @@ from __future__ import annotations
 import datetime as dt
 import json
 import platform
-import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import intermediate, storage
 from .config import RunConfig
 from .drafter_training.train import drafter_identity
-from .evaluation import summarize
-from .pipeline import STAGES, RunInfo, StageTimer, draft_stage, process_rows, verify_stage
+from .engines import EngineUsage
+from .pipeline import STAGES
 from .redaction import redact
-from .schema import OUTPUT_SCHEMA, InputSchemaError, validate_table
+from .schema import validate_table
+
+if TYPE_CHECKING:
+    from .shard import ShardResult
 
 MANIFEST = "_manifest.json"
 
@@ -109,31 +110,6 @@ def duplicate_ids(shards: list[str]) -> dict[str, set[str]]:
     return before
 
 
-@dataclass
-class ShardResult:
-    """What a shard task reports back (small: counters, not rows)."""
-
-    input: str
-    output: str | None
-    status: str
-    rows_in: int = 0
-    rows_out: int = 0
-    errors: int = 0
-    error: str | None = None
-    seconds: float = 0.0
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-    summary: dict = field(default_factory=dict)
-    run_id: str | None = None
-    resumed: bool = False
-    engines: dict = field(default_factory=dict)  # engine usage by this shard's task(s)
-    worker: str | None = None  # host:pid of the process that ran it (verification if split)
-    draft_worker: str | None = None  # disaggregated: host:pid of the drafting process
-    digest: str | None = None  # draft shards: sha256 of their query ids in order (integrity)
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
 def read_validated(shard_uri: str, seen_before: set[str], task: str | None = None):
     """Read and validate a shard (``task``: the run's fixed task, see ``RunConfig.task``).
 
@@ -142,97 +118,9 @@ def read_validated(shard_uri: str, seen_before: set[str], task: str | None = Non
     return validate_table(table, shard_uri, seen_ids=set(seen_before), task=task)
 
 
-_FILE_ERRORS = (InputSchemaError, OSError, pa.ArrowInvalid, ValueError)
-
-
-def _file_failure(shard_uri: str, e: Exception, t0: float) -> ShardResult:
-    msg = str(e) if str(e).startswith(shard_uri) else f"{shard_uri}: {e}"
-    return ShardResult(shard_uri, None, "failed", error=f"{type(e).__name__}: {msg}",
-                       seconds=time.perf_counter() - t0)
-
-
-def _read_rows(read, shard_uri: str, seen_before: set[str], cfg: RunConfig, t0: float):
-    """The shard's validated rows, or a ``failed`` ShardResult naming the file."""
-    try:
-        return read(shard_uri, seen_before, cfg.task)
-    except _FILE_ERRORS as e:
-        return _file_failure(shard_uri, e, t0)
-
-
-def _final(shard_uri: str, out_uri: str, run_id: str, rows_in: int, records: list[dict],
-           t0: float, timer: StageTimer, write) -> ShardResult:
-    table = pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA)
-    write(out_uri, table)
-    return ShardResult(shard_uri, out_uri, "ok", run_id=run_id, rows_in=rows_in, rows_out=table.num_rows,
-                       errors=sum(r["error"] is not None for r in records),
-                       seconds=time.perf_counter() - t0,
-                       stage_seconds={k: round(v, 3) for k, v in timer.seconds.items()},
-                       summary=summarize(records))
-
-
-def process_shard(shard_uri: str, output_uri: str, cfg: RunConfig, run_id: str, *,
-                  seen_before: set[str], out_uri: str, drafter, verifier,
-                  read=read_validated, write=storage.write_parquet_atomic) -> ShardResult:
-    """Process one shard end to end (stages 1-5) and write its output atomically.
-
-    A file-level problem (unreadable, wrong schema) returns status ``failed`` with the cause
-    naming the file; it never raises, so other shards go on."""
-    t0 = time.perf_counter()
-    rows = _read_rows(read, shard_uri, seen_before, cfg, t0)
-    if isinstance(rows, ShardResult):
-        return rows
-    timer = StageTimer()
-    records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
-                           info=RunInfo(run_id, shard_uri), timer=timer)
-    return _final(shard_uri, out_uri, run_id, len(rows), records, t0, timer, write)
-
-
 def draft_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:
     """Intermediate draft shard of an input shard: ``<output>/_drafts/<shard name>``."""
     return shard_output_uri(input_uri, shard_uri, storage.join(output_uri, intermediate.DRAFTS_DIR))
-
-
-def draft_shard(shard_uri: str, cfg: RunConfig, run_id: str, *, seen_before: set[str],
-                draft_uri: str, drafter, read=read_validated,
-                write=storage.write_parquet_atomic) -> ShardResult:
-    """Disaggregated runs, drafter side: stages 1-3 of one shard, written whole to
-    ``draft_uri`` as intermediate draft Parquet (:mod:`intermediate`). Every input row is in
-    it (failing rows with their ``error``). File-level problems return status ``failed``."""
-    t0 = time.perf_counter()
-    rows = _read_rows(read, shard_uri, seen_before, cfg, t0)
-    if isinstance(rows, ShardResult):
-        return rows
-    timer = StageTimer()
-    drafts = draft_stage(rows, cfg, drafter=drafter, timer=timer)
-    table = intermediate.to_table(rows, drafts)
-    write(draft_uri, table)
-    return ShardResult(shard_uri, draft_uri, "ok", run_id=run_id, rows_in=len(rows),
-                       rows_out=table.num_rows, errors=sum(r.error is not None for r in rows),
-                       digest=intermediate.ids_digest(r.query_id for r in rows),
-                       seconds=time.perf_counter() - t0,
-                       stage_seconds={k: round(v, 3) for k, v in timer.seconds.items()})
-
-
-def verify_shard(shard_uri: str, draft_uri: str, cfg: RunConfig, run_id: str, *, out_uri: str,
-                 verifier, expected: dict | None = None, read=storage.read_parquet,
-                 write=storage.write_parquet_atomic) -> ShardResult:
-    """Disaggregated runs, verifier side: read a draft shard, run stages 4-5 in the chunks of a
-    fused run, write the shard's output atomically.
-
-    ``expected`` is the drafting result (row count, ``digest`` of the query ids): a draft
-    shard that cannot be read or does not match it returns status ``failed`` with
-    ``output=None`` naming the draft file (the caller discards it so a re-run drafts again)."""
-    t0 = time.perf_counter()
-    try:
-        rows, drafts = intermediate.from_table(read(draft_uri), draft_uri)
-        if expected is not None:
-            intermediate.check_matches(rows, expected, draft_uri)
-    except _FILE_ERRORS as e:
-        return _file_failure(draft_uri, e, t0)
-    timer = StageTimer()
-    records = verify_stage(rows, drafts, cfg, verifier=verifier, info=RunInfo(run_id, shard_uri),
-                           timer=timer)
-    return _final(shard_uri, out_uri, run_id, len(rows), records, t0, timer, write)
 
 
 def merge_summaries(parts: list[dict]) -> dict:
@@ -272,14 +160,21 @@ def _versions() -> dict:
 
 
 def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
-                   results: list[ShardResult], skipped: list[dict], seconds: float,
-                   engine_stats: dict) -> dict:
-    """The run manifest (JSON-serialisable)."""
+                   results: list[ShardResult], skipped: list[dict], *, seconds: float,
+                   engines: EngineUsage, engine_load_seconds: float, execution: dict,
+                   report: Callable[[dict], dict] | None = None) -> dict:
+    """The run manifest (JSON-serialisable), built here only, secrets redacted
+    (:func:`redaction.redact`).
+
+    ``seconds``/``engine_load_seconds``: wall time of the run / of loading the engines before
+    the shards; ``engines``: engine usage of the run; ``execution``: the execution settings
+    (JSON form). ``report`` writes the run report from the manifest and returns its status,
+    recorded as ``report`` (the report never sees its own status)."""
     stage = defaultdict(float)
     for r in results:
         for k, v in r.stage_seconds.items():
             stage[k] += v
-    return {
+    manifest = redact({
         "run_id": run_id,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(),
         "input": input_uri,
@@ -297,10 +192,16 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         "resumed_shards": sum(r.resumed for r in results),
         "metrics": merge_summaries([r.summary for r in results if r.summary]),
         "stage_seconds": {k: round(stage.get(k, 0.0), 3) for k in STAGES},
-        "engines": engine_stats,
+        "engines": engines.as_dict(),
         "seconds": round(seconds, 3),
         "versions": _versions(),
-    }
+        "engine_load_seconds": round(engine_load_seconds, 3),
+        "execution": execution,
+        "manifest_uri": storage.join(output_uri, MANIFEST),
+    })
+    if report is not None:
+        manifest["report"] = redact(report(manifest))
+    return manifest
 
 
 def write_manifest(output_uri: str, manifest: dict) -> str:

@@ -152,23 +152,24 @@ def test_disaggregated_drafting_crash_fails_that_shard_only(prefect_harness, inp
     with the drafting cause (its verification never runs), the others finish; a re-run
     completes it and keeps the others."""
     import flows.speculative_rag as fr
+    import specrag_batch.orchestration as orchestration
 
-    real = fr.draft_shard
+    real = orchestration.draft_shard
 
-    def crash(shard_uri, *a, **k):
-        if shard_uri.endswith("part-2.parquet"):
+    def crash(job, *a, **k):
+        if job.shard_file.endswith("part-2.parquet"):
             raise RuntimeError("drafter worker lost")
-        return real(shard_uri, *a, **k)
+        return real(job, *a, **k)
 
     cfg = small_config().model_dump(mode="json")
     out = str(tmp_path / "out")
-    monkeypatch.setattr(fr, "draft_shard", crash)
+    monkeypatch.setattr(orchestration, "draft_shard", crash)
     m = fr.run_flow(inputs, out, cfg, execution={"stages": "disaggregated"})
     [bad] = [s for s in m["shards"] if s["status"] != "ok"]
     assert bad["input"].endswith("part-2.parquet") and m["failed_shards"] == 1
     assert bad["error"].endswith("part-2.parquet: drafting: drafter worker lost")
     assert sorted(outputs(out)) == ["part-0.parquet", "part-1.parquet", "part-3.parquet"]
-    monkeypatch.setattr(fr, "draft_shard", real)
+    monkeypatch.setattr(orchestration, "draft_shard", real)
     m = fr.run_flow(inputs, out, cfg, execution={"stages": "disaggregated"})
     assert m["failed_shards"] == 0 and m["resumed_shards"] == 3 and outputs(out) == reference
 

@@ -1,0 +1,251 @@
+"""Prefect flow: one task run per input shard; storage I/O tasks retry on transient errors.
+
+Stages run fused (one ``process-shard`` task per shard) or disaggregated (``draft-shard`` tasks
+write intermediate draft Parquet, ``verify-shard`` tasks read it); tasks run on threads in this
+process or on a Ray cluster (``execution``, see :mod:`specrag_batch.execution`). Run through
+``specrag-batch run``, :func:`run_batch`, or ``python -m flows.speculative_rag INPUT OUTPUT
+[CONFIG.yaml]``. Tasks receive a :class:`~specrag_batch.shard.ShardJob` (URIs, the config as
+JSON), never frames. The scheduled flows (nightly, backfill, claim verification) call
+:func:`run_flow` as a subflow.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task, unmapped
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from . import resume, storage
+from .config import RunConfig, load_config
+from .engines import EngineUsage, get_engine
+from .execution import ExecutionConfig
+from .redaction import install_log_filter
+from .run import build_manifest, check_layout, new_run_id, write_manifest
+from .shard import ShardJob, ShardResult, draft_shard, process_shard, verify_shard
+from .storage_tasks import PrefectIO, list_shards
+
+install_log_filter()  # run logs (console and Prefect API) never carry a URL password or token
+IO = PrefectIO()
+
+
+def _already_done(job: ShardJob, prefix: str, file: str) -> dict | None:
+    """``file``'s recorded result when it is marked done under ``prefix`` for this config and
+    input version (resume), else None."""
+    done = resume.completed_shard(prefix, file, job.config.config_hash(), job.fingerprint)
+    if done is None:
+        return None
+    get_run_logger().info("%s: %s already written by run %s, skipped", job.shard_file, file, done["run_id"])
+    return {**done["result"], "engines": {}}
+
+
+def _finish(res: ShardResult, job: ShardJob, prefix: str, before: EngineUsage) -> dict:
+    """Mark a successful shard (or draft shard) done under ``prefix``, log, and report with
+    this task's engine usage."""
+    log = get_run_logger()
+    res.engines = EngineUsage.snapshot().since(before).as_dict()
+    res.worker = f"{socket.gethostname()}:{os.getpid()}"
+    if res.status == "ok":
+        IO.mark_done(prefix, res.output, job.config.config_hash(), job.fingerprint, job.run_id, res.as_dict())
+        log.info("%s: %d rows -> %s (%d row errors, %.1fs)", job.shard_file, res.rows_out, res.output,
+                 res.errors, res.seconds)
+    else:
+        log.error("%s: shard failed: %s", job.shard_file, res.error)
+    return res.as_dict()
+
+
+@task(name="process-shard", cache_policy=NO_CACHE)
+def process_shard_task(job: ShardJob) -> dict:
+    """Stages 1-5 over one shard; returns the shard's counters (see ``shard.ShardResult``).
+
+    A shard whose done marker matches this config and input version is not recomputed. The
+    engines are this process's (a Ray worker keeps its own between tasks)."""
+    done = _already_done(job, job.output_prefix, job.output_file)
+    if done is not None:
+        return {**done, "resumed": True}
+    cfg, before = job.config, EngineUsage.snapshot()
+    res = process_shard(job, IO, verifier=get_engine(cfg.verifier, cfg.seed),
+                        drafter=get_engine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None)
+    out = _finish(res, job, job.output_prefix, before)
+    if res.status == "ok":  # drafts an earlier disaggregated attempt left for this shard
+        resume.discard(job.drafts_prefix, job.draft_file)
+    return out
+
+
+@task(name="draft-shard", cache_policy=NO_CACHE)
+def draft_shard_task(job: ShardJob) -> dict:
+    """Disaggregated stages, drafter pool: stages 1-3 of one shard -> intermediate draft Parquet
+    under ``<output>/_drafts/`` and its done marker. Skipped when the shard's final output or
+    its drafts are already done for this config and input version."""
+    done = _already_done(job, job.output_prefix, job.output_file)
+    if done is not None:
+        return {**done, "resumed": True, "final": True}
+    drafted = _already_done(job, job.drafts_prefix, job.draft_file)
+    if drafted is not None:
+        return drafted
+    cfg, before = job.config, EngineUsage.snapshot()
+    res = draft_shard(job, IO, drafter=get_engine(cfg.drafter, cfg.seed))
+    return _finish(res, job, job.drafts_prefix, before)
+
+
+@task(name="verify-shard", cache_policy=NO_CACHE)
+def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -> dict:
+    """Disaggregated stages, verifier pool: stages 4-5 of one shard from its draft Parquet ->
+    the shard's output and done marker. Reports the drafting task's stage times and engine
+    usage too. Once the output is marked done the draft shard is removed (its drafts are in
+    the output's ``drafts`` column) unless ``keep_drafts``."""
+    if drafted.get("final") or drafted["status"] != "ok":
+        return {k: v for k, v in drafted.items() if k != "final"}
+    cfg, before = job.config, EngineUsage.snapshot()
+    res = verify_shard(job, IO, verifier=get_engine(cfg.verifier, cfg.seed), drafted=drafted)
+    if res.status != "ok":  # unreadable or mismatched draft shard: drop it, a re-run redrafts
+        resume.discard(job.drafts_prefix, drafted["output"])
+        res.input, res.error = job.shard_file, f"{res.error}; draft shard discarded, a re-run drafts it again"
+    res.seconds += drafted["seconds"]
+    res.draft_worker = drafted.get("worker")
+    for k, v in drafted["stage_seconds"].items():
+        res.stage_seconds[k] = round(res.stage_seconds.get(k, 0.0) + v, 3)
+    out = _finish(res, job, job.output_prefix, before)
+    if res.status == "ok" and not keep_drafts:
+        resume.discard(job.drafts_prefix, drafted["output"])
+    out["engines"] = EngineUsage.total([out["engines"], drafted.get("engines", {})]).as_dict()
+    return out
+
+
+def _report(output_uri: str, manifest: dict) -> dict:
+    """Write the run report and publish it as artifacts of this flow run; a failure is logged
+    and returned (recorded in the manifest), never raised: the run's results are written."""
+    from .report import publish_artifacts, write_report
+
+    try:
+        s = write_report(output_uri, manifest)
+        publish_artifacts(s)
+        return {"status": "ok", "uri": s["report_uri"]}
+    except FileNotFoundError as e:  # no finished shard: nothing to report on
+        get_run_logger().info("run report skipped: %s", e)
+        return {"status": "skipped", "error": str(e)}
+    except Exception as e:  # noqa: BLE001 - the report is an extra, not the run's result
+        get_run_logger().error("run report failed: %s: %s", type(e).__name__, e)
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+
+
+def _load_engines(cfg: RunConfig, ex: ExecutionConfig, pending: int) -> float:
+    """Threads runner: load the engines once, before fanning out to threads; seconds taken."""
+    t0 = time.perf_counter()
+    if pending and not ex.distributed:
+        if cfg.mode == "speculative":
+            get_engine(cfg.drafter, cfg.seed)
+        get_engine(cfg.verifier, cfg.seed)
+    return time.perf_counter() - t0
+
+
+def _run_shards(jobs: list[ShardJob], ex: ExecutionConfig) -> list[ShardResult]:
+    """Submit the shard tasks (fused or disaggregated) and collect one result per shard; an
+    unexpected failure fails its shard only."""
+    drafted = [None] * len(jobs)
+    if ex.stages == "fused":
+        with ex.remote(ex.shard_resources):
+            futures = process_shard_task.map(jobs)
+    else:
+        with ex.remote(ex.drafter_resources):
+            drafted = draft_shard_task.map(jobs)
+        with ex.remote(ex.verifier_resources):
+            futures = verify_shard_task.map(drafted, jobs, unmapped(ex.keep_drafts))
+    results = []
+    for job, fut, dfut in zip(jobs, futures, drafted):
+        try:
+            results.append(ShardResult(**fut.result()))
+        except Exception as e:  # noqa: BLE001 - an unexpected failure fails its shard only
+            err, stage = e, ""
+            if dfut is not None:  # verification never ran when its drafting task failed
+                try:
+                    dfut.result()
+                except Exception as de:  # noqa: BLE001
+                    err, stage = de, "drafting: "
+            get_run_logger().error("%s: shard failed: %s%s", job.shard_file, stage, err)
+            results.append(ShardResult(job.shard_file, None, "failed",
+                                       error=f"{type(err).__name__}: {job.shard_file}: {stage}{err}"))
+    return results
+
+
+@flow(name="specrag-batch", task_runner=ThreadPoolTaskRunner(max_workers=1), log_prints=True)
+def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = None,
+                         run_id: str | None = None, overwrite: bool = False,
+                         execution: ExecutionConfig | None = None) -> dict:
+    """Speculative RAG (or Standard RAG, ``config.mode``) over every shard under ``input_uri``.
+
+    Resumable: re-running with the same input, output and config skips finished shards (and,
+    in disaggregated runs, finished draft shards). ``overwrite`` replaces results of a
+    different config in ``output_uri`` (else the run refuses with
+    :class:`resume.RunConflictError`). ``execution`` picks fused or disaggregated stages and the
+    Ray options per task; the task runner itself is chosen by :func:`run_flow`.
+
+    Returns the run manifest, also written to ``<output_uri>/_manifest.json``."""
+    t0 = time.perf_counter()
+    cfg = RunConfig.model_validate(config or {})
+    ex = ExecutionConfig.coerce(execution)
+    ex.check_mode(cfg.mode)
+    input_uri, output_uri = storage.normalize_uri(input_uri), storage.normalize_uri(output_uri)
+    run_id = run_id or new_run_id()
+    log = get_run_logger()
+    shards, skipped, seen, fingerprints = list_shards(input_uri)
+    check_layout(input_uri, output_uri, shards)
+    resume.claim_output(output_uri, input_uri, cfg.config_hash(), cfg.model_dump(mode="json"),
+                        run_id, overwrite)
+    resume.remove_stale_temporaries(output_uri)
+    for s in skipped:
+        log.warning("skipping %s: %s", s["input"], s["reason"])
+    jobs = [ShardJob(input_uri, output_uri, s, cfg.model_dump_json(), run_id, fp, frozenset(seen[s]))
+            for s, fp in zip(shards, fingerprints)]
+    pending = [j for j in jobs if resume.completed_shard(
+        output_uri, j.output_file, cfg.config_hash(), j.fingerprint) is None]
+    log.info("run %s: %d shards (%d to compute), mode=%s, stages=%s, task runner=%s, config %s",
+             run_id, len(shards), len(pending), cfg.mode, ex.stages, ex.task_runner, cfg.config_hash())
+    before = EngineUsage.snapshot()
+    engine_load = _load_engines(cfg, ex, len(pending))
+    results = _run_shards(jobs, ex)
+    usage = (EngineUsage.total([r.engines for r in results]) if ex.distributed
+             else EngineUsage.snapshot().since(before))
+    manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
+                              seconds=time.perf_counter() - t0, engines=usage,
+                              engine_load_seconds=engine_load, execution=ex.model_dump(mode="json"),
+                              report=lambda m: _report(output_uri, m))
+    write_manifest(output_uri, manifest)
+    return manifest  # returned (and stored as the flow's result) as written
+
+
+def run_flow(input_uri: str, output_uri: str, config: dict | None = None, run_id: str | None = None,
+             overwrite: bool = False, execution: ExecutionConfig | dict | None = None) -> dict:
+    """Run :func:`speculative_rag_flow` on the task runner ``execution`` names (threads here,
+    or a Ray cluster). Called inside another flow, it runs as a subflow. Returns the manifest."""
+    ex = ExecutionConfig.coerce(execution)
+    runner = ex.task_runner_instance()
+    return speculative_rag_flow.with_options(task_runner=runner)(
+        input_uri, output_uri, config, run_id, overwrite, ex)
+
+
+def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str | Path | None = None,
+              execution: ExecutionConfig | dict | None = None, run_id: str | None = None,
+              overwrite: bool = False) -> dict:
+    """Python API: run the pipeline over ``input_uri`` (a Parquet file or a prefix of shards)
+    into the prefix ``output_uri``; returns the run manifest (dict, as in ``_manifest.json``).
+
+    ``config`` is a :class:`RunConfig`, a dict, a YAML path, or None (defaults). Re-running
+    the same call resumes (finished shards are skipped). ``execution`` is an
+    :class:`ExecutionConfig` or dict (task runner: threads or Ray; fused or disaggregated
+    stages); it never changes results. ``run_id`` defaults to time + random.
+
+    Raises:
+        resume.RunConflictError: ``output_uri`` holds results of another input/config and
+            ``overwrite`` is false.
+        FileNotFoundError: ``input_uri`` does not exist.
+        run.InputLayoutError: output inside input, or two shards sharing an output name."""
+    if isinstance(config, (str, Path)):
+        config = load_config(config)
+    if isinstance(config, RunConfig):
+        config = config.model_dump(mode="json")
+    return run_flow(input_uri, output_uri, config, run_id, overwrite, execution)

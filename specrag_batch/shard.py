@@ -1,0 +1,236 @@
+"""One shard of a run: the :class:`ShardJob` (which files, which config), its storage I/O
+(:class:`ShardIO`), and the three ways to run it: fused (:func:`process_shard`, stages 1-5) or
+disaggregated (:func:`draft_shard`, stages 1-3 -> intermediate draft Parquet;
+:func:`verify_shard`, stages 4-5 -> the shard's output).
+
+Names: a *prefix* is a directory-like URI holding many files (``input_prefix``,
+``output_prefix``); a *file* is one object (``shard_file``, ``output_file``, ``draft_file``).
+File-level problems (unreadable, wrong schema, a draft shard that does not match its drafting
+result) are raised as :class:`ShardFileError`; :func:`_run_guarded` alone turns them into a
+``failed`` :class:`ShardResult` naming the file, so the other shards go on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow as pa
+
+from . import intermediate, resume, storage
+from .config import RunConfig
+from .evaluation import summarize
+from .pipeline import RunInfo, StageTimer, draft_stage, process_rows, verify_stage
+from .run import draft_output_uri, read_validated, shard_output_uri
+from .schema import OUTPUT_SCHEMA, InputSchemaError, QueryRow
+
+FILE_ERRORS = (InputSchemaError, OSError, pa.ArrowInvalid, ValueError)
+"""Errors that fail one shard (bad or unreadable file), never the run."""
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One input shard of a run and where its results go.
+
+    ``config_json`` is the run config as JSON (tasks receive it, never frames; see
+    :attr:`config`); ``fingerprint`` is the input file's version
+    (:func:`resume.input_fingerprint`); ``seen_before`` the query ids of earlier shards
+    (cross-shard duplicates, :func:`run.duplicate_ids`)."""
+
+    input_prefix: str
+    output_prefix: str
+    shard_file: str
+    config_json: str
+    run_id: str
+    fingerprint: dict
+    seen_before: frozenset[str] = frozenset()
+
+    @property
+    def config(self) -> RunConfig:
+        """The run config (validated from :attr:`config_json`)."""
+        return RunConfig.model_validate_json(self.config_json)
+
+    @property
+    def output_file(self) -> str:
+        """The shard's output Parquet (:func:`run.shard_output_uri`)."""
+        return shard_output_uri(self.input_prefix, self.shard_file, self.output_prefix)
+
+    @property
+    def drafts_prefix(self) -> str:
+        """``<output_prefix>/_drafts``: intermediate draft shards and their done markers."""
+        return storage.join(self.output_prefix, resume.DRAFTS_DIR)
+
+    @property
+    def draft_file(self) -> str:
+        """The shard's intermediate draft Parquet (disaggregated runs)."""
+        return draft_output_uri(self.input_prefix, self.shard_file, self.output_prefix)
+
+
+class ShardIO(Protocol):
+    """Storage I/O of a shard; :class:`StorageIO` does it directly, the orchestration layer
+    with Prefect task retries on transient errors."""
+
+    def read_rows(self, shard_file: str, seen_before: frozenset[str], task: str | None) -> list[QueryRow]:
+        """Validated rows of an input shard (raises one of :data:`FILE_ERRORS`)."""
+
+    def read_drafts(self, draft_file: str) -> pa.Table:
+        """An intermediate draft shard (raises one of :data:`FILE_ERRORS`)."""
+
+    def write_table(self, file: str, table: pa.Table) -> None:
+        """Write a Parquet file atomically."""
+
+    def mark_done(self, prefix: str, file: str, config_hash: str, fingerprint: dict, run_id: str,
+                  result: dict) -> None:
+        """Record ``file`` under ``prefix`` as done (:func:`resume.mark_done`)."""
+
+
+class StorageIO:
+    """:class:`ShardIO` straight on :mod:`storage` and :mod:`resume` (no retries here)."""
+
+    def read_rows(self, shard_file: str, seen_before: frozenset[str], task: str | None) -> list[QueryRow]:
+        return read_validated(shard_file, set(seen_before), task)
+
+    def read_drafts(self, draft_file: str) -> pa.Table:
+        return storage.read_parquet(draft_file)
+
+    def write_table(self, file: str, table: pa.Table) -> None:
+        storage.write_parquet_atomic(file, table)
+
+    def mark_done(self, prefix: str, file: str, config_hash: str, fingerprint: dict, run_id: str,
+                  result: dict) -> None:
+        resume.mark_done(prefix, file, config_hash, fingerprint, run_id, result)
+
+
+@dataclass
+class ShardResult:
+    """What a shard task reports back (small: counters, not rows)."""
+
+    input: str
+    output: str | None
+    status: str
+    rows_in: int = 0
+    rows_out: int = 0
+    errors: int = 0
+    error: str | None = None
+    seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+    run_id: str | None = None
+    resumed: bool = False
+    engines: dict = field(default_factory=dict)  # engine usage by this shard's task(s)
+    worker: str | None = None  # host:pid of the process that ran it (verification if split)
+    draft_worker: str | None = None  # disaggregated: host:pid of the drafting process
+    digest: str | None = None  # draft shards: sha256 of their query ids in order (integrity)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class ShardFileError(Exception):
+    """A shard's input or draft file cannot be used (``cause``: one of :data:`FILE_ERRORS`)."""
+
+    def __init__(self, file: str, cause: Exception):
+        super().__init__(f"{file}: {cause}")
+        self.file, self.cause = file, cause
+
+
+def _reading(file: str, read, *args):
+    """``read(*args)``; a file-level error is raised as :class:`ShardFileError` naming ``file``."""
+    try:
+        return read(*args)
+    except FILE_ERRORS as e:
+        raise ShardFileError(file, e) from e
+
+
+def _run_guarded(file: str, body) -> ShardResult:
+    """``body()`` timed; a :class:`ShardFileError` becomes a ``failed`` result naming the file
+    (the one place where file-level errors turn into results). Other errors (a write that
+    failed after its retries) raise: the flow reports them as the shard's failure."""
+    t0 = time.perf_counter()
+    try:
+        res = body()
+    except ShardFileError as e:
+        msg = str(e.cause) if str(e.cause).startswith(e.file) else str(e)
+        return ShardResult(file, None, "failed", error=f"{type(e.cause).__name__}: {msg}",
+                           seconds=time.perf_counter() - t0)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _with_file(records: list[dict], shard_file: str) -> list[dict]:
+    """Row errors name their file: ``<file>: row <i> (query_id=...): field '<f>': <reason>``
+    (validation errors already do; errors from the stages are prefixed here)."""
+    for r in records:
+        if r["error"] is not None and r["error"].startswith("row "):
+            r["error"] = f"{shard_file}: {r['error']}"
+    return records
+
+
+def _timings(timer: StageTimer) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in timer.seconds.items()}
+
+
+def _write_output(job: ShardJob, io: ShardIO, rows_in: int, records: list[dict],
+                  timer: StageTimer) -> ShardResult:
+    table = pa.Table.from_pylist(_with_file(records, job.shard_file), schema=OUTPUT_SCHEMA)
+    io.write_table(job.output_file, table)
+    return ShardResult(job.shard_file, job.output_file, "ok", run_id=job.run_id, rows_in=rows_in,
+                       rows_out=table.num_rows, errors=sum(r["error"] is not None for r in records),
+                       stage_seconds=_timings(timer), summary=summarize(records))
+
+
+def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResult:
+    """Fused: stages 1-5 over one shard, output written atomically to ``job.output_file``.
+
+    ``drafter``/``verifier``: :class:`engines.Engine` (drafter None in standard mode).
+    Never raises for a file-level problem (status ``failed``, the cause naming the file)."""
+    def body() -> ShardResult:
+        cfg = job.config
+        rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
+        timer = StageTimer()
+        records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
+                               info=RunInfo(job.run_id, job.shard_file), timer=timer)
+        return _write_output(job, io, len(rows), records, timer)
+    return _run_guarded(job.shard_file, body)
+
+
+def draft_shard(job: ShardJob, io: ShardIO, *, drafter) -> ShardResult:
+    """Disaggregated, drafter side: stages 1-3 of one shard, written whole to
+    ``job.draft_file`` as intermediate draft Parquet (:mod:`intermediate`). Every input row is
+    in it (failing rows with their ``error``). File-level problems: status ``failed``."""
+    def body() -> ShardResult:
+        cfg = job.config
+        rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
+        timer = StageTimer()
+        table = intermediate.to_table(rows, draft_stage(rows, cfg, drafter=drafter, timer=timer))
+        io.write_table(job.draft_file, table)
+        return ShardResult(job.shard_file, job.draft_file, "ok", run_id=job.run_id,
+                           rows_in=len(rows), rows_out=table.num_rows,
+                           errors=sum(r.error is not None for r in rows),
+                           digest=intermediate.ids_digest(r.query_id for r in rows),
+                           stage_seconds=_timings(timer))
+    return _run_guarded(job.shard_file, body)
+
+
+def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict) -> ShardResult:
+    """Disaggregated, verifier side: read the draft shard ``drafted["output"]``, run stages
+    4-5 in the chunks of a fused run, write ``job.output_file`` atomically.
+
+    ``drafted`` is the drafting result (row count, ``digest`` of the query ids): a draft shard
+    that cannot be read or does not match it returns status ``failed`` with ``output=None``
+    naming the draft file (the caller discards it so that a re-run drafts again)."""
+    draft_file = drafted["output"]
+
+    def read() -> tuple[list[QueryRow], dict]:
+        rows, drafts = intermediate.from_table(io.read_drafts(draft_file), draft_file)
+        intermediate.check_matches(rows, drafted, draft_file)
+        return rows, drafts
+
+    def body() -> ShardResult:
+        rows, drafts = _reading(draft_file, read)
+        timer = StageTimer()
+        records = verify_stage(rows, drafts, job.config, verifier=verifier,
+                               info=RunInfo(job.run_id, job.shard_file), timer=timer)
+        return _write_output(job, io, len(rows), records, timer)
+    return _run_guarded(draft_file, body)

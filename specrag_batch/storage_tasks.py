@@ -1,0 +1,79 @@
+"""Storage I/O as Prefect tasks that retry transient errors (network, throttling, time-outs)
+but not bad data, and :class:`PrefectIO`, the :class:`~specrag_batch.shard.ShardIO` the flow's
+shard tasks use. Task names (``read-shard``, ``read-drafts``, ``write-shard``,
+``mark-shard-done``, ``list-shards``) appear in the Prefect UI with their run counts."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from . import resume, storage
+from .run import duplicate_ids, plan_shards, read_validated
+from .schema import InputSchemaError, QueryRow
+
+IO_RETRIES = 3
+IO_RETRY_DELAYS = [1, 5, 20]  # seconds before the 1st, 2nd, 3rd retry
+
+
+def _transient(task, task_run, state) -> bool:
+    """Retry storage errors and time-outs; not bad data (schema, corrupt Parquet, missing file)."""
+    try:
+        state.result()
+    except (InputSchemaError, pa.ArrowInvalid, FileNotFoundError, ValueError):
+        return False
+    except Exception:  # noqa: BLE001 - network/storage errors are worth another try
+        return True
+    return False
+
+
+def _io_task(name: str):
+    return task(name=name, retries=IO_RETRIES, retry_delay_seconds=IO_RETRY_DELAYS,
+                retry_condition_fn=_transient, cache_policy=NO_CACHE)
+
+
+@_io_task("list-shards")
+def list_shards(input_uri: str):
+    """(shard files, skipped files, query ids seen before each shard, input fingerprints)."""
+    shards, skipped = plan_shards(input_uri)
+    return shards, skipped, duplicate_ids(shards), [resume.input_fingerprint(s) for s in shards]
+
+
+@_io_task("read-shard")
+def read_shard(shard_uri: str, seen_before: set[str], task: str | None = None) -> list[QueryRow]:
+    return read_validated(shard_uri, seen_before, task)
+
+
+@_io_task("read-drafts")
+def read_drafts(draft_uri: str) -> pa.Table:
+    return storage.read_parquet(draft_uri)
+
+
+@_io_task("write-shard")
+def write_shard(uri: str, table: pa.Table) -> None:
+    storage.write_parquet_atomic(uri, table)
+
+
+@_io_task("mark-shard-done")
+def mark_done_task(output_uri: str, out_uri: str, config_hash: str, fingerprint: dict, run_id: str,
+                   result: dict) -> None:
+    resume.mark_done(output_uri, out_uri, config_hash, fingerprint, run_id, result)
+
+
+class PrefectIO:
+    """:class:`~specrag_batch.shard.ShardIO` whose calls are the retrying tasks above (called
+    inside a shard task, each is a task run of its own)."""
+
+    def read_rows(self, shard_file: str, seen_before: frozenset[str], task: str | None) -> list[QueryRow]:
+        return read_shard(shard_file, set(seen_before), task)
+
+    def read_drafts(self, draft_file: str) -> pa.Table:
+        return read_drafts(draft_file)
+
+    def write_table(self, file: str, table: pa.Table) -> None:
+        write_shard(file, table)
+
+    def mark_done(self, prefix: str, file: str, config_hash: str, fingerprint: dict, run_id: str,
+                  result: dict) -> None:
+        mark_done_task(prefix, file, config_hash, fingerprint, run_id, result)

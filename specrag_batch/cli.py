@@ -13,6 +13,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .cli_options import (
+    INPUT_ROOT,
+    OUTPUT_ROOT,
+    RAY_ADDRESS,
+    STAGES_OPT,
+    TASK_RUNNER,
+    execution_from_flags,
+    exit_codes,
+    with_config_options,
+    with_run_options,
+)
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Speculative RAG (Wang et al. 2024) batch pipeline over Parquet.")
 index_app = typer.Typer(no_args_is_help=True, help="FAISS retrieval index over a corpus.")
@@ -23,29 +35,6 @@ from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter
 
 app.add_typer(drafter_app, name="drafter")
 console = Console()
-
-
-def run_batch(input_uri: str, output_uri: str, config=None, run_id: str | None = None,
-              overwrite: bool = False, execution=None) -> dict:
-    """Python API: run the Prefect flow and return the run manifest (dict).
-
-    ``config`` is a :class:`RunConfig`, a dict, a YAML path, or None (defaults). Re-running
-    the same call resumes (finished shards are skipped). ``execution`` is an
-    :class:`~specrag_batch.execution.ExecutionConfig` or dict (task runner: threads or Ray;
-    fused or disaggregated stages); it never changes results.
-
-    Raises:
-        resume.RunConflictError: ``output_uri`` holds results of another input/config and
-            ``overwrite`` is false.
-        FileNotFoundError: ``input_uri`` does not exist."""
-    from flows.speculative_rag import run_flow
-    from .config import RunConfig, load_config
-
-    if isinstance(config, (str, Path)):
-        config = load_config(config)
-    if isinstance(config, RunConfig):
-        config = config.model_dump(mode="json")
-    return run_flow(input_uri, output_uri, config, run_id, overwrite, execution)
 
 
 def print_summary(m: dict) -> None:
@@ -80,39 +69,13 @@ def print_summary(m: dict) -> None:
             console.print(f"[red]shard failed[/red] {s['input']}: {s['error']}")
 
 
-TASK_RUNNER = typer.Option("threads", "--task-runner", help="threads (this process) or ray (a "
-                           "Ray cluster through prefect-ray; needs the 'ray' extra).")
-RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster: 'auto', 'ray://host:10001'; "
-                           "default: start Ray locally.")
-STAGES_OPT = typer.Option("fused", "--stages", help="fused, or disaggregated (drafting tasks write "
-                          "intermediate draft Parquet; verification tasks read it).")
-OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace results of another config.")
-INPUT_ROOT = typer.Option(..., "--input-root", help="Prefix holding date=YYYY-MM-DD/ partitions.")
-OUTPUT_ROOT = typer.Option(..., "--output-root", help="Prefix for the output partitions.")
-CONFIG_OPT = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
-                          help="YAML run config (see configs/).")
-
-
-def _execution(task_runner: str, ray_address: str | None, stages: str):
-    """ExecutionConfig from CLI flags; a bad value is a usage error naming the flag."""
-    from pydantic import ValidationError
-
-    from .execution import ExecutionConfig
-
-    try:
-        return ExecutionConfig(task_runner=task_runner, ray_address=ray_address, stages=stages)
-    except ValidationError as e:
-        err = e.errors()[0]
-        flag = {"task_runner": "--task-runner", "stages": "--stages"}.get(str(err["loc"][0]), "--ray-address")
-        raise typer.BadParameter(err["msg"], param_hint=flag) from None
-
-
 def _fail(e: Exception, code: int) -> None:
     console.print(f"[red]error:[/red] {e}")
     raise typer.Exit(code)
 
 
 @app.command()
+@with_config_options
 def run(
     input: str = typer.Option(..., "--input", "-i", help="Input URI: a Parquet file or a prefix/"
                               "directory of shards (local path, file:// or s3://)."),
@@ -120,16 +83,6 @@ def run(
                                "input shard plus _manifest.json."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
                                           help="YAML run config (see configs/); flags override it."),
-    mode: Optional[str] = typer.Option(None, "--mode", help="speculative (drafter + verifier) or "
-                                       "standard (verifier answers from all N documents)."),
-    drafter: Optional[str] = typer.Option(None, help="Drafter model: packaged name or HF id/path."),
-    verifier: Optional[str] = typer.Option(None, help="Verifier model: packaged name or HF id/path."),
-    top_n: Optional[int] = typer.Option(None, "--top-n", help="N: documents per query."),
-    drafts: Optional[int] = typer.Option(None, "--drafts", "-m", help="m: drafts per query."),
-    clusters: Optional[int] = typer.Option(None, "--clusters", "-k", help="k: clusters = documents per draft."),
-    tau_min: Optional[float] = typer.Option(None, "--tau-min", help="Low-confidence threshold on log score."),
-    index: Optional[str] = typer.Option(None, "--index", help="FAISS index URI for rows without documents."),
-    seed: Optional[int] = typer.Option(None, help="Random seed (sampling, K-Means, vLLM)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id (default: time + random)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of a different "
                                    "input/config already in --output (default: refuse)."),
@@ -137,31 +90,19 @@ def run(
     task_runner: str = TASK_RUNNER,
     ray_address: Optional[str] = RAY_ADDRESS,
     stages: str = STAGES_OPT,
+    config_overrides: dict | None = None,
 ) -> None:
     """Run Speculative RAG (or Standard RAG) over Parquet query shards.
 
     Re-running the same command after a crash resumes: finished shards are skipped."""
     from .config import load_config
-    from .resume import RunConflictError
+    from .orchestration import run_batch
 
-    if mode not in (None, "speculative", "standard"):
-        raise typer.BadParameter("must be 'speculative' or 'standard'", param_hint="--mode")
-    from pydantic import ValidationError
-
-    execution = _execution(task_runner, ray_address, stages)
-    try:
-        cfg = load_config(config, {
-            "mode": mode, "drafter.model": drafter, "verifier.model": verifier,
-            "retrieval.top_n": top_n, "retrieval.index": index, "sampling.num_drafts": drafts,
-            "sampling.num_clusters": clusters, "selection.tau_min": tau_min, "seed": seed})
-    except (ValidationError, ValueError) as e:  # bad config: a usage error, not a failed run
-        _fail(e, 2)
-    from .models import ModelNotInstalledError
-
-    try:
-        manifest = run_batch(input, output, cfg, run_id, overwrite, execution)
-    except (RunConflictError, FileNotFoundError, ValueError, ModelNotInstalledError) as e:
-        _fail(e, 2)  # ValueError: layout, topology, a packaged model's sha256 pin
+    execution = execution_from_flags(task_runner, ray_address, stages)
+    with exit_codes(_fail):
+        cfg = load_config(config, config_overrides)
+        manifest = run_batch(input, output, config=cfg, execution=execution, run_id=run_id,
+                             overwrite=overwrite)
     if json_out:
         print(json.dumps(manifest, indent=2, default=str))
     else:
@@ -171,6 +112,7 @@ def run(
 
 
 @app.command()
+@with_run_options
 def nightly(
     input_root: str = INPUT_ROOT,
     output_root: str = OUTPUT_ROOT,
@@ -178,33 +120,25 @@ def nightly(
                                        "today in --timezone minus --lag-days)."),
     timezone: str = typer.Option("UTC", "--timezone", help="IANA timezone of the schedule."),
     lag_days: int = typer.Option(1, "--lag-days", min=0, help="1 = yesterday's partition."),
-    config: Optional[Path] = CONFIG_OPT,
-    overwrite: bool = OVERWRITE_OPT,
-    task_runner: str = TASK_RUNNER,
-    ray_address: Optional[str] = RAY_ADDRESS,
-    stages: str = STAGES_OPT,
+    config_path: str | None = None,
+    overwrite: bool = False,
+    execution=None,
 ) -> None:
     """The nightly job (flows/nightly.py) over one date partition; re-running resumes."""
-    from flows.nightly import nightly_flow
-    from flows.partitions import check_timezone, parse_date
+    from .scheduled.nightly import nightly_flow
+    from .scheduled.partitions import check_timezone, parse_date
 
-    from .resume import RunConflictError
-
-    ex = _execution(task_runner, ray_address, stages)
-    try:
+    with exit_codes(_fail):  # failed shards (RuntimeError): listed in the partition's manifest
         if date is not None:
             parse_date(date, "--date")
         check_timezone(timezone, "--timezone")
         m = nightly_flow(input_root, output_root, date, lag_days, timezone,
-                         config_path=str(config) if config else None, execution=ex, overwrite=overwrite)
-    except (RunConflictError, FileNotFoundError, ValueError) as e:
-        _fail(e, 2)
-    except RuntimeError as e:  # failed shards: listed in the partition's manifest
-        _fail(e, 1)
+                         config_path=config_path, execution=execution, overwrite=overwrite)
     print_summary(m)
 
 
 @app.command()
+@with_run_options
 def backfill(
     input_root: str = INPUT_ROOT,
     output_root: str = OUTPUT_ROOT,
@@ -213,26 +147,19 @@ def backfill(
     max_concurrency: int = typer.Option(2, "--max-concurrency", min=1, help="Dates in flight at once."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="A date without input "
                                        "partition does not fail the backfill."),
-    config: Optional[Path] = CONFIG_OPT,
-    overwrite: bool = OVERWRITE_OPT,
-    task_runner: str = TASK_RUNNER,
-    ray_address: Optional[str] = RAY_ADDRESS,
-    stages: str = STAGES_OPT,
+    config_path: str | None = None,
+    overwrite: bool = False,
+    execution=None,
 ) -> None:
     """Backfill (flows/backfill.py): every date of --start..--end as its own resumable run."""
-    from flows.backfill import backfill_flow
-    from flows.partitions import dates_between
+    from .scheduled.backfill import backfill_flow
+    from .scheduled.partitions import dates_between
 
-    ex = _execution(task_runner, ray_address, stages)
-    try:
+    with exit_codes(_fail):
         dates_between(start, end, names=("--start", "--end"))
         s = backfill_flow(input_root, output_root, start, end, max_concurrency,
-                          config_path=str(config) if config else None, execution=ex,
+                          config_path=config_path, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)
-    except (FileNotFoundError, ValueError) as e:  # checked before any work
-        _fail(e, 2)
-    except RuntimeError as e:
-        _fail(e, 1)
     t = Table(title=f"backfill {start}..{end}")
     for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards"):
         t.add_column(col)
@@ -243,40 +170,33 @@ def backfill(
 
 
 @app.command()
+@with_run_options
 def claims(
     input: str = typer.Option(..., "--input", "-i", help="Input URI of claim shards (Parquet)."),
     output: str = typer.Option(..., "--output", "-o", help="Output URI prefix."),
     labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated label set "
                                          "(default: claim_labels of the config)."),
-    config: Optional[Path] = CONFIG_OPT,
-    overwrite: bool = OVERWRITE_OPT,
-    task_runner: str = TASK_RUNNER,
-    ray_address: Optional[str] = RAY_ADDRESS,
-    stages: str = STAGES_OPT,
+    config_path: str | None = None,
+    overwrite: bool = False,
+    execution=None,
 ) -> None:
     """Bulk claim verification (flows/claim_verification.py); prints the label counts.
 
     Every row is a claim (the task column may be absent), answered with one of the labels."""
     from pydantic import ValidationError
 
-    from flows.claim_verification import claim_verification_flow
+    from .scheduled.claim_verification import claim_verification_flow
 
-    from .resume import RunConflictError
-
-    ex = _execution(task_runner, ray_address, stages)
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
-    try:
-        m = claim_verification_flow(input, output, config_path=str(config) if config else None,
-                                    claim_labels=label_list, execution=ex, overwrite=overwrite)
-    except ValidationError as e:
-        err = e.errors()[0]
-        if err["loc"] and err["loc"][0] == "claim_labels":
-            raise typer.BadParameter(str(err["msg"]), param_hint="--labels") from None
-        _fail(ValueError(f"config field {'.'.join(map(str, err['loc']))!r}: {err['msg']}"), 2)
-    except (RunConflictError, FileNotFoundError, ValueError) as e:
-        _fail(e, 2)
-    except RuntimeError as e:
-        _fail(e, 1)
+    with exit_codes(_fail):
+        try:
+            m = claim_verification_flow(input, output, config_path=config_path, claim_labels=label_list,
+                                        execution=execution, overwrite=overwrite)
+        except ValidationError as e:
+            err = e.errors()[0]
+            if err["loc"] and err["loc"][0] == "claim_labels":
+                raise typer.BadParameter(str(err["msg"]), param_hint="--labels") from None
+            raise ValueError(f"config field {'.'.join(map(str, err['loc']))!r}: {err['msg']}") from None
     print_summary(m)
     console.print("labels: " + ", ".join(f"{k} {v}" for k, v in m["label_counts"].items()))
 
@@ -288,10 +208,8 @@ def report(
     """Write the run report (<output>/_report/report.md and PNG plots) from finished shards."""
     from .report import write_report
 
-    try:
+    with exit_codes(_fail):
         s = write_report(output)
-    except FileNotFoundError as e:
-        _fail(e, 2)
     console.print(f"report: {s['rows']} rows from {s['shards']} shards -> {s['report_uri']}")
 
 
@@ -312,12 +230,10 @@ def calibrate(
     from .calibration import config_snippet
     from .report import load_rows
 
-    try:
+    with exit_codes(_fail):
         data = load_rows(output)
         res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
                              target_coverage=target_coverage, n_boot=bootstrap)
-    except (FileNotFoundError, ValueError) as e:
-        _fail(e, 2)
     target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
               else f"coverage >= {target_coverage}")
     t = Table(title=f"τ_min ({confidence}) for {target}")

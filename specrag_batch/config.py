@@ -34,7 +34,8 @@ class ModelConfig(_Strict):
     ``vllm.LLM`` (e.g. ``tensor_parallel_size``, ``gpu_memory_utilization``, ``dtype``).
     """
 
-    model: str
+    model: str = Field(description="packaged model name (`specrag-batch models list`) or a "
+                       "Hugging Face id / local path that vLLM can load")
     max_tokens: int = Field(160, ge=1, description="generation budget per draft, tokens")
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy (default)")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -111,8 +112,9 @@ class SelectionConfig(_Strict):
 class RunConfig(_Strict):
     """Full configuration of one batch run. Hash = identity of a run's results."""
 
-    mode: Mode = "speculative"
-    seed: int = 0
+    mode: Mode = Field("speculative", description="speculative (drafter + verifier) or standard "
+                       "(verifier answers from all N documents)")
+    seed: int = Field(0, description="random seed (sampling, K-Means, vLLM)")
     drafter: ModelConfig = Field(
         default_factory=lambda: ModelConfig(model="qwen2.5-coder-0.5b-instruct"))
     verifier: ModelConfig = Field(

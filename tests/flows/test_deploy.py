@@ -73,6 +73,7 @@ def deployed(prefect_server):
     return api, {d["name"]: d for d in deps}
 
 
+@pytest.mark.slow  # starts a `prefect server` process (minutes on 2 cores)
 def test_prefect_yaml_deploys_every_deployment(deployed):
     _api, deps = deployed
     assert sorted(deps) == sorted(d["name"] for d in SPEC["deployments"])
@@ -87,6 +88,7 @@ def test_prefect_yaml_deploys_every_deployment(deployed):
         assert required - set(spec["parameters"]) <= {"start_date", "end_date"}
 
 
+@pytest.mark.slow  # starts a `prefect server` process (minutes on 2 cores)
 def test_nightly_schedule_cron_timezone_and_pools(deployed):
     api, deps = deployed
     nightly = deps["nightly-gpu"]
@@ -111,6 +113,7 @@ def test_nightly_schedule_cron_timezone_and_pools(deployed):
         assert (t.hour, t.minute) == (2, 30)
 
 
+@pytest.mark.slow  # starts a `prefect server` process (minutes on 2 cores)
 def test_deployment_parameters_are_valid_configs(deployed):
     """Every config_path exists and validates; every execution block validates; the server
     accepts a flow run of each deployment with its defaults (backfill: plus its dates)."""
@@ -125,6 +128,7 @@ def test_deployment_parameters_are_valid_configs(deployed):
         assert r.status_code == 201, r.text
 
 
+@pytest.mark.slow  # starts a `prefect server` process (minutes on 2 cores)
 def test_bad_parameters_are_refused(deployed, prefect_server, tmp_path):
     api, deps = deployed
     _, env = prefect_server

@@ -180,7 +180,7 @@ def test_relative_input_same_names_in_two_folders_and_respelled_resume(prefect_h
     m = run_flow("in/", "out", small_config())
     rows, _ = read_outputs(str(tmp_path / "out"))
     assert len(rows) == 2 and m["input"] == str(tmp_path / "in") and m["failed_shards"] == 0
-    assert sorted(os.listdir(tmp_path / "out")) == [MANIFEST, "_run.json", "_shards", "x__a.parquet", "y__a.parquet"]
+    assert sorted(os.listdir(tmp_path / "out")) == [MANIFEST, "_report", "_run.json", "_shards", "x__a.parquet", "y__a.parquet"]
     for spelling in ("./in", str(tmp_path / "in") + "/"):
         m = run_flow(spelling, str(tmp_path / "out") + "/", small_config())
         assert m["resumed_shards"] == 2

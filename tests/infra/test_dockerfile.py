@@ -105,7 +105,7 @@ def test_cpu_target_runs_the_same_install_steps_as_ci():
     meta = pyproject()
     readme = meta["project"].get("readme")
     needed = {"Makefile", "pyproject.toml", *(
-        [readme] if isinstance(readme, str) else []), *meta["tool"]["setuptools"]["packages"]}
+        [readme] if isinstance(readme, str) else []), *{p.split(".")[0] for p in meta["tool"]["setuptools"]["packages"]}}
     assert needed <= copied, f"not copied before `make setup`: {sorted(needed - copied)}"
     assert [x.args for x in cpu[:at] if x.cmd == "WORKDIR"][-1] == "/app"
     # the CLI is on PATH at run time from the venv `make setup` created
@@ -211,3 +211,12 @@ def test_copy_sources_exist_and_pass_dockerignore():
     assert set(pending) <= {"prefect.yaml"}, f"COPY sources missing: {pending}"
     if pending:
         pytest.skip("prefect.yaml is not at the repository root yet (the Dockerfile copies it)")
+
+
+def test_every_package_is_in_the_distribution():
+    """A non-editable install (the GPU image) ships only the packages pyproject lists: every
+    folder with an ``__init__.py`` under the library and the flows must be one of them."""
+    listed = set(pyproject()["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(ROOT).parts)
+             for top in ("specrag_batch", "flows") for init in (ROOT / top).rglob("__init__.py")}
+    assert found == listed, f"pyproject packages {sorted(listed)} vs tree {sorted(found)}"

@@ -228,7 +228,7 @@ def test_claim_verification_flow_fixed_task_and_labels(prefect_harness, tmp_path
 @pytest_slow
 def test_cli_nightly_and_backfill_commands(tmp_path):
     """The same flows from the command line, in a fresh process (its own Prefect database)."""
-    from .conftest import subprocess_env
+    from ..conftest import subprocess_env
 
     cli = str(Path(sys.executable).with_name("specrag-batch"))
     inp, out = str(tmp_path / "q"), str(tmp_path / "a")

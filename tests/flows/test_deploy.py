@@ -28,6 +28,19 @@ PREFECT = str(Path(sys.executable).with_name("prefect"))
 SPEC = yaml.safe_load((ROOT / "prefect.yaml").read_text())
 
 
+def api_post(url: str, json: dict, timeout: float = 30) -> httpx.Response:
+    """POST to the test's Prefect server, retrying 503 as Prefect's own client does: the
+    server's SQLite answers 503 while another writer (its scheduler, a deploy) holds the
+    database lock, which happens on a loaded 2-core machine (seen in CI). Any other status
+    is returned at once."""
+    for attempt in range(8):
+        r = httpx.post(url, json=json, timeout=timeout)
+        if r.status_code != 503:
+            return r
+        time.sleep(min(2 ** attempt, 15))
+    return r
+
+
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory):
     """`prefect server start` as its own process group on 127.0.0.1 (SQLite in a temp home)."""
@@ -69,7 +82,7 @@ def deployed(prefect_server):
     api, env = prefect_server
     r = deploy(ROOT / "prefect.yaml", env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=30).json()
+    deps = api_post(f"{api}/deployments/filter", json={}, timeout=30).json()
     return api, {d["name"]: d for d in deps}
 
 
@@ -97,14 +110,14 @@ def test_nightly_schedule_cron_timezone_and_pools(deployed):
     assert sched["schedule"]["timezone"] == "Europe/Amsterdam" == nightly["parameters"]["timezone"]
     assert sched["active"] is True
     assert deps["nightly-cpu"]["schedules"][0]["active"] is False  # never two nightly runs
-    pools = {p["name"]: p["type"] for p in httpx.post(f"{api}/work_pools/filter", json={}).json()}
+    pools = {p["name"]: p["type"] for p in api_post(f"{api}/work_pools/filter", json={}).json()}
     assert pools["gpu-pool"] == "kubernetes" and pools["cpu-pool"] == "process"
     assert nightly["job_variables"]["image"].endswith("-gpu")
     # the server's scheduler turns the schedule into runs at 02:30 Amsterdam time (asked now
     # rather than waiting for its loop)
-    r = httpx.post(f"{api}/deployments/{nightly['id']}/schedule", json={"max_runs": 3}, timeout=30)
+    r = api_post(f"{api}/deployments/{nightly['id']}/schedule", json={"max_runs": 3}, timeout=30)
     assert r.status_code in (200, 201), r.text
-    runs = httpx.post(f"{api}/flow_runs/filter", json={
+    runs = api_post(f"{api}/flow_runs/filter", json={
         "deployments": {"id": {"any_": [nightly["id"]]}}}).json()
     assert runs, "no scheduled runs for the nightly deployment"
     from zoneinfo import ZoneInfo
@@ -123,7 +136,7 @@ def test_deployment_parameters_are_valid_configs(deployed):
         load_config(ROOT / p["config_path"])
         ExecutionConfig.model_validate(p.get("execution") or {})
         extra = {"start_date": "2026-11-01", "end_date": "2026-11-02"} if "backfill" in spec["name"] else {}
-        r = httpx.post(f"{api}/deployments/{deps[spec['name']]['id']}/create_flow_run",
+        r = api_post(f"{api}/deployments/{deps[spec['name']]['id']}/create_flow_run",
                        json={"parameters": extra, "state": {"type": "SCHEDULED"}}, timeout=30)
         assert r.status_code == 201, r.text
 
@@ -136,7 +149,7 @@ def test_bad_parameters_are_refused(deployed, prefect_server, tmp_path):
     (tmp_path / "prefect.yaml").write_text(bad)
     r = deploy(tmp_path / "prefect.yaml", env)
     assert "Validation failed for field 'max_concurrency'" in r.stdout + r.stderr
-    r = httpx.post(f"{api}/deployments/{deps['nightly-gpu']['id']}/create_flow_run",
+    r = api_post(f"{api}/deployments/{deps['nightly-gpu']['id']}/create_flow_run",
                    json={"parameters": {"lag_days": "one"}}, timeout=30)
     assert r.status_code in (409, 422) and "lag_days" in r.text
 

@@ -40,7 +40,7 @@ demo: models-demo
 	$(BIN)/specrag-batch run --input samples/demo --output $(OUT) --config configs/demo.yaml
 
 test: models-test
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs --durations=30
 
 # No vLLM engine: the pipeline's bookkeeping runs on tests/fakes.py's FakeEngine, which needs
 # only the test model's real tokenizer (hence models-test: converted once, then cached).

@@ -71,8 +71,29 @@ def hotpotqa(root: Path) -> Iterator[dict]:
                "choices": None, "gold": spans}
 
 
+def nq_open(root: Path) -> list[dict]:
+    """NQ-open (one gold passage per question): the benchmark's reserved rows only (the first
+    ``BENCHMARK_RESERVE`` questions of the file, which drafter training never reads), each with
+    9 gold passages of other reserved questions as distractors (N = 10, built by
+    ``drafter_training.sources.nq_open``). The passages are put in an order drawn per row
+    (seeded by the query id), so the gold passage is not always first: Standard RAG reads the
+    documents in the given order and would otherwise always start with the answer."""
+    import hashlib
+    import random
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from specrag_batch.drafter_training.sources import BENCHMARK_RESERVE
+    from specrag_batch.drafter_training.sources import nq_open as build
+
+    rows = build(root, skip=0, stop=BENCHMARK_RESERVE)
+    for r in rows:
+        random.Random(int(hashlib.sha256(r["query_id"].encode()).hexdigest()[:16], 16)).shuffle(r["documents"])
+    return rows
+
+
 DATASETS = {"climate_fever": climate_fever, "popqa": popqa, "arc_challenge": arc_challenge,
-            "hotpotqa": hotpotqa}
+            "hotpotqa": hotpotqa, "nq_open": nq_open}
 
 
 def take(rows: Iterator[dict], n: int, skip: int = 0) -> list[dict]:

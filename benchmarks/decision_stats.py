@@ -1,0 +1,542 @@
+"""Analysis of the decision benchmark (``benchmarks/decision.py``, issue 13): pure functions
+over the cells' output rows and shard markers, so each figure is unit-tested
+(``tests/unit/test_decision_stats.py``).
+
+What is computed, per dataset and pooled over datasets, every figure with its n:
+
+* accuracy of each arm (the product's metric: match for QA, accuracy for claims and multiple
+  choice; a row that came out with an error counts as wrong) with a bootstrap 95% interval;
+* the **paired** difference of two arms on the same rows (speculative - standard,
+  tuned - standard, tuned - speculative, each ablation - speculative) with a paired bootstrap
+  95% interval and McNemar's exact p-value (two-sided binomial test on the discordant pairs);
+* **oracle** accuracy (a row counts when any of its drafts is right, scored with the
+  product's :func:`specrag_batch.evaluation.score_row`) and the share of oracle rows the
+  selection gets right;
+* share of drafts that parse (no flag of :data:`PARSE_FLAGS`) and that selection may use
+  (:func:`specrag_batch.records.is_valid_draft`);
+* seconds per row (sum of the shards' recorded seconds, so a resumed cell keeps the time of
+  its earlier attempts) and tokens per row per model, the ratio speculative / standard with a
+  paired bootstrap interval over shards (the same rows in both arms) and a sign test;
+* the fast-path share;
+* Table 3 selection ablations re-selected from the speculative cell's scored drafts with the
+  product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same).
+
+Bootstrap: ``reps`` resamples (default 2000) with a fixed seed; pooled figures resample rows
+within each dataset (stratified), so every resample keeps each dataset's n.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.stats import binomtest
+
+from specrag_batch.evaluation import score_row
+from specrag_batch.records import Draft, Flag, is_valid_draft
+from specrag_batch.sampling import row_seed
+from specrag_batch.selection import select
+
+PARSE_FLAGS = frozenset({Flag.NO_ANSWER_FIELD, Flag.EMPTY_DRAFT, Flag.EMPTY_ANSWER,
+                         Flag.EMPTY_RATIONALE, Flag.TRUNCATED_AT_MAX_TOKENS, Flag.REPETITION,
+                         Flag.ANSWER_NOT_A_LABEL, Flag.ANSWER_NOT_A_CHOICE,
+                         Flag.DRAFT_PROCESSING_ERROR})
+"""Flags the parser puts on a draft whose output broke the format (``records.Flag``'s
+"parsing the drafter's output" group): a draft without any of them parsed."""
+
+SELECTION_ABLATIONS = {
+    "without_draft_score": {"use_draft": False},
+    "without_self_consistency": {"use_sc": False},
+    "without_self_reflection": {"use_sr": False},
+    "random_selection": {"random": True},
+}
+"""Paper Table 3 selection ablations: switches of :func:`specrag_batch.selection.select`."""
+
+REPS = 2000
+
+
+# --- resampling statistics ---------------------------------------------------------------
+
+def _resample_index(n: int, reps: int, rng: np.random.Generator,
+                    strata: Sequence | None = None) -> np.ndarray:
+    """(reps, n) row indices drawn with replacement; within each stratum when ``strata`` is
+    given (each resample keeps every stratum's size)."""
+    if strata is None:
+        return rng.integers(0, n, (reps, n))
+    strata = np.asarray(strata)
+    cols = []
+    for s in dict.fromkeys(strata.tolist()):
+        idx = np.flatnonzero(strata == s)
+        cols.append(idx[rng.integers(0, len(idx), (reps, len(idx)))])
+    return np.concatenate(cols, axis=1)
+
+
+def bootstrap_ci(values: Sequence[float], *, reps: int = REPS, seed: int = 0,
+                 strata: Sequence | None = None) -> list[float]:
+    """Percentile bootstrap 95% interval [low, high] of the mean of ``values`` (e.g. 0/1
+    correctness of n rows); [nan, nan] when empty."""
+    if len(values) == 0:
+        return [math.nan, math.nan]
+    a = np.asarray(values, dtype=float)
+    means = a[_resample_index(len(a), reps, np.random.default_rng(seed), strata)].mean(axis=1)
+    return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
+
+
+def paired_bootstrap(a: Sequence[bool], b: Sequence[bool], *, reps: int = REPS, seed: int = 0,
+                     strata: Sequence | None = None) -> dict:
+    """Paired difference of means ``mean(a) - mean(b)`` over the same n rows (a[i], b[i] are
+    row i's outcomes under two arms) and its percentile bootstrap 95% interval: rows are
+    resampled as pairs, so the interval reflects only the rows' disagreement.
+
+    Returns ``{"n", "diff", "ci95": [low, high]}`` (fractions, not points).
+
+    Raises:
+        ValueError: ``a`` and ``b`` differ in length."""
+    if len(a) != len(b):
+        raise ValueError(f"paired samples differ in length: {len(a)} vs {len(b)}")
+    if len(a) == 0:
+        return {"n": 0, "diff": math.nan, "ci95": [math.nan, math.nan]}
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    means = d[_resample_index(len(d), reps, np.random.default_rng(seed), strata)].mean(axis=1)
+    return {"n": len(d), "diff": float(d.mean()),
+            "ci95": [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]}
+
+
+def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> dict:
+    """McNemar's exact test of paired binary outcomes: b = rows right under ``a`` and wrong
+    under ``b``, c = the reverse; p = two-sided binomial test of b successes in b + c trials
+    at 1/2 (``scipy.stats.binomtest``); p = 1 when there is no discordant pair.
+
+    Returns ``{"n", "b", "c", "p"}``.
+
+    Raises:
+        ValueError: ``a`` and ``b`` differ in length."""
+    if len(a) != len(b):
+        raise ValueError(f"paired samples differ in length: {len(a)} vs {len(b)}")
+    nb = sum(1 for x, y in zip(a, b) if x and not y)
+    nc = sum(1 for x, y in zip(a, b) if y and not x)
+    p = 1.0 if nb + nc == 0 else float(binomtest(nb, nb + nc, 0.5).pvalue)
+    return {"n": len(a), "b": nb, "c": nc, "p": p}
+
+
+def ratio_bootstrap(num: Sequence[float], den: Sequence[float], *, reps: int = REPS, seed: int = 0,
+                    strata: Sequence | None = None) -> dict:
+    """Ratio ``sum(num) / sum(den)`` over paired units (e.g. seconds of the same shard under
+    two arms) and its paired percentile bootstrap 95% interval (units resampled as pairs); a
+    sign test (exact two-sided binomial) on the units where ``num < den`` vs ``num > den``.
+
+    Returns ``{"n", "ratio", "ci95": [low, high], "faster_units", "slower_units", "p_sign"}``.
+
+    Raises:
+        ValueError: lengths differ."""
+    if len(num) != len(den):
+        raise ValueError(f"paired samples differ in length: {len(num)} vs {len(den)}")
+    if len(num) == 0 or sum(den) == 0:
+        return {"n": len(num), "ratio": math.nan, "ci95": [math.nan, math.nan],
+                "faster_units": 0, "slower_units": 0, "p_sign": math.nan}
+    x, y = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    idx = _resample_index(len(x), reps, np.random.default_rng(seed), strata)
+    ratios = x[idx].sum(axis=1) / np.maximum(y[idx].sum(axis=1), 1e-12)
+    lo, hi = int((x < y).sum()), int((x > y).sum())
+    return {"n": len(x), "ratio": float(x.sum() / y.sum()),
+            "ci95": [float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))],
+            "faster_units": lo, "slower_units": hi,
+            "p_sign": 1.0 if lo + hi == 0 else float(binomtest(lo, lo + hi, 0.5).pvalue)}
+
+
+# --- per-row outcomes --------------------------------------------------------------------
+
+def row_correct(row: dict, choices: Sequence[str] | None, labels: Sequence[str]) -> bool | None:
+    """Whether an output row is right: its ``correct`` column; a row with an ``error`` is
+    scored as an empty answer (wrong when its gold is scorable). None: ungraded (no gold, or a
+    gold the product flags as unscorable)."""
+    if row.get("error") is None:
+        return row.get("correct")
+    return score_row(row["task"], None, row.get("gold"), choices=choices, labels=labels).correct
+
+
+def draft_correct(row: dict, choices: Sequence[str] | None, labels: Sequence[str]) -> list[bool]:
+    """Per draft of an output row: is its (canonical) answer right under the product's metric
+    (:func:`~specrag_batch.evaluation.score_row`). Empty when the row has no drafts."""
+    return [bool(score_row(row["task"], d.get("answer"), row.get("gold"), choices=choices,
+                           labels=labels).correct) for d in (row.get("drafts") or [])]
+
+
+def oracle(rows: Sequence[dict], choices: dict, labels: Sequence[str]) -> dict:
+    """Oracle accuracy (a graded row counts when any of its drafts is right) and the share of
+    oracle rows the selection got right (``recovered``: of the rows a perfect selector could
+    answer, how many the verifier's selection answered).
+
+    ``choices``: query_id -> option texts (or None). Returns ``{"n", "oracle", "n_oracle",
+    "recovered"}`` (fractions; None when undefined)."""
+    graded = [(r, row_correct(r, choices.get(r["query_id"]), labels)) for r in rows]
+    graded = [(r, c) for r, c in graded if c is not None]
+    hits = [(any(draft_correct(r, choices.get(r["query_id"]), labels)), c) for r, c in graded]
+    n_oracle = sum(h for h, _ in hits)
+    return {"n": len(hits), "oracle": (n_oracle / len(hits)) if hits else None, "n_oracle": n_oracle,
+            "recovered": (sum(c for h, c in hits if h) / n_oracle) if n_oracle else None}
+
+
+def draft_shares(rows: Sequence[dict]) -> dict:
+    """Share of all drafts that parse (no :data:`PARSE_FLAGS` flag) and that are valid for
+    selection (:func:`~specrag_batch.records.is_valid_draft`). Returns ``{"n_drafts",
+    "parsed", "valid", "by_flag": {flag: count}}``."""
+    drafts = [d for r in rows for d in (r.get("drafts") or [])]
+    by_flag: dict[str, int] = {}
+    for d in drafts:
+        for f in d.get("flags") or []:
+            by_flag[f] = by_flag.get(f, 0) + 1
+    n = len(drafts)
+    return {"n_drafts": n,
+            "parsed": (sum(not (PARSE_FLAGS & set(d.get("flags") or [])) for d in drafts) / n) if n else None,
+            "valid": (sum(is_valid_draft(d.get("flags") or []) for d in drafts) / n) if n else None,
+            "by_flag": dict(sorted(by_flag.items()))}
+
+
+def reselect_correct(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int,
+                     use_draft: bool = True, use_sc: bool = True, use_sr: bool = True,
+                     random: bool = False) -> list[bool | None]:
+    """Per row, correctness when the row's scored drafts are selected again with other
+    switches (paper Table 3: w/o ρ_draft, w/o ρ_SC, w/o ρ_SR, random), by the product's
+    :func:`~specrag_batch.selection.select` and the seed rule of its selection stage
+    (``row_seed(seed + 1, query_id)``). Rows without drafts, with an error, or taken by the
+    consensus fast path keep their outcome: every valid draft of a fast-path row gives the same
+    normalised answer, so any selection rule returns it."""
+    out: list[bool | None] = []
+    for r in rows:
+        ch = choices.get(r["query_id"])
+        base = row_correct(r, ch, labels)
+        if base is None or r.get("error") is not None or r.get("fast_path") or not r.get("drafts"):
+            out.append(base)
+            continue
+        drafts = [Draft.from_record(d) for d in r["drafts"]]
+        s = select(drafts, use_draft=use_draft, use_sc=use_sc, use_sr=use_sr,
+                   random_seed=row_seed(seed + 1, r["query_id"]) if random else None)
+        out.append(bool(score_row(r["task"], drafts[s.index].answer, r.get("gold"), choices=ch,
+                                  labels=labels).correct))
+    return out
+
+
+# --- cells -------------------------------------------------------------------------------
+
+def cell_cost(shards: Sequence[dict], roles: dict[str, str]) -> dict:
+    """Compute per row of a cell from its shards' done-marker results (``rows_out``,
+    ``seconds``, ``stage_seconds``, ``engines``: model -> seconds/prompt_tokens/
+    generated_tokens), summed over shards. ``roles``: model name -> role label.
+
+    Returns ``{"rows", "shards", "seconds", "s_per_row", "stage_s", "models": {model: {"role",
+    "engine_s_per_row", "prompt_tokens_per_row", "generated_tokens_per_row",
+    "tokens_per_row"}}, "tokens_per_row"}``."""
+    rows = sum(int(s.get("rows_out", 0)) for s in shards)
+    seconds = sum(float(s.get("seconds", 0.0)) for s in shards)
+    stage: dict[str, float] = {}
+    models: dict[str, dict] = {}
+    for s in shards:
+        for k, v in (s.get("stage_seconds") or {}).items():
+            stage[k] = stage.get(k, 0.0) + float(v)
+        for name, e in (s.get("engines") or {}).items():
+            m = models.setdefault(name, {"seconds": 0.0, "prompt_tokens": 0, "generated_tokens": 0})
+            for k in m:
+                m[k] += e.get(k, 0)
+    per = max(rows, 1)
+    out_models = {name: {"role": roles.get(name, "?"), "engine_s_per_row": m["seconds"] / per,
+                         "prompt_tokens_per_row": m["prompt_tokens"] / per,
+                         "generated_tokens_per_row": m["generated_tokens"] / per,
+                         "tokens_per_row": (m["prompt_tokens"] + m["generated_tokens"]) / per}
+                  for name, m in models.items() if m["prompt_tokens"] or m["generated_tokens"]}
+    return {"rows": rows, "shards": len(shards), "seconds": seconds, "s_per_row": seconds / per,
+            "stage_s": {k: round(v, 3) for k, v in stage.items()}, "models": out_models,
+            "tokens_per_row": sum(m["tokens_per_row"] for m in out_models.values())}
+
+
+def cell_figures(rows: Sequence[dict], shards: Sequence[dict], choices: dict, labels: Sequence[str],
+                 roles: dict[str, str], *, reps: int = REPS) -> dict:
+    """Every figure of one cell (dataset x arm): accuracy with its interval and n, errors,
+    ungraded rows, fast-path share, drafts (parse/valid shares, oracle) and cost per row."""
+    correct = [row_correct(r, choices.get(r["query_id"]), labels) for r in rows]
+    graded = [c for c in correct if c is not None]
+    out = {"n_rows": len(rows), "n": len(graded),
+           "accuracy": (sum(graded) / len(graded)) if graded else None,
+           "ci95": bootstrap_ci([float(c) for c in graded], reps=reps),
+           "errors": sum(r.get("error") is not None for r in rows),
+           "ungraded": len(rows) - len(graded),
+           "fast_path": {"n": len(rows), "share": (sum(bool(r.get("fast_path")) for r in rows) / len(rows))
+                         if rows else None},
+           "drafts": draft_shares(rows), "oracle": oracle(rows, choices, labels),
+           "cost": cell_cost(shards, roles)}
+    return out
+
+
+def paired(a_rows: Sequence[dict], b_rows: Sequence[dict], choices: dict, labels: Sequence[str], *,
+           a_correct: Sequence[bool | None] | None = None, strata: dict | None = None,
+           reps: int = REPS) -> dict:
+    """Arm a vs arm b on the rows both graded (matched by ``query_id``): the paired
+    difference of accuracy with its bootstrap interval and McNemar's exact test.
+    ``a_correct``: a's per-row outcomes when they are not the rows' own (re-selection
+    ablations). ``strata``: query_id -> dataset (pooled comparisons resample per dataset)."""
+    if a_correct is None:
+        a_correct = [row_correct(r, choices.get(r["query_id"]), labels) for r in a_rows]
+    a_map = {r["query_id"]: c for r, c in zip(a_rows, a_correct)}
+    b_map = {r["query_id"]: row_correct(r, choices.get(r["query_id"]), labels) for r in b_rows}
+    ids = [q for q in a_map if q in b_map and a_map[q] is not None and b_map[q] is not None]
+    a, b = [bool(a_map[q]) for q in ids], [bool(b_map[q]) for q in ids]
+    st = [strata[q] for q in ids] if strata else None
+    boot = paired_bootstrap(a, b, reps=reps, strata=st)
+    return {**boot, "accuracy_a": (sum(a) / len(a)) if a else None,
+            "accuracy_b": (sum(b) / len(b)) if b else None, "mcnemar": mcnemar_exact(a, b)}
+
+
+def verdict_accuracy(cmp: dict) -> str:
+    """"yes" / "no: less accurate" / "no difference shown" from a :func:`paired` result: yes
+    when the 95% interval of the difference lies above 0, less accurate when below."""
+    lo, hi = cmp["ci95"]
+    if cmp["n"] == 0 or lo != lo:
+        return "not measured"
+    if lo > 0:
+        return "yes"
+    if hi < 0:
+        return "no: less accurate"
+    return "no difference shown"
+
+
+def verdict_speed(ratio: dict) -> str:
+    """"yes" / "no: slower" / "no difference shown" from a :func:`ratio_bootstrap` of seconds
+    (arm / baseline): yes when the whole 95% interval of the ratio is below 1."""
+    lo, hi = ratio["ci95"]
+    if ratio["n"] == 0 or lo != lo:
+        return "not measured"
+    if hi < 1:
+        return "yes"
+    if lo > 1:
+        return "no: slower"
+    return "no difference shown"
+
+
+# --- the whole benchmark -----------------------------------------------------------------
+
+BASELINES = (("speculative", "standard"), ("speculative-tuned", "standard"),
+             ("speculative-tuned", "speculative"))
+"""The headline comparisons (arm a - arm b); every other arm is compared with ``speculative``."""
+
+
+def _shard_pairs(a: Sequence[dict], b: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
+    """Per-shard values of ``key`` (``seconds`` or ``tokens``) of shards both cells hold
+    with the same rows (same name and row count: the same input rows)."""
+    bm = {s["name"]: s for s in b}
+    xs, ys = [], []
+    for s in a:
+        t = bm.get(s["name"])
+        if t is not None and t.get("rows_out") == s.get("rows_out"):
+            xs.append(_shard_value(s, key))
+            ys.append(_shard_value(t, key))
+    return xs, ys
+
+
+def _shard_value(shard: dict, key: str) -> float:
+    if key == "tokens":
+        return float(sum(e.get("prompt_tokens", 0) + e.get("generated_tokens", 0)
+                         for e in (shard.get("engines") or {}).values()))
+    return float(shard.get(key, 0.0))
+
+
+def compare_cells(a: dict, b: dict, choices: dict, labels: Sequence[str], *, reps: int = REPS,
+                  a_correct: Sequence[bool | None] | None = None) -> dict:
+    """Two cells of one dataset: :func:`paired` accuracy, and the ratios a / b of seconds and
+    of tokens over the shards both hold (:func:`ratio_bootstrap`; absent for re-selected arms,
+    which cost nothing beyond their source cell)."""
+    out = paired(a["rows"], b["rows"], choices, labels, a_correct=a_correct, reps=reps)
+    if a_correct is None:
+        for key in ("seconds", "tokens"):
+            out[key] = ratio_bootstrap(*_shard_pairs(a["shards"], b["shards"], key), reps=reps)
+    return out
+
+
+def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 0,
+              reps: int = REPS) -> dict:
+    """All figures of the benchmark.
+
+    Args:
+        cells: dataset -> arm -> ``{"rows": output rows (dicts), "shards": done-marker
+            results with ``name``, "roles": model -> role, "complete": bool}``.
+        choices: dataset -> query_id -> option texts (None for non-choice rows).
+        labels: the run's ``claim_labels``.
+        seed: the run config's seed (random-selection ablation, as the product's).
+
+    Returns ``{"datasets": {dataset: {"arms": {arm: cell_figures}, "comparisons":
+    {"a - b": compare_cells}}}, "pooled": {"arms": {arm: {"n", "accuracy", "ci95",
+    "datasets"}}, "comparisons": {"a - b": paired + seconds ratio}}}``. Re-selected Table 3
+    arms (:data:`SELECTION_ABLATIONS`) appear beside the cells run, derived from
+    ``speculative``."""
+    res: dict = {"datasets": {}, "pooled": {"arms": {}, "comparisons": {}}}
+    pooled_rows: dict[str, list] = {}
+    pooled_correct: dict[str, list] = {}
+    pooled_pairs: dict[str, dict] = {}
+    for ds, arms in cells.items():
+        ch = choices.get(ds, {})
+        entry = res["datasets"][ds] = {"arms": {}, "comparisons": {}}
+        outcomes: dict[str, list] = {}
+        for arm, cell in arms.items():
+            fig = cell_figures(cell["rows"], cell["shards"], ch, labels, cell.get("roles", {}), reps=reps)
+            fig["complete"] = cell.get("complete", True)
+            entry["arms"][arm] = fig
+            outcomes[arm] = [row_correct(r, ch.get(r["query_id"]), labels) for r in cell["rows"]]
+        derived = {}
+        if "speculative" in arms:
+            spec = arms["speculative"]
+            for name, switches in SELECTION_ABLATIONS.items():
+                corr = reselect_correct(spec["rows"], ch, labels, seed=seed, **switches)
+                graded = [c for c in corr if c is not None]
+                derived[name] = corr
+                entry["arms"][name] = {"n": len(graded), "accuracy": (sum(graded) / len(graded)) if graded else None,
+                                       "ci95": bootstrap_ci([float(c) for c in graded], reps=reps),
+                                       "derived_from": "speculative"}
+        for a_name in list(entry["arms"]):
+            pairs = [(x, y) for x, y in BASELINES if x == a_name] or (
+                [(a_name, "speculative")] if a_name not in ("speculative", "standard") else [])
+            for x, y in pairs:
+                if y not in arms:
+                    continue
+                if x in derived:
+                    cmp = compare_cells(arms["speculative"], arms[y], ch, labels, reps=reps, a_correct=derived[x])
+                elif x in arms:
+                    cmp = compare_cells(arms[x], arms[y], ch, labels, reps=reps)
+                else:
+                    continue
+                entry["comparisons"][f"{x} - {y}"] = cmp
+                key = f"{x} - {y}"
+                a_src = arms["speculative"] if x in derived else arms[x]
+                a_out = derived[x] if x in derived else outcomes[x]
+                pp = pooled_pairs.setdefault(key, {"a": {}, "b": {}, "sa": [], "sb": [], "strata": []})
+                pp["a"].update({(ds, r["query_id"]): c for r, c in zip(a_src["rows"], a_out)})
+                pp["b"].update({(ds, r["query_id"]): c for r, c in zip(arms[y]["rows"], outcomes[y])})
+                if x not in derived:
+                    xs, ys = _shard_pairs(arms[x]["shards"], arms[y]["shards"], "seconds")
+                    pp["sa"] += xs
+                    pp["sb"] += ys
+                    pp["strata"] += [ds] * len(xs)
+        for arm in entry["arms"]:
+            corr = derived.get(arm, outcomes.get(arm))
+            pooled_rows.setdefault(arm, []).append(ds)
+            pooled_correct.setdefault(arm, []).extend((ds, c) for c in corr if c is not None)
+    for arm, vals in pooled_correct.items():
+        xs, st = [float(c) for _, c in vals], [d for d, _ in vals]
+        res["pooled"]["arms"][arm] = {"n": len(xs), "accuracy": (sum(xs) / len(xs)) if xs else None,
+                                      "ci95": bootstrap_ci(xs, reps=reps, strata=st),
+                                      "datasets": pooled_rows[arm]}
+    for key, pp in pooled_pairs.items():
+        ids = [k for k in pp["a"] if k in pp["b"] and pp["a"][k] is not None and pp["b"][k] is not None]
+        a, b, st = [bool(pp["a"][k]) for k in ids], [bool(pp["b"][k]) for k in ids], [k[0] for k in ids]
+        cmp = {**paired_bootstrap(a, b, reps=reps, strata=st or None),
+               "accuracy_a": (sum(a) / len(a)) if a else None, "accuracy_b": (sum(b) / len(b)) if b else None,
+               "mcnemar": mcnemar_exact(a, b), "datasets": sorted(set(st))}
+        if pp["sa"]:
+            cmp["seconds"] = ratio_bootstrap(pp["sa"], pp["sb"], reps=reps, strata=pp["strata"])
+        res["pooled"]["comparisons"][key] = cmp
+    return res
+
+
+# --- Markdown ----------------------------------------------------------------------------
+
+def _pct(x) -> str:
+    return "n/a" if x is None or x != x else f"{100 * x:.1f}"
+
+
+def _ci(c) -> str:
+    return "" if not c or c[0] != c[0] else f" [{100 * c[0]:.1f}, {100 * c[1]:.1f}]"
+
+
+def _diff(cmp: dict | None) -> str:
+    if not cmp or not cmp.get("n"):
+        return "n/a"
+    m = cmp["mcnemar"]
+    return (f"{100 * cmp['diff']:+.1f} [{100 * cmp['ci95'][0]:+.1f}, {100 * cmp['ci95'][1]:+.1f}], "
+            f"p = {m['p']:.3g} ({m['b']}/{m['c']})")
+
+
+def _ratio(r: dict | None) -> str:
+    if not r or not r.get("n") or r["ratio"] != r["ratio"]:
+        return "n/a"
+    return f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] (n = {r['n']} shards)"
+
+
+def tables(res: dict) -> str:
+    """Markdown tables of a :func:`summarise` result: headline, drafts (oracle, parsing),
+    cost per row per model, other arms vs speculative."""
+    out = ["Accuracy in % [bootstrap 95% interval]; differences in points [paired bootstrap 95% "
+           "interval], McNemar exact p (discordant pairs a-right/b-right); time ratios with a "
+           "paired bootstrap interval over shards.", "",
+           "| dataset | n | Standard RAG | Speculative RAG | spec - std | tuned drafter | tuned - std | "
+           "tuned - untuned | s/row spec / std (ratio [95% CI]) |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = list(res["datasets"].items()) + [("pooled", res["pooled"])]
+    for ds, e in rows:
+        arms, cmps = e["arms"], e["comparisons"]
+
+        def acc(a):
+            x = arms.get(a)
+            return f"{_pct(x['accuracy'])}{_ci(x['ci95'])}" if x else "n/a"
+        n = max((arms[a]["n"] for a in ("standard", "speculative") if a in arms), default=0)
+        sec = cmps.get("speculative - standard", {}).get("seconds")
+        if ds != "pooled" and "speculative" in arms and "standard" in arms:
+            spr = f"{arms['speculative']['cost']['s_per_row']:.1f} / {arms['standard']['cost']['s_per_row']:.1f} ({_ratio(sec)})"
+        else:
+            spr = _ratio(sec)
+        out.append(f"| {ds} | {n} | {acc('standard')} | {acc('speculative')} | "
+                   f"{_diff(cmps.get('speculative - standard'))} | {acc('speculative-tuned')} | "
+                   f"{_diff(cmps.get('speculative-tuned - standard'))} | "
+                   f"{_diff(cmps.get('speculative-tuned - speculative'))} | {spr} |")
+    out += ["", "Drafts: oracle accuracy (a row counts when any draft is right), share of oracle "
+            "rows the selection answers right, share of drafts that parse / are valid for "
+            "selection, fast-path share.", "",
+            "| dataset | arm | n rows | oracle % | recovered % (n oracle rows) | drafts | parsed % | valid % | fast path % |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for ds, e in res["datasets"].items():
+        for arm, f in e["arms"].items():
+            if "drafts" not in f or arm == "standard":
+                continue
+            o, d = f["oracle"], f["drafts"]
+            out.append(f"| {ds} | {arm} | {o['n']} | {_pct(o['oracle'])} | {_pct(o['recovered'])} ({o['n_oracle']}) | "
+                       f"{d['n_drafts']} | {_pct(d['parsed'])} | {_pct(d['valid'])} | {_pct(f['fast_path']['share'])} |")
+    out += ["", "Cost per row (sum over the cell's shards, across resumes): seconds, and per model "
+            "engine seconds and tokens (prompt + generated).", "",
+            "| dataset | arm | rows | s/row | model (role): engine s/row, tokens/row |", "|---|---|---|---|---|"]
+    for ds, e in res["datasets"].items():
+        for arm, f in e["arms"].items():
+            if "cost" not in f:
+                continue
+            c = f["cost"]
+            models = "; ".join(f"{m} ({v['role']}): {v['engine_s_per_row']:.2f} s, {v['tokens_per_row']:.0f}"
+                               for m, v in c["models"].items())
+            out.append(f"| {ds} | {arm} | {c['rows']} | {c['s_per_row']:.2f} | {models} |")
+    others = [(ds, k, v) for ds, e in res["datasets"].items() for k, v in e["comparisons"].items()
+              if k.endswith("- speculative") and not k.startswith("speculative-tuned")]
+    if others:
+        out += ["", "Other arms vs Speculative RAG on the same rows (Table 3 selection ablations are "
+                "re-selected from the speculative cell's drafts; sampling and m/k arms are runs).", "",
+                "| dataset | arm | n | accuracy % | arm - speculative | s/row ratio arm / spec |", "|---|---|---|---|---|---|"]
+        for ds, k, v in others:
+            arm = k.split(" - ")[0]
+            out.append(f"| {ds} | {arm} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
+    return "\n".join(out) + "\n"
+
+
+def verdicts(res: dict) -> str:
+    """The generated answer to "is Speculative RAG more accurate? faster?" per dataset and
+    pooled (and for the tuned drafter where it ran), each with its interval and p-value."""
+    out = []
+    for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
+        for a in ("speculative", "speculative-tuned"):
+            cmp = e["comparisons"].get(f"{a} - standard")
+            if not cmp:
+                continue
+            m, sec = cmp["mcnemar"], cmp.get("seconds")
+            who = "Speculative RAG" if a == "speculative" else "Speculative RAG, tuned drafter,"
+            line = (f"- **{ds}** ({who} vs Standard RAG, n = {cmp['n']} rows): more accurate? "
+                    f"**{verdict_accuracy(cmp)}** ({_pct(cmp['accuracy_a'])} vs {_pct(cmp['accuracy_b'])}, "
+                    f"difference {100 * cmp['diff']:+.1f} points [{100 * cmp['ci95'][0]:+.1f}, "
+                    f"{100 * cmp['ci95'][1]:+.1f}], McNemar p = {m['p']:.3g}, {m['b']} vs {m['c']} discordant rows).")
+            if sec:
+                line += (f" Faster? **{verdict_speed(sec)}** (seconds per row ratio {_ratio(sec)}, "
+                         f"sign test over shards p = {sec['p_sign']:.3g}).")
+            out.append(line)
+    return "\n".join(out) + "\n"

@@ -57,6 +57,10 @@ class RetrievalConfig(_Strict):
     max_doc_tokens: int = Field(
         256, ge=16, description="per-document budget in drafter tokens; longer passages "
         "are truncated before prompting and the row is flagged `truncated_documents`")
+    fallback_top_n: int = Field(
+        20, ge=2, description="N' of the `wider` fallback pass (``selection.fallback``): "
+        "low-confidence rows are answered again by Speculative RAG from their own documents "
+        "followed by the index's, up to N' documents; must exceed ``top_n``")
 
 
 class SamplingConfig(_Strict):
@@ -72,6 +76,14 @@ class SamplingConfig(_Strict):
         description="text embedded for a query-conditioned document embedding; "
         "placeholders {query} and {document}")
     kmeans_n_init: int = Field(10, ge=1)
+    adaptive: bool = Field(
+        False, description="adaptive drafting: draft ``first_round`` subsets of every row "
+        "first; a row whose drafts meet the consensus rule (``selection.consensus_min``) stops "
+        "there and takes the consensus fast path, the others get the remaining subsets "
+        "(the same m subsets a non-adaptive run drafts)")
+    first_round: int = Field(
+        2, ge=2, description="drafts of the first adaptive round (``adaptive``); at least 2, "
+        "one draft is never a consensus; a row with fewer subsets drafts them all at once")
 
 
 class SelectionConfig(_Strict):
@@ -101,6 +113,12 @@ class SelectionConfig(_Strict):
         "drafts give the same normalised answer the verifier is skipped for that row (fast "
         "path); None = m (all valid drafts agree); one draft is never a consensus")
     consensus_enabled: bool = True
+    fallback: Literal["none", "standard", "wider"] = Field(
+        "none", description="second pass within the shard for rows selection flags "
+        "`low_confidence`: standard = the verifier model answers from all N documents "
+        "(Standard RAG, paper §4); wider = Speculative RAG again from N' = "
+        "``retrieval.fallback_top_n`` documents (needs ``retrieval.index``); the fallback's "
+        "answer replaces the first one (``answer_source``, ``first_answer``)")
 
     def tau_for(self, task: str) -> float | None:
         """``tau_min`` for rows of ``task`` (None: never flagged low-confidence)."""
@@ -147,6 +165,21 @@ class RunConfig(_Strict):
         taus = sel.tau_min.values() if isinstance(sel.tau_min, dict) else [sel.tau_min]
         if any(t is not None and not math.isfinite(t) for t in taus):
             raise ValueError("selection.tau_min must be finite or null")
+        if self.sampling.adaptive and not sel.consensus_enabled:
+            raise ValueError("sampling.adaptive stops a row on the consensus rule; it needs "
+                             "selection.consensus_enabled: true")
+        if sel.fallback != "none" and self.mode != "speculative":
+            raise ValueError(f"selection.fallback {sel.fallback!r} re-answers low-confidence "
+                             "Speculative RAG rows; mode 'standard' takes fallback: none")
+        if sel.fallback == "wider":
+            if not self.retrieval.index:
+                raise ValueError("selection.fallback 'wider' retrieves more documents from the "
+                                 "index: set retrieval.index (a FAISS index built by "
+                                 "`specrag-batch index build`) or choose fallback 'standard'")
+            if self.retrieval.fallback_top_n <= self.retrieval.top_n:
+                raise ValueError(f"retrieval.fallback_top_n ({self.retrieval.fallback_top_n}) "
+                                 f"must exceed retrieval.top_n ({self.retrieval.top_n}) for "
+                                 "selection.fallback 'wider'")
         return self
 
     @property
@@ -158,13 +191,21 @@ class RunConfig(_Strict):
 
     def config_hash(self) -> str:
         """sha256 (first 16 hex) of the canonical JSON of this config. Optional fields added
-        after 0.1 (``task``, ``selection.confidence``) count only when set away from their
+        after 0.1 (``task`` and :data:`ADDED_FIELDS`) count only when set away from their
         default, so earlier runs keep their hash."""
         data = self.model_dump(mode="json", exclude={"task"} if self.task is None else None)
-        if data["selection"].get("confidence") == "score":  # added after 0.1, default: no hash change
-            del data["selection"]["confidence"]
+        for section, name, default in ADDED_FIELDS:  # added after 0.1, default: no hash change
+            if data[section].get(name) == default:
+                del data[section][name]
         blob = json.dumps(data, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+ADDED_FIELDS = (("selection", "confidence", "score"), ("sampling", "adaptive", False),
+                ("sampling", "first_round", 2), ("selection", "fallback", "none"),
+                ("retrieval", "fallback_top_n", 20))
+"""(section, field, default) of fields added after 0.1: left out of :meth:`RunConfig.config_hash`
+at their default, so a run started before they existed resumes under the same hash."""
 
 
 def _deep_merge(base: dict, over: dict) -> dict:

@@ -163,8 +163,11 @@ def summarize(rows: list[dict]) -> dict:
     """Run-level metrics from output rows (dicts with task, correct, exact_match, f1, ...).
 
     Returns counts, per-task accuracy (mean of ``correct``), EM and F1 for QA, the
-    low-confidence / fast-path / error counts, and ``gold_not_scored``: rows with a gold that
-    could not be mapped to a label or option (flagged, not graded)."""
+    low-confidence / fast-path / error counts, ``gold_not_scored``: rows with a gold that
+    could not be mapped to a label or option (flagged, not graded), ``draft_rounds``: rows
+    per number of adaptive drafting rounds (``{"1": n, "2": n}``; empty when not adaptive),
+    ``fallback``: rows answered by the fallback pass, ``fallback_failed``: flagged rows the
+    fallback could not answer (they keep their first answer)."""
     out: dict = {"rows": len(rows),
                  "answered": sum(1 for r in rows if r.get("error") is None and r.get("answer") is not None),
                  "errors": sum(1 for r in rows if r.get("error") is not None),
@@ -185,4 +188,8 @@ def summarize(rows: list[dict]) -> dict:
                                  and set(GOLD_FLAGS) & set(r.get("flags") or []))
     out["accuracy"] = (sum(r["correct"] for r in graded) / len(graded)) if graded else None
     out["n_with_gold"] = len(graded)
+    out["draft_rounds"] = dict(Counter(str(r["draft_rounds"]) for r in rows
+                                       if r.get("draft_rounds") is not None))
+    out["fallback"] = sum(1 for r in rows if (r.get("answer_source") or "").startswith("fallback"))
+    out["fallback_failed"] = sum(1 for r in rows if r.get("fallback_error") is not None)
     return out

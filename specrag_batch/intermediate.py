@@ -34,12 +34,18 @@ DRAFTS_SCHEMA = pa.schema([
     ("choices", _STR_LIST),
     ("gold", _STR_LIST),
     ("error", pa.string()),
+    ("error_reason", pa.string()),
     ("flags", _STR_LIST),
     ("num_documents", pa.int64()),
     ("drafts", pa.list_(INTERMEDIATE_DRAFT_TYPE)),
+    ("draft_rounds", pa.int64()),
 ])
-"""One row per input row. ``drafts`` is empty for a row with an ``error`` (never dropped)."""
-_ROW_COLUMNS = ("row_index", "query_id", "query", "task", "choices", "gold", "error", "num_documents")
+"""One row per input row. ``drafts`` is empty for a row with an ``error`` (never dropped);
+``draft_rounds`` is adaptive drafting's (null when ``sampling.adaptive`` is off)."""
+_ROW_COLUMNS = ("row_index", "query_id", "query", "task", "choices", "gold", "error", "error_reason",
+                "num_documents", "draft_rounds")
+OPTIONAL_COLUMNS = {"error_reason", "draft_rounds"}
+"""Columns added after the first version: a draft shard written before them reads as null."""
 
 
 def to_table(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]]) -> pa.Table:
@@ -57,6 +63,10 @@ def from_table(table: pa.Table, file: str) -> tuple[list[QueryRow], dict[int, li
     Raises:
         ValueError: the table is not a draft shard of this version (names ``file``)."""
     missing = [n for n in DRAFTS_SCHEMA.names if n not in table.schema.names]
+    for name in set(missing) & OPTIONAL_COLUMNS:
+        column = DRAFTS_SCHEMA.field(name)
+        table = table.append_column(column, pa.nulls(table.num_rows, column.type))
+        missing.remove(name)
     if missing:
         raise ValueError(f"{file}: not an intermediate draft shard (missing columns {missing})")
     rows: list[QueryRow] = []

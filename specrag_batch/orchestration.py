@@ -101,7 +101,9 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
     if drafted.get("final") or drafted["status"] != "ok":
         return {k: v for k, v in drafted.items() if k != "final"}
     cfg, before = job.config, EngineUsage.snapshot()
-    res = verify_shard(job, IO, verifier=get_engine(cfg.verifier, cfg.seed), drafted=drafted)
+    wider = cfg.selection.fallback == "wider"  # the wider fallback drafts again on this worker
+    res = verify_shard(job, IO, verifier=get_engine(cfg.verifier, cfg.seed), drafted=drafted,
+                       drafter=get_engine(cfg.drafter, cfg.seed) if wider else None)
     if res.status != "ok":  # unreadable or mismatched draft shard: drop it, a re-run redrafts
         resume.discard(job.drafts_prefix, drafted["output"])
         res.input, res.error = job.shard_file, f"{res.error}; draft shard discarded, a re-run drafts it again"

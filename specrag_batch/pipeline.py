@@ -54,15 +54,20 @@ def draft_stage(rows: Sequence[QueryRow], cfg: RunConfig, *, drafter: EngineLike
 
 
 def verify_stage(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]], cfg: RunConfig, *,
-                 verifier: EngineLike, info: RunInfo, timer: StageTimer | None = None) -> list[dict]:
-    """Disaggregated runs, verifier side: verification and selection over drafts read back
-    from the intermediate draft Parquet (position in ``rows`` -> drafts), chunked as in
-    :func:`process_rows`; one output record per row, in input order (rows with an ``error``
-    pass through)."""
+                 verifier: EngineLike, info: RunInfo, timer: StageTimer | None = None,
+                 drafter: EngineLike | None = None) -> list[dict]:
+    """Disaggregated runs, verifier side: verification and selection (and the fallback pass,
+    ``selection.fallback``) over drafts read back from the intermediate draft Parquet
+    (position in ``rows`` -> drafts), chunked as in :func:`process_rows`; one output record
+    per row, in input order (rows with an ``error`` pass through). The fallback reads the
+    rows' input ``documents`` (the draft Parquet has none) and, for ``wider``, ``drafter``.
+
+    Raises:
+        ValueError: a row needs the fallback and its engine was not given."""
     for i, row in enumerate(rows):
         if i in drafts and row.error is None:
             row.drafts = drafts[i]
-    _halves(cfg, None, verifier)[1].run(rows, timer)
+    _halves(cfg, drafter, verifier)[1].run(rows, timer)
     return [output_record(row, cfg, info) for row in rows]
 
 

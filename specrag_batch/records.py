@@ -8,7 +8,9 @@
   :meth:`Draft.from_record` are the one conversion used by the output Parquet and by the
   intermediate draft Parquet.
 * :class:`Selection` - the selected draft of a row.
+* :class:`FallbackAnswer` - a low-confidence row's second answer (``selection.fallback``).
 * :class:`Flag` - every flag name a row or a draft can carry.
+* :class:`ErrorReason` - the reason code of a row error (the output's ``error_reason``).
 
 This module imports nothing from the package, so every other module can import it.
 """
@@ -55,6 +57,8 @@ class Flag(StrEnum):
     NO_DRAFTS = "no_drafts"
     NO_VALID_DRAFT = "no_valid_draft"
     SELECTED_DRAFT_MISSING_SCORE = "selected_draft_missing_score"
+    # row flags: fallback pass (selection.fallback)
+    FALLBACK_FAILED = "fallback_failed"
     # row flags: evaluation
     GOLD_NOT_A_LABEL = "gold_not_a_label"
     GOLD_NOT_AN_OPTION = "gold_not_an_option"
@@ -88,6 +92,29 @@ class Document:
     text: str
 
 
+class ErrorReason(StrEnum):
+    """Why a row has an ``error`` and no answer: one code per kind of row error, written to
+    the output's ``error_reason`` beside the message (``error``), so readers (the run report)
+    count errors without parsing the message. Members are ``str``."""
+
+    # validation (schema.validate_table)
+    EMPTY_QUERY_ID = "empty_query_id"
+    DUPLICATE_QUERY_ID = "duplicate_query_id"
+    EMPTY_QUERY = "empty_query"
+    UNKNOWN_TASK = "unknown_task"
+    TASK_NOT_IN_RUN = "task_not_in_run"
+    NO_CHOICES = "no_choices"
+    # retrieval
+    NO_RETRIEVAL_INDEX = "no_retrieval_index"
+    NO_DOCUMENTS = "no_documents"
+    # drafting
+    PROMPT_TOO_LONG = "prompt_too_long"
+    PROMPT_FAILED = "prompt_failed"
+    DRAFT_PROCESSING_ERROR = "draft_processing_error"
+    # verification
+    VERIFIER_INPUT_FAILED = "verifier_input_failed"
+
+
 def row_error(row_index: int, query_id: str | None, field_name: str, reason: str,
               where: str | None = None) -> str:
     """The one format of a row's error: ``[<where>: ]row <i> (query_id=<id>): field '<f>':
@@ -113,6 +140,8 @@ class QueryRow:
     choices: list[str] | None = None
     gold: list[str] | None = None
     error: str | None = None
+    error_reason: str | None = None
+    """The :class:`ErrorReason` code of ``error`` (set together with it)."""
     flags: list[str] = field(default_factory=list)
     num_documents: int | None = None
     """N after retrieval: top-N documents without empty or duplicate passages."""
@@ -126,10 +155,18 @@ class QueryRow:
     """Indices of drafts agreeing on one answer (the fast path), [] when none (verification)."""
     selection: Selection | None = None
     """The selected draft (selection)."""
+    draft_rounds: int | None = None
+    """Adaptive drafting (``sampling.adaptive``): 1 when all the row's drafts came from the
+    first round (they met the consensus rule, or no subset was left), 2 when it needed the
+    second; None when drafting was not adaptive."""
+    fallback: FallbackAnswer | None = None
+    """The fallback pass's answer of a low-confidence row (``selection.fallback``)."""
 
-    def fail(self, field_name: str, reason: str) -> None:
-        """Give the row its error (:func:`row_error`)."""
+    def fail(self, field_name: str, reason: str, *, code: ErrorReason) -> None:
+        """Give the row its error: the message (:func:`row_error`, naming ``field_name`` and
+        ``reason``) and its ``code``."""
         self.error = row_error(self.row_index, self.query_id, field_name, reason)
+        self.error_reason = code
 
 
 RowState = QueryRow
@@ -195,6 +232,19 @@ class Draft:
                    logprob_yes=record.get("logprob_yes"), logprob_no=record.get("logprob_no"),
                    tokens_draft=record.get("tokens_draft"), tokens_answer=record.get("tokens_answer"),
                    tokens_rationale=record.get("tokens_rationale"))
+
+
+@dataclass
+class FallbackAnswer:
+    """A low-confidence row answered again (``selection.fallback``, stage ``fallback``).
+
+    ``source`` is ``fallback_standard`` or ``fallback_wider`` (the output's ``answer_source``
+    when this answer is used); ``row`` is a copy of the row's input fields that went through
+    the fallback's own stages: its ``top_documents``, ``drafts``, ``selection``, ``flags`` and
+    ``error`` are the fallback pass's."""
+
+    source: str
+    row: QueryRow
 
 
 @dataclass

@@ -124,14 +124,18 @@ def draft_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:
 
 
 def merge_summaries(parts: list[dict]) -> dict:
-    """Combine per-shard :func:`evaluation.summarize` outputs (accuracies weighted by n)."""
+    """Combine per-shard :func:`evaluation.summarize` outputs (accuracies weighted by n; counts,
+    and rows per number of adaptive drafting rounds, summed)."""
     out: dict = {"rows": 0, "answered": 0, "errors": 0, "low_confidence": 0, "fast_path": 0,
-                 "n_with_gold": 0, "gold_not_scored": 0, "by_task": {}}
+                 "n_with_gold": 0, "gold_not_scored": 0, "fallback": 0, "fallback_failed": 0,
+                 "draft_rounds": {}, "by_task": {}}
     acc = defaultdict(lambda: defaultdict(float))
     for p in parts:
         for k in ("rows", "answered", "errors", "low_confidence", "fast_path", "n_with_gold",
-                  "gold_not_scored"):
+                  "gold_not_scored", "fallback", "fallback_failed"):
             out[k] += p.get(k, 0)
+        for rounds, n in p.get("draft_rounds", {}).items():
+            out["draft_rounds"][rounds] = out["draft_rounds"].get(rounds, 0) + n
         for task, t in p.get("by_task", {}).items():
             n = t["n_with_gold"]
             acc[task]["n_with_gold"] += n

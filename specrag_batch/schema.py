@@ -30,7 +30,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .records import Document, QueryRow, row_error
+from .records import Document, ErrorReason, QueryRow, row_error
 
 __all__ = ["Document", "QueryRow"]  # re-exported: the row types live in records
 
@@ -177,19 +177,22 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
         qid = cols["query_id"][i]
         row = QueryRow(row_index=i, query_id=qid if qid is not None else f"<row {i}>",
                        query=cols["query"][i] or "", task=cols["task"][i] or "")
-        err = None
+        err = code = None
         if qid is None or not str(qid).strip():
-            err = row_error(i, None, "query_id", "null or empty", where=file)
+            err, code = row_error(i, None, "query_id", "null or empty", where=file), ErrorReason.EMPTY_QUERY_ID
         elif qid in seen:
             err = row_error(i, None, "query_id", f"duplicate id {qid!r}", where=file)
+            code = ErrorReason.DUPLICATE_QUERY_ID
         elif cols["query"][i] is None or not cols["query"][i].strip():
-            err = row_error(i, qid, "query", "null or empty", where=file)
+            err, code = row_error(i, qid, "query", "null or empty", where=file), ErrorReason.EMPTY_QUERY
         elif cols["task"][i] not in TASKS:
             err = row_error(i, qid, "task", f"unknown value {cols['task'][i]!r} "
                             f"(expected one of {', '.join(TASKS)})", where=file)
+            code = ErrorReason.UNKNOWN_TASK
         elif task is not None and cols["task"][i] != task:
             err = row_error(i, qid, "task", f"{cols['task'][i]!r}, but this run only takes "
                             f"{task!r} rows (config 'task')", where=file)
+            code = ErrorReason.TASK_NOT_IN_RUN
         if qid is not None:
             seen.add(qid)
         docs = cols.get("documents", [None] * table.num_rows)[i]
@@ -204,9 +207,10 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
             opts = [c for c in (row.choices or []) if c is not None and c.strip()]
             if not opts:
                 err = row_error(i, qid, "choices", "missing or empty for task 'choice'", where=file)
+                code = ErrorReason.NO_CHOICES
             else:
                 row.choices = opts
-        row.error = err
+        row.error, row.error_reason = err, code
         rows.append(row)
     return rows
 
@@ -235,10 +239,21 @@ OUTPUT_SCHEMA = pa.schema([
     *[(name, pa.string()) for name in ("query_id", "task", "query", "answer", "rationale")],
     *_SCORES, ("low_confidence", pa.bool_()), ("fast_path", pa.bool_()), ("num_documents", pa.int32()),
     ("drafts", pa.list_(DRAFT_TYPE)), ("flags", pa.list_(pa.string())), ("error", pa.string()),
+    ("error_reason", pa.string()),
     ("gold", pa.list_(pa.string())), ("correct", pa.bool_()), ("exact_match", pa.bool_()),
-    ("f1", pa.float64()),
+    ("f1", pa.float64()), ("draft_rounds", pa.int32()), ("answer_source", pa.string()),
+    ("first_answer", pa.string()), ("first_score", pa.float64()), ("first_correct", pa.bool_()),
+    ("fallback_error", pa.string()),
     *[(name, pa.string()) for name in ("mode", "drafter_model", "verifier_model", "run_id", "source_file")],
 ])
 """Output schema: one row per input row. ``score*`` are natural-log probabilities
 (log ρ, log ρ_draft, log ρ_SC, log ρ_SR); a term that was switched off or skipped is null.
-``correct`` is the paper's metric (match for QA, accuracy for claim/choice) where gold exists."""
+``correct`` is the paper's metric (match for QA, accuracy for claim/choice) where gold exists.
+``error_reason``: the :class:`~specrag_batch.records.ErrorReason` code of ``error`` (null when
+the row has none).
+``draft_rounds``: adaptive drafting's rounds (1 = stopped on the first round's consensus, 2;
+null when ``sampling.adaptive`` is off). ``answer_source``: which pass the answer columns
+come from, ``first`` or the fallback pass (``fallback_standard``, ``fallback_wider``: the
+first answer was low-confidence, ``selection.fallback``); ``first_answer``, ``first_score``,
+``first_correct`` keep the first pass's answer of a row the fallback answered;
+``fallback_error``: why a flagged row kept its first answer (flag ``fallback_failed``)."""

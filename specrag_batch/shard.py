@@ -213,9 +213,11 @@ def draft_shard(job: ShardJob, io: ShardIO, *, drafter) -> ShardResult:
     return _run_guarded(job.shard_file, body)
 
 
-def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict) -> ShardResult:
+def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict, drafter=None) -> ShardResult:
     """Disaggregated, verifier side: read the draft shard ``drafted["output"]``, run stages
-    4-5 in the chunks of a fused run, write ``job.output_file`` atomically.
+    4-5 (and the fallback pass) in the chunks of a fused run, write ``job.output_file``
+    atomically. With ``selection.fallback`` the input shard is read again for its documents
+    (the draft shard has none); ``drafter`` is needed for ``wider``.
 
     ``drafted`` is the drafting result (row count, ``digest`` of the query ids): a draft shard
     that cannot be read or does not match it returns status ``failed`` with ``output=None``
@@ -228,9 +230,15 @@ def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict) -> Shar
         return rows, drafts
 
     def body() -> ShardResult:
+        cfg = job.config
         rows, drafts = _reading(draft_file, read)
+        if cfg.selection.fallback != "none":  # the fallback answers from the input's documents
+            given = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
+            intermediate.check_matches(given, drafted, job.shard_file)
+            for row, source in zip(rows, given):
+                row.documents = source.documents
         timer = StageTimer()
-        records = verify_stage(rows, drafts, job.config, verifier=verifier,
+        records = verify_stage(rows, drafts, cfg, verifier=verifier, drafter=drafter,
                                info=RunInfo(job.run_id, job.shard_file), timer=timer)
         return _write_output(job, io, len(rows), records, timer)
     return _run_guarded(draft_file, body)

@@ -2,7 +2,11 @@
 
 Speculative RAG (paper §3) is the stage list :func:`speculative_stages`::
 
-    Retrieval -> MultiPerspectiveSampling -> Drafting | Verification -> Selection
+    Retrieval -> MultiPerspectiveSampling -> Drafting | Verification -> Selection [-> Fallback]
+
+(``sampling.adaptive``: :class:`AdaptiveDrafting` in place of :class:`Drafting`;
+``selection.fallback``: :class:`Fallback` re-answers low-confidence rows with
+:func:`fallback_stages`.)
 
 Standard RAG (paper §4) is :func:`standard_stages`: ``Retrieval -> StandardAnswer ->
 Selection(standard=True)``. Each stage (:class:`~.base.Stage`) declares the
@@ -37,14 +41,15 @@ from __future__ import annotations
 from ..config import RunConfig
 from .base import (INPUT_FIELDS, EngineLike, Pipeline, RunInfo, Stage, StageContractError,
                    StageTimer)
-from .drafting import Drafting, StandardAnswer
+from .drafting import AdaptiveDrafting, Drafting, StandardAnswer
+from .fallback import Fallback
 from .output import output_record, output_row
-from .retrieval import Retrieval
+from .retrieval import Retrieval, WiderRetrieval
 from .sampling import MultiPerspectiveSampling
 from .selection import Selection
 from .verification import Verification
 
-STAGES = ("retrieval", "sampling", "drafting", "verification", "selection")
+STAGES = ("retrieval", "sampling", "drafting", "verification", "selection", "fallback")
 """Stage timer names (:class:`StageTimer` keys, the manifest's ``stage_seconds``)."""
 SPLIT_AT = "verification"
 """Where a disaggregated run splits the stage list: drafter side before, verifier side from."""
@@ -53,9 +58,31 @@ SPLIT_AT = "verification"
 def speculative_stages(config: RunConfig, *, drafter: EngineLike,
                        verifier: EngineLike | None) -> list[Stage]:
     """Speculative RAG's stages (paper §3.2-3.3). ``verifier`` None: drafts are selected on
-    the draft score and consensus alone (the verifier terms stay null)."""
-    return [Retrieval(config), MultiPerspectiveSampling(config), Drafting(config, drafter=drafter),
-            Verification(config, verifier=verifier), Selection(config)]
+    the draft score and consensus alone (the verifier terms stay null).
+    ``sampling.adaptive`` drafts in rounds (:class:`AdaptiveDrafting` instead of
+    :class:`Drafting`); ``selection.fallback`` other than ``none`` appends :class:`Fallback`."""
+    drafting = AdaptiveDrafting if config.sampling.adaptive else Drafting
+    stages = [Retrieval(config), MultiPerspectiveSampling(config), drafting(config, drafter=drafter),
+              Verification(config, verifier=verifier), Selection(config)]
+    if config.selection.fallback != "none":
+        stages.append(Fallback(config, drafter=drafter, verifier=verifier))
+    return stages
+
+
+def fallback_stages(config: RunConfig, *, drafter: EngineLike | None,
+                    verifier: EngineLike) -> list[Stage]:
+    """The stages :class:`Fallback` runs over a run's low-confidence rows: ``standard`` is
+    :func:`standard_stages` on the verifier engine (paper §4, all N documents); ``wider`` is
+    :func:`speculative_stages` with N' = ``retrieval.fallback_top_n`` and
+    :class:`WiderRetrieval` first (the row's documents, then the index's). The inner config has
+    ``selection.fallback: none`` (no third pass)."""
+    if config.selection.fallback == "standard":
+        return standard_stages(config, generator=verifier)
+    data = config.model_dump()
+    data["retrieval"]["top_n"] = config.retrieval.fallback_top_n
+    data["selection"]["fallback"] = "none"
+    wider = RunConfig.model_validate(data)
+    return [WiderRetrieval(wider), *speculative_stages(wider, drafter=drafter, verifier=verifier)[1:]]
 
 
 def standard_stages(config: RunConfig, *, generator: EngineLike) -> list[Stage]:
@@ -90,7 +117,8 @@ def stage_table(stages: list[Stage]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["INPUT_FIELDS", "SPLIT_AT", "STAGES", "Drafting", "EngineLike", "MultiPerspectiveSampling",
-           "Pipeline", "Retrieval", "RunInfo", "Selection", "Stage", "StageContractError",
-           "StageTimer", "StandardAnswer", "Verification", "build_pipeline", "output_record",
-           "output_row", "speculative_stages", "stage_table", "standard_stages"]
+__all__ = ["INPUT_FIELDS", "SPLIT_AT", "STAGES", "AdaptiveDrafting", "Drafting", "EngineLike",
+           "Fallback", "MultiPerspectiveSampling", "Pipeline", "Retrieval", "RunInfo", "Selection",
+           "Stage", "StageContractError", "StageTimer", "StandardAnswer", "Verification",
+           "WiderRetrieval", "build_pipeline", "fallback_stages", "output_record", "output_row",
+           "speculative_stages", "stage_table", "standard_stages"]

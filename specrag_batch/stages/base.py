@@ -6,7 +6,8 @@ A stage declares the :class:`~specrag_batch.records.QueryRow` fields it reads an
 before the dot. The pipeline checks the declarations twice: when it is built (every field a
 stage reads is an input field or written by an earlier stage) and while it runs (before a
 stage, every row without an ``error`` holds what the stage reads; after it, what it writes).
-Every stage may also set a row's ``error`` and add to its ``flags``; rows with an ``error``
+Every stage may also set a row's ``error`` (:meth:`~specrag_batch.records.QueryRow.fail`,
+with its ``error_reason``) and add to its ``flags``; rows with an ``error``
 are passed over by every later stage and come out with their reason.
 """
 
@@ -23,8 +24,9 @@ from ..records import QueryRow
 
 INPUT_FIELDS = ("row_index", "query_id", "query", "task", "documents", "choices", "gold")
 """Row fields set by validation (:func:`specrag_batch.schema.validate_table`)."""
-OPTIONAL_FIELDS = frozenset({"documents", "choices", "gold"})
-"""Fields that may be None on a valid row (not checked while running)."""
+OPTIONAL_FIELDS = frozenset({"documents", "choices", "gold", "fallback"})
+"""Fields that may be None on a valid row (not checked while running; ``fallback`` is set
+only on the rows the fallback pass answers)."""
 _ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(QueryRow))
 
 

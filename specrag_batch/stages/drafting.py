@@ -4,11 +4,12 @@ per row, all generated in one batched engine call per chunk, drafts scored and p
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..config import ModelConfig, RunConfig
 from ..drafting import PROCESSING_ERROR, DraftRequest, PromptTooLongError, fitted_prompt, run_drafts
-from ..records import Draft, Flag, QueryRow, add_flag
+from ..records import Draft, ErrorReason, Flag, QueryRow, add_flag
+from ..selection import consensus
 from .base import EngineLike, Stage
 
 Prompt = tuple[list[str], list[int], bool]
@@ -36,10 +37,18 @@ class _Generation(Stage):
         raise NotImplementedError
 
     def __call__(self, rows: Sequence[QueryRow]) -> None:
+        for position, row_drafts in self._generate(rows, self.prompts).items():
+            rows[position].drafts = row_drafts
+
+    def _generate(self, rows: Sequence[QueryRow],
+                  prompts: Callable[[QueryRow], Iterator[Prompt]]) -> dict[int, list[Draft]]:
+        """One batched engine call over ``prompts(row)`` of every row without an error;
+        position in ``rows`` -> its drafts, for the rows still without an error (a row whose
+        prompt or drafts fail gets its error and no entry)."""
         requests: list[DraftRequest] = []
         for position, row in enumerate(rows):
             if row.error is None:
-                requests += self._requests(position, row)
+                requests += self._requests(position, row, prompts)
         drafts = run_drafts(self.engine, requests, max_tokens=self.model.max_tokens,
                             temperature=self.model.temperature, top_p=self.model.top_p,
                             seed=self.config.seed, labels=self.config.claim_labels, desc=self.desc)
@@ -47,24 +56,25 @@ class _Generation(Stage):
         for request, draft in zip(requests, drafts):
             row = rows[request.row]
             if PROCESSING_ERROR in draft.flags and row.error is None:
-                row.fail("drafts", draft.rationale)
+                row.fail("drafts", draft.rationale, code=ErrorReason.DRAFT_PROCESSING_ERROR)
             by_row.setdefault(request.row, []).append(draft)
-        for position, row_drafts in by_row.items():
-            if rows[position].error is None:
-                rows[position].drafts = row_drafts
+        return {position: row_drafts for position, row_drafts in by_row.items()
+                if rows[position].error is None}
 
-    def _requests(self, position: int, row: QueryRow) -> list[DraftRequest]:
+    def _requests(self, position: int, row: QueryRow,
+                  prompts: Callable[[QueryRow], Iterator[Prompt]]) -> list[DraftRequest]:
         requests = []
         try:
-            for doc_ids, prompt_ids, truncated in self.prompts(row):
+            for doc_ids, prompt_ids, truncated in prompts(row):
                 if truncated:
                     add_flag(row.flags, Flag.TRUNCATED_DOCUMENTS)
                 requests.append(DraftRequest(position, row.task, doc_ids, prompt_ids, row.choices))
         except PromptTooLongError as e:
-            row.fail("query", str(e))
+            row.fail("query", str(e), code=ErrorReason.PROMPT_TOO_LONG)
             return []
         except Exception as e:  # one row's bad input must not fail the shard
-            row.fail(suspect_field(row), f"building the {self.what} failed: {type(e).__name__}: {e}")
+            row.fail(suspect_field(row), f"building the {self.what} failed: {type(e).__name__}: {e}",
+                     code=ErrorReason.PROMPT_FAILED)
             return []
         return requests
 
@@ -88,9 +98,37 @@ class Drafting(_Generation):
     def __init__(self, config: RunConfig, *, drafter: EngineLike):
         super().__init__(config, drafter, config.drafter)
 
-    def prompts(self, row: QueryRow) -> Iterator[Prompt]:
-        for subset in row.subsets:
+    def prompts(self, row: QueryRow, subsets: slice = slice(None)) -> Iterator[Prompt]:
+        """Drafter prompts of ``row.subsets[subsets]`` (all subsets by default)."""
+        for subset in row.subsets[subsets]:
             yield self._fitted(row, [row.top_documents[j] for j in subset])
+
+
+class AdaptiveDrafting(Drafting):
+    """Drafting in two rounds (``sampling.adaptive``): the first ``sampling.first_round``
+    subsets of every row of the chunk in one batched call; a row whose drafts meet the
+    consensus rule (:func:`specrag_batch.selection.consensus` with c =
+    ``RunConfig.consensus_threshold``, the rule of the fast path, so c' = max(2, min(c, valid
+    first-round drafts))) stops there: verification finds the same consensus and skips the
+    verifier for it (paper §3.3 fast path). The other rows draft their remaining subsets in a
+    second batched call. The subsets are multi-perspective sampling's m (paper §3.2), drafted
+    in the same order, so a row that does not stop has the drafts of :class:`Drafting`.
+    ``draft_rounds``: 2 for the rows of the second call, else 1 (stopped on the consensus, or
+    no subset left after the first round)."""
+
+    name = "adaptive_drafting"
+    writes = ("drafts", "draft_rounds")
+
+    def __call__(self, rows: Sequence[QueryRow]) -> None:
+        first = slice(self.config.sampling.first_round)
+        for position, row_drafts in self._generate(rows, lambda row: self.prompts(row, first)).items():
+            rows[position].drafts, rows[position].draft_rounds = row_drafts, 1
+        rest = slice(self.config.sampling.first_round, None)
+        open_rows = [row for row in rows if row.error is None and row.subsets[rest]
+                     and consensus(row.drafts, self.config.consensus_threshold) is None]
+        for position, row_drafts in self._generate(open_rows, lambda row: self.prompts(row, rest)).items():
+            open_rows[position].drafts += row_drafts
+            open_rows[position].draft_rounds = 2
 
 
 class StandardAnswer(_Generation):

@@ -3,6 +3,8 @@ against ``gold`` (stage 6)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..config import RunConfig
 from ..evaluation import score_row
 from ..models import model_id
@@ -25,8 +27,10 @@ def output_row(row: QueryRow, result: tuple[list[Draft], Selection] | None, conf
               "rationale": None, "score": None, "score_draft": None, "score_self_consistency": None,
               "score_self_reflection": None, "low_confidence": None, "fast_path": None,
               "num_documents": row.num_documents, "drafts": [], "flags": list(row.flags),
-              "error": row.error, "gold": row.gold, "correct": None, "exact_match": None,
-              "f1": None, "mode": config.mode,
+              "error": row.error, "error_reason": row.error_reason, "gold": row.gold, "correct": None, "exact_match": None,
+              "f1": None, "draft_rounds": row.draft_rounds, "answer_source": None,
+              "first_answer": None, "first_score": None, "first_correct": None,
+              "fallback_error": None, "mode": config.mode,
               "drafter_model": model_id(config.drafter.model) if config.mode == "speculative" else None,
               "verifier_model": model_id(config.verifier.model), "run_id": info.run_id,
               "source_file": info.source_file}
@@ -36,6 +40,7 @@ def output_row(row: QueryRow, result: tuple[list[Draft], Selection] | None, conf
                             for d in drafts]
         record["low_confidence"] = selection.low_confidence
         record["fast_path"] = selection.fast_path
+        record["answer_source"] = "first"
         _add_flags(record["flags"], selection.flags)
         if selection.index is not None:
             best = drafts[selection.index]
@@ -55,6 +60,34 @@ def output_row(row: QueryRow, result: tuple[list[Draft], Selection] | None, conf
 
 
 def output_record(row: QueryRow, config: RunConfig, info: RunInfo) -> dict:
-    """:func:`output_row` from the row state the stages left."""
+    """:func:`output_row` from the row state the stages left.
+
+    A row the fallback pass answered (``row.fallback``, stage ``fallback``) comes out with
+    the fallback's answer: ``answer``, ``rationale``, the scores, ``drafts``, ``fast_path``,
+    ``num_documents`` and ``correct``/``exact_match``/``f1`` are the fallback's,
+    ``answer_source`` names it, ``first_answer``/``first_score``/``first_correct`` keep the
+    first pass's, ``low_confidence`` stays true (why it was answered again) and ``flags``
+    holds both passes' flags. When the fallback pass gave no answer (a row error, or no
+    draft) the first answer is kept: flag ``fallback_failed``, the reason in
+    ``fallback_error``."""
     result = (row.drafts, row.selection) if row.selection is not None else None
-    return output_row(row, result, config, info)
+    record = output_row(row, result, config, info)
+    if row.fallback is None:
+        return record
+    again = dataclasses.replace(row.fallback.row, gold=row.gold)
+    if again.error is not None or again.selection is None or again.selection.index is None:
+        _add_flags(record["flags"], [Flag.FALLBACK_FAILED])
+        record["fallback_error"] = again.error or f"{row.fallback.source} selected no draft"
+        return record
+    answer = output_row(again, (again.drafts, again.selection), config, info)
+    _add_flags(record["flags"], answer["flags"])
+    record.update({key: answer[key] for key in _FALLBACK_KEYS},
+                  answer_source=row.fallback.source, first_answer=record["answer"],
+                  first_score=record["score"], first_correct=record["correct"])
+    return record
+
+
+_FALLBACK_KEYS = ("answer", "rationale", "score", "score_draft", "score_self_consistency",
+                  "score_self_reflection", "fast_path", "num_documents", "drafts", "correct",
+                  "exact_match", "f1")
+"""Output fields taken from the fallback pass for a row it answered."""

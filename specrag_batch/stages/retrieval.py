@@ -6,7 +6,7 @@ import unicodedata
 from typing import Sequence
 
 from ..config import RunConfig
-from ..records import Document, Flag, QueryRow, add_flag
+from ..records import Document, ErrorReason, Flag, QueryRow, add_flag
 from ..retrieval import get_retriever
 from .base import Stage
 
@@ -53,18 +53,24 @@ class Retrieval(Stage):
     def __init__(self, config: RunConfig):
         self.config = config
 
-    def __call__(self, rows: Sequence[QueryRow]) -> None:
+    def _search(self, rows: Sequence[QueryRow]) -> None:
+        """Rows without documents get the index's top-N (one batched search)."""
         retrieval = self.config.retrieval
         need = [row for row in rows if row.error is None and row.documents is None]
         if need and retrieval.index:
             found = get_retriever(retrieval.index).search([row.query for row in need], retrieval.top_n)
             for row, documents in zip(need, found):
                 row.documents = documents
+
+    def __call__(self, rows: Sequence[QueryRow]) -> None:
+        retrieval = self.config.retrieval
+        self._search(rows)
         for row in rows:
             if row.error is not None:
                 continue
             if row.documents is None:
-                row.fail("documents", "missing and no retrieval index configured (retrieval.index)")
+                row.fail("documents", "missing and no retrieval index configured (retrieval.index)",
+                         code=ErrorReason.NO_RETRIEVAL_INDEX)
                 row.flags.append(Flag.NO_DOCUMENTS)
                 continue
             top = prepare_documents(row, row.documents, retrieval.top_n)
@@ -72,5 +78,27 @@ class Retrieval(Stage):
             if top:
                 row.top_documents = top
             else:
-                row.fail("documents", "no documents (N = 0)")
+                row.fail("documents", "no documents (N = 0)", code=ErrorReason.NO_DOCUMENTS)
                 row.flags.append(Flag.NO_DOCUMENTS)
+
+
+class WiderRetrieval(Retrieval):
+    """The ``wider`` fallback's retrieval: every row is searched in the index
+    (``retrieval.index``, required) for N' = ``retrieval.top_n`` of the config it is given
+    (the run's ``retrieval.fallback_top_n``); the row's own documents (given in the input, or
+    the first pass's search) come first, then the index's passages not already among them
+    (compared by :func:`visible_text`, not flagged as duplicates), cut to the N' best as
+    :class:`Retrieval` does."""
+
+    name = "wider_retrieval"
+
+    def _search(self, rows: Sequence[QueryRow]) -> None:
+        active = [row for row in rows if row.error is None]
+        if not active:
+            return
+        found = get_retriever(self.config.retrieval.index).search(
+            [row.query for row in active], self.config.retrieval.top_n)
+        for row, documents in zip(active, found):
+            own = list(row.documents or [])
+            seen = {visible_text(d.text) for d in own}
+            row.documents = own + [d for d in documents if visible_text(d.text) not in seen]

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from ..config import RunConfig
 from ..prompts import Question
-from ..records import QueryRow
+from ..records import ErrorReason, QueryRow
 from ..selection import consensus
 from ..verification import verify
 from .base import EngineLike, Stage
@@ -48,4 +48,4 @@ class Verification(Stage):
         errors = verify(self.verifier, items, config.reflection_question,
                         config.verifier.max_model_len - 1, mode=selection.self_reflection)
         for position, message in errors.items():
-            rows[position].fail("drafts", message)
+            rows[position].fail("drafts", message, code=ErrorReason.VERIFIER_INPUT_FAILED)

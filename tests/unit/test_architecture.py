@@ -12,9 +12,15 @@ DOC = (Path(__file__).resolve().parents[2] / "ARCHITECTURE.md").read_text()
 CONFIG = RunConfig()
 
 
+OPTIONS = RunConfig.model_validate({"sampling": {"adaptive": True}, "selection": {"fallback": "standard"}})
+"""Adaptive drafting and the fallback pass switched on (the stage list ARCHITECTURE.md shows
+under "Options")."""
+
+
 @pytest.mark.parametrize("stages", [speculative_stages(CONFIG, drafter=None, verifier=None),
-                                    standard_stages(CONFIG, generator=None)],
-                         ids=["speculative", "standard"])
+                                    standard_stages(CONFIG, generator=None),
+                                    speculative_stages(OPTIONS, drafter=None, verifier=None)],
+                         ids=["speculative", "standard", "adaptive_with_fallback"])
 def test_architecture_names_every_stage_with_its_reads_and_writes(stages):
     assert stage_table(stages) in DOC
     for stage in stages:

@@ -46,6 +46,9 @@ def _shard() -> pa.Table:
 TABLE = _shard()
 ERRORS = {"q-null": "field 'query'", "q-nodocs": "field 'documents'", "q-blank": "field 'documents'",
           "q-nochoices": "field 'choices'"}
+REASONS = {"q-null": "empty_query", "q-nodocs": "no_documents", "q-blank": "no_documents",
+           "q-nochoices": "no_choices"}
+"""The ``error_reason`` code of each error row (the duplicate id: ``duplicate_query_id``)."""
 
 
 def config(**over):
@@ -93,13 +96,15 @@ def test_one_record_per_input_row_in_order_with_errors(reference):
     by_pos = dict(enumerate(reference))
     dup = ids.index(ids[1], 2)  # the second row with that id
     assert by_pos[dup]["error"].endswith(f"row {dup}: field 'query_id': duplicate id {ids[1]!r}")
+    assert by_pos[dup]["error_reason"] == "duplicate_query_id"
     for pos, rec in by_pos.items():
         reason = ERRORS.get(rec["query_id"])
         if reason is not None:
             assert reason in rec["error"] and f"row {pos}" in rec["error"], rec
+            assert rec["error_reason"] == REASONS[rec["query_id"]], rec
             assert rec["answer"] is None and rec["drafts"] == []
         elif pos != dup:
-            assert rec["error"] is None and rec["answer"], rec
+            assert rec["error"] is None and rec["error_reason"] is None and rec["answer"], rec
             assert len(rec["drafts"]) == small_config().sampling.num_drafts
     assert [r["query_id"] for r in reference if r["error"]] == ["q-null", ids[1], "q-nodocs", "q-blank",
                                                                 "q-nochoices"]

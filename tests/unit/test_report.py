@@ -1,5 +1,6 @@
-"""Run report on output shards written here (real Parquet, no engine): plots with nothing
-labelled draw no legend (no matplotlib warning).
+"""Run report on output shards written here (real Parquet, no engine): row errors are counted
+by their ``error_reason`` code whatever the message says, an output written before that
+column still reports, and plots with nothing labelled draw no legend (no matplotlib warning).
 The report on a real run is tested in tests/flows/test_report.py."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch.report import load_rows, plots
+from specrag_batch.report import UNRECORDED, load_rows, plots, summary, write_report
 from specrag_batch.schema import OUTPUT_SCHEMA
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -24,6 +25,11 @@ def _row(i: int, **kw) -> dict:
     return {**row, **kw}
 
 
+def _error(i: int, message: str, reason: str | None) -> dict:
+    return _row(i, answer=None, score=None, score_draft=None, low_confidence=None, fast_path=None,
+                error=message, error_reason=reason)
+
+
 def _write_run(out, shards: dict[str, pa.Table]) -> str:
     """Shards under ``out`` listed ``ok`` in its manifest (what a finished run leaves)."""
     out.mkdir()
@@ -33,6 +39,25 @@ def _write_run(out, shards: dict[str, pa.Table]) -> str:
                 "stage_seconds": {"drafting": 1.0}, "seconds": 2.0, "rows_out": 0, "engines": {}}
     (out / "_manifest.json").write_text(json.dumps(manifest))
     return str(out)
+
+
+def test_errors_are_counted_by_reason_code_not_message(tmp_path):
+    """Two ``empty_query`` errors whose messages share no wording, a ``no_documents`` one,
+    and a row error of an output written before ``error_reason`` existed (the column is
+    missing from that shard): counted by code, the old one as unrecorded."""
+    new = [_row(0), _error(1, "f.parquet: row 1 (query_id='q1'): field 'query': null or empty", "empty_query"),
+           _error(2, "the query was blank", "empty_query"),
+           _error(3, "row 3: field 'documents': no documents (N = 0)", "no_documents")]
+    old = pa.Table.from_pylist([_row(4), _error(5, "row 5 (query_id='q5'): field 'query': null or empty",
+                                                None)], schema=OUTPUT_SCHEMA).drop_columns(["error_reason"])
+    prefix = _write_run(tmp_path / "out", {"a.parquet": pa.Table.from_pylist(new, schema=OUTPUT_SCHEMA),
+                                           "b.parquet": old})
+    s = summary(load_rows(prefix))
+    assert s["rows"] == 6 and s["errors"] == 4 and s["answered"] == 2
+    assert s["errors_by_reason"] == {"empty_query": 2, "no_documents": 1, UNRECORDED: 1}
+    assert list(s["errors_by_reason"])[0] == "empty_query"  # most frequent first
+    md = write_report(prefix)["markdown"]
+    assert "- 2 × empty_query" in md and f"- 1 × {UNRECORDED}" in md
 
 
 @pytest.mark.parametrize("rows", [

@@ -45,6 +45,8 @@ def test_row_errors_name_row_and_field_and_keep_other_rows():
     assert rows[4].error == ("f.parquet: row 4 (query_id='q5'): field 'task': unknown value 'poem' "
                              "(expected one of qa, claim, choice)")
     assert rows[5].error == "f.parquet: row 5 (query_id='q6'): field 'query': null or empty"
+    assert [r.error_reason for r in rows] == [None, "empty_query", "duplicate_query_id", "empty_query_id",
+                                              "unknown_task", "empty_query"]
 
 
 def test_duplicate_across_shards_via_seen_ids():
@@ -59,6 +61,7 @@ def test_choice_needs_choices():
     rows = validate_table(t, "f.parquet")
     assert rows[0].error is None and rows[0].choices == ["x", "y"]
     assert rows[1].error == "f.parquet: row 1 (query_id='q2'): field 'choices': missing or empty for task 'choice'"
+    assert rows[1].error_reason == "no_choices" and rows[0].error_reason is None
 
 
 def test_zero_rows():

@@ -26,7 +26,7 @@ from specrag_batch.stages.base import row_field
 from ..fakes import FakeEngine
 from .test_pipeline_bookkeeping import CLUSTERED, config, fresh_rows
 
-ALWAYS = ("row_index", "query_id", "error", "flags")
+ALWAYS = ("row_index", "query_id", "error", "error_reason", "flags")
 """Fields every stage may read (identity, for error messages; error, to pass a row over)."""
 FIELDS = [f.name for f in dataclasses.fields(QueryRow)]
 
@@ -61,7 +61,7 @@ def undeclared_writes(stage, before, after) -> list[str]:
     for b, a in zip(before, after):
         for name in FIELDS:
             old, new = getattr(b, name), getattr(a, name)
-            if old == new or name in ("error", "flags"):
+            if old == new or name in ("error", "error_reason", "flags"):
                 continue
             if name not in declared:
                 bad.append(f"row {b.row_index}: {name}")
@@ -104,10 +104,15 @@ def standard():
     return standard_stages(config(mode="standard"), generator=FakeEngine())
 
 
-@pytest.fixture(scope="module", params=["speculative", "standard", "speculative_clustered"])
+OPTIONS = {"sampling.adaptive": True, "selection.fallback": "standard", "selection.tau_min": 0.0}
+"""Adaptive drafting and the fallback pass (every row not on the fast path falls below τ = 0)."""
+
+
+@pytest.fixture(scope="module", params=["speculative", "standard", "speculative_clustered",
+                                        "speculative_adaptive_fallback"])
 def traced(request):
-    if request.param == "speculative_clustered":
-        cfg = config(**CLUSTERED)
+    if request.param in ("speculative_clustered", "speculative_adaptive_fallback"):
+        cfg = config(**(CLUSTERED if request.param == "speculative_clustered" else OPTIONS))
         return trace(speculative_stages(cfg, drafter=FakeEngine(), verifier=FakeEngine()))
     return trace({"speculative": speculative, "standard": standard}[request.param]())
 

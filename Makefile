@@ -47,10 +47,16 @@ test: models-test
 test-fast: models-test
 	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
-# Speculative vs Standard RAG side by side (about 75 minutes on 2 cores); needs ../shared/data.
+# Decision benchmark (issue 13): Speculative vs Standard RAG on >= 100 rows per dataset, paired
+# tests, ablations; hours on 2 cores, needs ../shared/data. Resumable cell by cell: after a stop,
+# run the same command again. TUNED=<model dir> adds the tuned drafter; BENCH_ARGS runs a
+# documented subset (benchmarks/README.md, "How to run / resume"), e.g. BENCH_ARGS="--arms main".
+# The previous 16-row benchmark: benchmarks/bench.py + benchmarks/report.py.
+TUNED      ?=
+BENCH_ARGS ?=
 bench: models-demo
-	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/bench.py --out benchmarks/results.json
-	$(BIN)/python benchmarks/report.py benchmarks/results.json
+	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/decision.py --config configs/bench.yaml \
+	    $(if $(TUNED),--tuned-drafter $(TUNED)) $(BENCH_ARGS)
 
 # Every execution topology (threads/Ray x fused/disaggregated) on the same job (~15 min).
 bench-scaleout: models-test

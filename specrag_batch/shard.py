@@ -229,13 +229,16 @@ def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict, drafter
         intermediate.check_matches(rows, drafted, draft_file)
         return rows, drafts
 
+    def read_input() -> list[QueryRow]:  # the fallback answers from the input's documents
+        given = io.read_rows(job.shard_file, job.seen_before, job.config.task)
+        intermediate.check_matches(given, drafted, job.shard_file)
+        return given
+
     def body() -> ShardResult:
         cfg = job.config
         rows, drafts = _reading(draft_file, read)
-        if cfg.selection.fallback != "none":  # the fallback answers from the input's documents
-            given = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
-            intermediate.check_matches(given, drafted, job.shard_file)
-            for row, source in zip(rows, given):
+        if cfg.selection.fallback != "none":
+            for row, source in zip(rows, _reading(job.shard_file, read_input)):
                 row.documents = source.documents
         timer = StageTimer()
         records = verify_stage(rows, drafts, cfg, verifier=verifier, drafter=drafter,

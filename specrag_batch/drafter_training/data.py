@@ -14,15 +14,10 @@ and writes a short rationale E. The training example is
 
 so the drafter is trained with L = -log P(A, E | Q, D) on exactly what it writes at inference.
 
-Rationales are filtered (each drop has a reason, counted in the data manifest and kept in the
-output with ``drop_reason``; nothing is silently dropped): ``empty_rationale``,
-``truncated_at_max_tokens``, ``repetition``, ``contradicts_gold`` (the teacher's own answer, or
-the label/option its rationale names, differs from the gold), ``gold_not_mentioned`` (QA: no
-accepted answer in the rationale), ``no_evidence`` (fewer than ``min_evidence_words`` content
-words shared with the documents that are not in the question or answer),
-``completion_does_not_parse`` (the completion would not parse back to the gold). Input rows
-that cannot give an example: ``invalid_row`` (validation error), ``no_gold``,
-``gold_not_a_label`` / ``gold_not_a_choice``, ``prompt_too_long``, ``no_documents``.
+The teacher's prompt is :mod:`.teacher`'s; rows and rationales that give no example keep their
+:class:`~.filters.DropReason` (:mod:`.filters`) in ``drop_reason``, counted in the data
+manifest: nothing is silently dropped. This module runs the step: examples per shard, the
+data shards, their done markers and the manifest.
 
 Output: one Parquet per input shard (name as in a run, ``a/b.parquet`` -> ``a__b.parquet``),
 a done marker per shard (``_shards/``; a re-run skips finished shards whose input and settings
@@ -34,7 +29,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import re
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -44,15 +38,16 @@ import pyarrow as pa
 from .. import resume, storage
 from ..config import RunConfig
 from ..drafting import PromptTooLongError, fitted_prompt, truncate_documents
-from ..parsing import ANSWER_RE, LETTERS, has_repetition, match_label, normalize_answer, parse_draft
 from ..pipeline import multi_perspective_subsets, retrieve
-from ..prompts import (RATIONALE_PREFIX, Slots, encode_template, format_documents, render_chat,
-                       task_instruction)
 from ..run import new_run_id, plan_shards, read_validated, shard_output_uri
 from ..schema import Document, QueryRow
+from .filters import (DropReason, answer_text, check_completion, check_rationale, completion_text,
+                      evidence_words)
+from .teacher import TEACHER_SYSTEM, teacher_prompt_ids
 
-TEACHER_SYSTEM = ("You explain answers using only the given documents. You are told the correct "
-                  "answer; write the reasoning a careful reader would give from the documents.")
+__all__ = ["DATA_SCHEMA", "DataOptions", "DropReason", "TEACHER_SYSTEM", "answer_text", "build_training_data",
+           "check_rationale", "completion_text", "evidence_words", "generate_examples", "load_tokenizer",
+           "read_training_data", "teacher_prompt_ids"]
 
 DOC_TYPE = pa.struct([("doc_id", pa.string()), ("title", pa.string()), ("text", pa.string())])
 DATA_SCHEMA = pa.schema([
@@ -67,12 +62,6 @@ DATA_SCHEMA = pa.schema([
 """One row per (input row, subset); rows kept for training have ``drop_reason`` null. Input
 rows that gave no subset at all have one row with ``subset_index`` null and the reason."""
 
-_STOP = set("""about above after again against also among because been before being below between
-both could does doing down during each from further have having here into itself more most only
-other over same should some such than that their theirs them then there these they this those
-through under until very were what when where which while whom with would your yours answer
-correct document documents rationale claim question evidence states state stated says said""".split())
-
 
 @dataclass
 class DataOptions:
@@ -82,7 +71,8 @@ class DataOptions:
     ``drafter``: the model whose chat template and tokenizer render the prompts; None = the
     config's drafter (``specrag-batch drafter train`` re-renders for another base).
     ``subsets_per_row``: examples per input row (the first of the m sampled subsets).
-    ``teacher_max_tokens``: rationale budget, tokens. ``min_evidence_words``: see module doc."""
+    ``teacher_max_tokens``: rationale budget, tokens. ``min_evidence_words``: see
+    :func:`.filters.check_rationale` (``no_evidence``)."""
 
     teacher: str | None = None
     drafter: str | None = None
@@ -103,110 +93,6 @@ class DataOptions:
         return self.drafter or cfg.drafter.model
 
 
-def answer_text(task: str, gold: list[str] | None, choices: list[str] | None,
-                labels: list[str]) -> tuple[str | None, str | None]:
-    """The gold in the drafter's answer format: (answer, None) or (None, reason).
-
-    qa: the first accepted answer; claim: the configured label it names; choice: the option
-    letter of the gold option text (or the gold letter itself)."""
-    golds = [g for g in (gold or []) if g and g.strip()]
-    if not golds:
-        return None, "no_gold"
-    g = golds[0].strip()
-    if task == "claim":
-        lab = match_label(g, labels)
-        return (lab, None) if lab else (None, "gold_not_a_label")
-    if task == "choice":
-        opts = choices or []
-        if g in opts:
-            return LETTERS[opts.index(g)], None
-        if len(g) == 1 and g.upper() in LETTERS[:len(opts)]:
-            return g.upper(), None
-        return None, "gold_not_a_choice"
-    return g, None
-
-
-def teacher_prompt_ids(tokenizer, task: str, query: str, docs: list[Document], choices, labels,
-                       answer: str) -> list[int]:
-    """Token ids of the teacher input: the subset's documents, the question block the drafter
-    sees, and the gold answer (for choice: letter and option text); the reply is prefilled with
-    ``"Rationale:"`` like the drafter's.
-
-    Encoded like the inference prompts (:mod:`specrag_batch.prompts`): documents, query,
-    options, labels and the answer are data segments (``split_special_tokens=True``), so a
-    ``<|im_end|>`` in a passage stays plain text and the ids hold only the chat template's own
-    special tokens."""
-    slot = Slots()
-    shown = slot(answer)
-    if task == "choice" and choices:
-        shown = f"{shown}. {slot(choices[LETTERS.index(answer)])}"
-    user = (f"Documents:\n{format_documents(docs, slot)}\n\n"
-            f"{task_instruction(task, query, choices, labels, slot)}\n\n"
-            f"Correct answer: {shown}\n\nIn one or two sentences, explain from the documents why "
-            "this answer is correct: name the facts in the documents that show it. Then stop.")
-    msgs = [{"role": "system", "content": TEACHER_SYSTEM}, {"role": "user", "content": user}]
-    ids, _ = encode_template(tokenizer, render_chat(tokenizer, msgs, True) + RATIONALE_PREFIX, slot.values)
-    return ids
-
-
-def _words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) >= 4 and w not in _STOP}
-
-
-def evidence_words(rationale: str, docs: list[Document], query: str, answer: str) -> set[str]:
-    """Content words (>= 4 letters, not stop words) of the rationale that occur in the
-    documents but not in the question or the answer: the evidence it cites."""
-    doc_words = _words(" ".join(f"{d.title} {d.text}" for d in docs))
-    return (_words(rationale) & doc_words) - _words(query) - _words(answer)
-
-
-def check_rationale(task: str, teacher_text: str, finish_reason: str | None, docs: list[Document],
-                    query: str, answer: str, gold: list[str], choices, labels,
-                    min_evidence_words: int) -> tuple[str, str | None]:
-    """(rationale, drop reason or None) for the teacher's generated text (after the prefill).
-
-    The rationale is the text before any ``Answer:`` line the teacher wrote, on one line."""
-    m = ANSWER_RE.search(teacher_text)
-    rationale = " ".join((teacher_text[:m.start()] if m else teacher_text).split()).strip(" *")
-    if not rationale:
-        return rationale, "empty_rationale"
-    if finish_reason == "length":
-        return rationale, "truncated_at_max_tokens"
-    if has_repetition(rationale):
-        return rationale, "repetition"
-    if m:  # the teacher wrote its own answer: it must be the gold
-        own = parse_draft(teacher_text, task, labels=labels, choices=choices)
-        if own.answer and not _same_answer(task, own.answer, answer, gold, choices):
-            return rationale, "contradicts_gold"
-    if task == "claim":
-        named = match_label(rationale, labels)
-        if named is not None and named != answer:
-            return rationale, "contradicts_gold"
-    elif task == "choice":
-        gold_opt = choices[LETTERS.index(answer)]
-        named = [c for c in choices if normalize_answer(c) and normalize_answer(c) in normalize_answer(rationale)]
-        if named and gold_opt not in named:
-            return rationale, "contradicts_gold"
-    elif not any(normalize_answer(g) and normalize_answer(g) in normalize_answer(rationale) for g in gold):
-        return rationale, "gold_not_mentioned"
-    if len(evidence_words(rationale, docs, query, answer)) < min_evidence_words:
-        return rationale, "no_evidence"
-    return rationale, None
-
-
-def _same_answer(task: str, parsed: str, answer: str, gold: list[str], choices) -> bool:
-    if task == "choice":
-        return parsed == choices[LETTERS.index(answer)]
-    if task == "claim":
-        return parsed == answer
-    return any(normalize_answer(parsed) == normalize_answer(g) for g in gold)
-
-
-def completion_text(rationale: str, answer: str) -> str:
-    """The drafter's target after the prefilled ``"Rationale:"`` (see :mod:`~specrag_batch.parsing`)."""
-    return f" {rationale}\nAnswer: {answer}"
-
-
 @dataclass
 class _Example:
     row: QueryRow
@@ -215,7 +101,7 @@ class _Example:
     prompt_ids: list[int] | None = None
     answer: str | None = None
     teacher_ids: list[int] | None = None
-    reason: str | None = None
+    reason: DropReason | None = None
 
 
 def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, drafter_tok,
@@ -226,7 +112,7 @@ def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, draft
     ok: list[QueryRow] = []
     for r in rows:
         if r.error is not None:
-            out.append(_Example(r, reason="invalid_row"))
+            out.append(_Example(r, reason=DropReason.INVALID_ROW))
             continue
         ans, why = answer_text(r.task, r.gold, r.choices, cfg.claim_labels)
         if why:
@@ -238,7 +124,7 @@ def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, draft
     d = cfg.drafter
     for i, r in enumerate(ok):
         if i not in subsets or not subsets[i]:
-            out.append(_Example(r, reason="no_documents"))
+            out.append(_Example(r, reason=DropReason.NO_DOCUMENTS))
             continue
         ans, _ = answer_text(r.task, r.gold, r.choices, cfg.claim_labels)
         for s, sub in enumerate(subsets[i][:opts.subsets_per_row]):
@@ -248,7 +134,7 @@ def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, draft
                 ex.prompt_ids, _ = fitted_prompt(drafter_tok, r.task, r.query, sel, r.choices, cfg.claim_labels,
                                                  cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens)
             except PromptTooLongError:
-                ex.reason = "prompt_too_long"
+                ex.reason = DropReason.PROMPT_TOO_LONG
                 out.append(ex)
                 continue
             shown, _ = truncate_documents(teacher_tok, sel, cfg.retrieval.max_doc_tokens)
@@ -296,13 +182,8 @@ def generate_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, t
                                              r.gold, r.choices, cfg.claim_labels, opts.min_evidence_words)
             rec["rationale"] = rationale
             if why is None:
-                comp = completion_text(rationale, e.answer)
-                back = parse_draft(comp, r.task, labels=cfg.claim_labels, choices=r.choices)
-                if not back.valid or not _same_answer(r.task, back.answer, e.answer, r.gold or [], r.choices) \
-                        or back.rationale != rationale:
-                    why = "completion_does_not_parse"
-                else:
-                    rec["completion"] = comp
+                rec["completion"], why = check_completion(r.task, rationale, e.answer, r.gold, r.choices,
+                                                          cfg.claim_labels)
             rec["drop_reason"] = why
         out.append(rec)
     return out

@@ -1,0 +1,82 @@
+"""Drafter training data filters (paper §3.1): every drop reason of a teacher rationale, the
+gold in the drafter's answer format, and the completion parsing back to the gold (pure
+functions, no engine; the data step end to end is in tests/engine/test_drafter_training.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specrag_batch.drafter_training.filters import (DropReason, answer_text, check_completion,
+                                                    check_rationale, evidence_words)
+from specrag_batch.schema import Document
+
+LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
+DOCS = [Document("d1", "Eiffel Tower", "The Eiffel Tower stands in Paris and was completed in 1889."),
+        Document("d2", "Lyon", "Lyon is a city on the Rhone.")]
+QA = dict(task="qa", docs=DOCS, query="Where is the Eiffel Tower?", answer="Paris", gold=["Paris"],
+          choices=None, labels=LABELS, min_evidence_words=2)
+CLAIM = {**QA, "task": "claim", "query": "The Eiffel Tower was completed in 1889.", "answer": "SUPPORTS",
+         "gold": ["SUPPORTS"]}
+CHOICE = {**QA, "task": "choice", "answer": "A", "gold": ["Paris"], "choices": ["Paris", "Lyon"]}
+
+
+def _check(text: str, case: dict, finish_reason: str | None = "stop"):
+    return check_rationale(case["task"], text, finish_reason, case["docs"], case["query"], case["answer"],
+                           case["gold"], case["choices"], case["labels"], case["min_evidence_words"])
+
+
+@pytest.mark.parametrize("text,case,finish,reason", [
+    (" Document [1] says the tower stands in Paris, completed 1889.", QA, "stop", None),
+    ("   ", QA, "stop", DropReason.EMPTY_RATIONALE),
+    (" The tower stands in Paris and", QA, "length", DropReason.TRUNCATED_AT_MAX_TOKENS),
+    (" " + "the tower stands in Paris since long ago " * 5, QA, "stop", DropReason.REPETITION),
+    (" The tower stands in Paris, completed 1889.\nAnswer: Lyon", QA, "stop", DropReason.CONTRADICTS_GOLD),
+    (" The tower stands in Lyon, completed 1889.", QA, "stop", DropReason.GOLD_NOT_MENTIONED),
+    (" It is Paris.", QA, "stop", DropReason.NO_EVIDENCE),
+    (" Document [1] says it stands in Paris; the claim is REFUTES.", CLAIM, "stop", DropReason.CONTRADICTS_GOLD),
+    (" Document [1]: the tower stands in Paris, finished 1889.", CLAIM, "stop", None),
+    (" Document [2] says Lyon is on the Rhone.", CHOICE, "stop", DropReason.CONTRADICTS_GOLD),
+    (" Document [1] says the tower stands in Paris, completed 1889.", CHOICE, "stop", None),
+], ids=["kept", "empty", "truncated", "repetition", "own_answer_differs", "gold_not_mentioned",
+        "no_evidence", "claim_names_other_label", "claim_kept", "choice_names_other_option", "choice_kept"])
+def test_each_rationale_drop_reason(text, case, finish, reason):
+    rationale, why = _check(text, case, finish)
+    assert why == reason
+    assert "\n" not in rationale and rationale == rationale.strip()
+
+
+def test_evidence_words_leave_out_question_and_answer_words():
+    words = evidence_words("The tower stands in Paris, completed 1889.", DOCS, "Where is the Eiffel Tower?", "Paris")
+    assert words == {"stands", "completed", "1889"}
+
+
+@pytest.mark.parametrize("task,gold,choices,want", [
+    ("qa", [" ", "Paris "], None, ("Paris", None)),
+    ("qa", None, None, (None, DropReason.NO_GOLD)),
+    ("claim", ["supports"], None, ("SUPPORTS", None)),
+    ("claim", ["MAYBE"], None, (None, DropReason.GOLD_NOT_A_LABEL)),
+    ("choice", ["Lyon"], ["Paris", "Lyon"], ("B", None)),
+    ("choice", ["b"], ["Paris", "Lyon"], ("B", None)),
+    ("choice", ["Nice"], ["Paris", "Lyon"], (None, DropReason.GOLD_NOT_A_CHOICE)),
+])
+def test_gold_in_the_drafters_answer_format(task, gold, choices, want):
+    assert answer_text(task, gold, choices, LABELS) == want
+
+
+@pytest.mark.parametrize("task,rationale,answer,gold,choices", [
+    ("qa", "Document [1] says Paris.", "Paris", ["Paris"], None),
+    ("claim", "Document [1] gives the year.", "SUPPORTS", ["SUPPORTS"], None),
+    ("choice", "Document [1] says Paris.", "A", ["Paris"], ["Paris", "Lyon"]),
+])
+def test_completion_parses_back_to_rationale_and_gold(task, rationale, answer, gold, choices):
+    assert check_completion(task, rationale, answer, gold, choices, LABELS) == (
+        f" {rationale}\nAnswer: {answer}", None)
+
+
+@pytest.mark.parametrize("rationale", [
+    "Document [1].\nAnswer: Lyon",    # its own "Answer:" line: parses to that line's answer
+    "**Paris** is named in Document [1].",  # the parser strips the leading "**": another rationale
+], ids=["other_answer", "other_rationale"])
+def test_completion_that_parses_back_differently_is_dropped(rationale):
+    assert check_completion("qa", rationale, "Paris", ["Paris"], None, LABELS) == (
+        None, DropReason.COMPLETION_DOES_NOT_PARSE)

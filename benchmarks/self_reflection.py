@@ -36,6 +36,7 @@ from specrag_batch.config import load_config  # noqa: E402
 from specrag_batch.engines import get_engine  # noqa: E402
 from specrag_batch.evaluation import score_row  # noqa: E402
 from specrag_batch.pipeline import RunInfo, StageTimer, process_rows  # noqa: E402
+from specrag_batch.records import Flag  # noqa: E402
 
 
 def sr_value(x: dict, mode: str) -> float | None:
@@ -91,8 +92,8 @@ def main() -> None:
     right = [bool(score_row(r["task"], x["answer"], r["gold"]).correct) for r, x in drafts]
     print(f"verified drafts {len(drafts)}: right {sum(right)}, wrong {len(right) - sum(right)}; "
           f"rows with a right draft {sum(any(bool(score_row(r['task'], x['answer'], r['gold']).correct) for x in r['drafts']) for r in recs if r['gold'])}")
-    yes_missing = sum("self_reflection_yes_not_in_top_k" in x["flags"] for _, x in drafts)
-    no_missing = sum("self_reflection_no_not_in_top_k" in x["flags"] for _, x in drafts)
+    yes_missing = sum(Flag.SELF_REFLECTION_YES_NOT_IN_TOP_K in x["flags"] for _, x in drafts)
+    no_missing = sum(Flag.SELF_REFLECTION_NO_NOT_IN_TOP_K in x["flags"] for _, x in drafts)
     print(f"Yes not in top-20: {yes_missing} drafts; No not in top-20: {no_missing} drafts")
     for mode in ("paper", "contrast"):
         sc = [sr_value(x, mode) for _, x in drafts]

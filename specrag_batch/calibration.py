@@ -30,8 +30,10 @@ import numpy as np
 import polars as pl
 import yaml
 
+from .records import Flag
+
 MEASURES = ("score", "mean_logprob")
-FORCED_LOW = ("no_valid_draft", "selected_draft_missing_score", "no_drafts")
+FORCED_LOW = (Flag.NO_VALID_DRAFT, Flag.SELECTED_DRAFT_MISSING_SCORE, Flag.NO_DRAFTS)
 """Row flags with which ``select`` flags a row low-confidence whatever τ is."""
 
 

@@ -88,13 +88,14 @@ def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int]
     if not vals:
         return None, None, None, [Flag.SELF_REFLECTION_UNAVAILABLE]
     kth, flags, out = min(vals), [], []
-    for name, ids in (("yes", yes_ids), ("no", no_ids)):
+    for ids, missing in ((yes_ids, Flag.SELF_REFLECTION_YES_NOT_IN_TOP_K),
+                         (no_ids, Flag.SELF_REFLECTION_NO_NOT_IN_TOP_K)):
         hits = [top[t] for t in ids if t in top and math.isfinite(top[t])]
         if hits:
             out.append(_logsumexp(hits))
         else:
             out.append(kth)
-            flags.append(Flag(f"self_reflection_{name}_not_in_top_k"))
+            flags.append(missing)
     lp_yes, lp_no = out
     sr = lp_yes if mode == "paper" else lp_yes - _logsumexp([lp_yes, lp_no])
     return sr, lp_yes, lp_no, flags

@@ -13,6 +13,7 @@ import statistics
 from ..config import RunConfig
 from ..drafting import DraftRequest, PromptTooLongError, fitted_prompt, run_drafts
 from ..evaluation import score_row
+from ..records import Flag
 from ..schema import Document
 from .data import read_training_data
 from .train import is_held_out
@@ -56,7 +57,7 @@ def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eva
                    for r, x in zip(kept, drafts)]
         out[label] = {"model": model, "rows": len(kept),
                       "parsed": round(statistics.fmean(x.valid for x in drafts), 4) if drafts else None,
-                      "answer_field": round(statistics.fmean("no_answer_field" not in x.flags for x in drafts), 4)
+                      "answer_field": round(statistics.fmean(Flag.NO_ANSWER_FIELD not in x.flags for x in drafts), 4)
                       if drafts else None,
                       "accuracy": round(statistics.fmean(correct), 4) if correct else None,
                       "generated_tokens_per_draft": round((eng.stats.generated_tokens - before) / max(1, len(drafts)), 1)}

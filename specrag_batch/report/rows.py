@@ -21,9 +21,10 @@ MANIFEST = "_manifest.json"
 COLUMNS = ("query_id", "task", "answer", "score", "score_draft", "score_self_consistency",
            "score_self_reflection", "low_confidence", "fast_path", "drafts", "flags", "error",
            "correct", "exact_match", "f1", "mode")
-OPTIONAL_COLUMNS = ("error_reason", "fallback")
-"""Read when a shard has them: ``error_reason`` is missing from outputs written before it
-was added, ``fallback`` from runs without a fallback pass."""
+OPTIONAL_COLUMNS = ("error_reason", "answer_source", "draft_rounds")
+"""Read when a shard has them (outputs written before these columns were added lack them):
+``error_reason`` the row error's code, ``answer_source`` which pass answered a row
+(``selection.fallback``), ``draft_rounds`` adaptive drafting's rounds (``sampling.adaptive``)."""
 
 
 def _read_json(uri: str) -> dict | None:

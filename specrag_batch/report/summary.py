@@ -3,9 +3,9 @@
 Rows, answered, row errors by reason (the output's ``error_reason`` code, never parsed from
 the message), flags by kind; accuracy (match for QA) / exact match / F1 per task where gold
 exists; AUROC of each confidence measure (:mod:`specrag_batch.calibration`); fast-path and
-low-confidence rates; seconds per stage and tokens per row per model (from the manifest). A
-``fallback`` column in the output (a later second pass for low-confidence rows) is counted
-when present.
+low-confidence rates; seconds per stage and tokens per row per model (from the manifest).
+Rows per ``answer_source`` (``first`` or the fallback pass that answered a low-confidence row)
+and per ``draft_rounds`` (adaptive drafting) are counted when the run wrote them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def summary(data: RunData) -> dict:
 
     ``errors_by_reason`` counts row errors by their ``error_reason`` code
     (:class:`specrag_batch.records.ErrorReason`), most frequent first; a row error without a
-    code (an output written before the column existed) counts as :data:`UNRECORDED`."""
+    code (an output written before the column existed) counts as :data:`UNRECORDED`.
+    ``answer_source`` / ``draft_rounds``: rows per value, only when the run wrote them."""
     df = data.rows
     n = df.height
     answered = df.filter(pl.col("error").is_null() & pl.col("answer").is_not_null()).height
@@ -48,9 +49,11 @@ def summary(data: RunData) -> dict:
     }
     out["low_confidence_rate"] = out["low_confidence"] / answered if answered else None
     out["fast_path_rate"] = out["fast_path"] / answered if answered else None
-    if "fallback" in df.columns:  # a later fallback pass: which answer was used
-        fb = df["fallback"].drop_nulls().cast(pl.String).value_counts(sort=True)
-        out["fallback"] = dict(zip(fb["fallback"].to_list(), fb["count"].to_list()))
+    for column in ("answer_source", "draft_rounds"):  # only runs with the fallback / adaptive drafting
+        values = df[column].drop_nulls() if column in df.columns else None
+        if values is not None and values.len():
+            counts = values.cast(pl.String).value_counts(sort=True)
+            out[column] = dict(zip(counts[column].to_list(), counts["count"].to_list()))
     g = calibration.graded_rows(df)
     for task in sorted(g["task"].unique().to_list()):
         t = g.filter(pl.col("task") == task)
@@ -92,8 +95,9 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
              f"| answered | {s['answered']} |", f"| row errors | {s['errors']} |",
              f"| low confidence | {s['low_confidence']} ({_fmt(s['low_confidence_rate'])} of answered) |",
              f"| fast path (verifier skipped) | {s['fast_path']} ({_fmt(s['fast_path_rate'])} of answered) |"]
-    if "fallback" in s:
-        lines.append("| fallback | " + ", ".join(f"{k} {v}" for k, v in s["fallback"].items()) + " |")
+    for key, name in (("answer_source", "answer source (rows)"), ("draft_rounds", "drafting rounds (rows)")):
+        if key in s:
+            lines.append(f"| {name} | " + ", ".join(f"{k}: {v}" for k, v in s[key].items()) + " |")
     lines += ["", "## Accuracy per task (where gold exists)", "",
               "| task | n with gold | accuracy (match for qa) | exact match | F1 |", "|---|---|---|---|---|"]
     lines += [f"| {t} | {m['n_with_gold']} | {_fmt(m['accuracy'])} | {_fmt(m.get('exact_match'))} | "

@@ -60,6 +60,17 @@ def test_errors_are_counted_by_reason_code_not_message(tmp_path):
     assert "- 2 × empty_query" in md and f"- 1 × {UNRECORDED}" in md
 
 
+def test_fallback_and_adaptive_rows_are_counted_when_the_run_wrote_them(tmp_path):
+    rows = [_row(0, answer_source="first", draft_rounds=1), _row(1, answer_source="first", draft_rounds=2),
+            _row(2, answer_source="fallback_standard", draft_rounds=2, low_confidence=True)]
+    s = write_report(_write_run(tmp_path / "with", {"a.parquet": pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA)}))
+    assert s["answer_source"] == {"first": 2, "fallback_standard": 1} and s["draft_rounds"] == {"2": 2, "1": 1}
+    assert "| answer source (rows) | first: 2, fallback_standard: 1 |" in s["markdown"]
+    plain = summary(load_rows(_write_run(tmp_path / "without", {"a.parquet": pa.Table.from_pylist(
+        [_row(0)], schema=OUTPUT_SCHEMA)})))
+    assert "answer_source" not in plain and "draft_rounds" not in plain
+
+
 @pytest.mark.parametrize("rows", [
     [_row(0), _row(1)],                                               # no gold: nothing graded
     [_row(0, correct=True, fast_path=True), _row(1, correct=False, fast_path=True)],  # τ_min applies to none

@@ -3,7 +3,8 @@ separates right from wrong drafts (issue 10, item 2).
 
 Runs the pipeline once (demo models, consensus fast path off so every draft is verified) on
 tuning-split rows of PopQA and Climate-FEVER (rows ``--skip`` .. ``--skip + --n`` of each
-dataset; the benchmark reports rows from index ``--tune`` = 40 on, see ``bench.py``), keeps
+dataset, inside the 20-row tuning split of ``decision.py``, which reports rows from index
+20 on), keeps
 each draft's log P(Yes) and log P(No), and compares, per variant:
 
 * AUROC of log ρ_SR alone at telling right drafts (exact match / accuracy vs gold) from wrong
@@ -30,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import make_samples  # noqa: E402
 from bench import to_rows  # noqa: E402
+from decision import TUNING_ROWS  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
 from specrag_batch.config import load_config  # noqa: E402
@@ -71,10 +73,11 @@ def main() -> None:
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "bench.yaml")
     ap.add_argument("--datasets", default="popqa,climate_fever")
-    ap.add_argument("--skip", type=int, default=10, help="first row used (inside the 40-row tuning split)")
+    ap.add_argument("--skip", type=int, default=8, help="first row used (inside the 20-row tuning split)")
     ap.add_argument("--n", type=int, default=12, help="rows per dataset")
     a = ap.parse_args()
-    assert a.skip + a.n <= 40, "stay inside the tuning split (bench.py reports rows 40+)"
+    if a.skip + a.n > TUNING_ROWS:
+        ap.error(f"--skip + --n must stay inside the {TUNING_ROWS}-row tuning split (decision.py reports the rows after it)")
 
     cfg = load_config(a.config, overrides={"selection.consensus_enabled": False})
     t0 = time.perf_counter()

@@ -1,10 +1,10 @@
 """Where drafter-training rows may come from (paper §3.1 data, under the benchmark's rules).
 
-The rule, explicit and tested (``tests/engine/test_drafter_training.py``): the benchmark
-(``benchmarks/bench.py``) reports on rows of the Climate-FEVER, PopQA (Self-RAG), ARC-Challenge
+The rule, explicit and tested (``tests/unit/test_drafter_split.py``,
+``tests/unit/test_decision_rows.py``): the benchmark (``benchmarks/decision.py``) reports on rows of the Climate-FEVER, PopQA (Self-RAG), ARC-Challenge
 (Self-RAG), HotpotQA and NQ-open files of ``../shared/data``, always taken from the *start* of
 each file in file order. The first :data:`BENCHMARK_RESERVE` rows of every such file are
-reserved for it (tuning and reported rows, today rows 0-55, planned >= 100 reported rows), and
+reserved for it (tuning rows 0-19, reported rows up to 139: ``decision.REPORT_START``), and
 training rows come only from
 
 * rows after the reserve in those files (Climate-FEVER, HotpotQA, NQ-open; the Self-RAG PopQA
@@ -100,18 +100,14 @@ def musique(root: Path) -> list[dict]:
 
 
 BENCHMARK_DATASETS = ("climate_fever", "popqa", "arc_challenge", "hotpotqa", "nq_open")
-"""Datasets the benchmark reports on (make_samples names; ``nq_open`` planned by issue 13)."""
+"""Datasets the benchmark reports on (``make_samples.DATASETS`` names)."""
 
 
 def benchmark_rows(root: Path) -> dict[str, list[dict]]:
     """The reserved rows of every benchmark dataset (first :data:`BENCHMARK_RESERVE` of each
     file): what training must never contain."""
     conv = benchmark_converters()
-    out = {n: list(conv[n](root))[:BENCHMARK_RESERVE] for n in BENCHMARK_DATASETS if n in conv}
-    if "nq_open" not in out:
-        raw = list(_jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[:BENCHMARK_RESERVE]
-        out["nq_open"] = [{"query_id": nq_question_id(r["question"]), "query": r["question"]} for r in raw]
-    return out
+    return {n: list(conv[n](root))[:BENCHMARK_RESERVE] for n in BENCHMARK_DATASETS}
 
 
 def training_rows(root: Path, datasets: tuple[str, ...] = ("climate_fever", "hotpotqa", "nq_open", "musique"),

@@ -363,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                               ablation_datasets=ablation_datasets, ablation_input=ablation_input)
     for n in notes:
         print(f"[decision] skipped: {n}", flush=True)
+    print(f"[decision] {len(cells)} cells in this order: {', '.join(c.name for c in cells)}", flush=True)
     t0 = time.perf_counter()
     statuses = []
     if not a.analyse_only:

@@ -85,8 +85,8 @@ class Retrieval(Stage):
 class WiderRetrieval(Retrieval):
     """The ``wider`` fallback's retrieval: every row is searched in the index
     (``retrieval.index``, required) for N' = ``retrieval.top_n`` of the config it is given
-    (the run's ``retrieval.fallback_top_n``); the row's own documents (given in the input, or
-    the first pass's search) come first, then the index's passages not already among them
+    (the run's ``retrieval.fallback_top_n``); the row's own documents (all given in the input,
+    or the first pass's search) come first, then the index's passages not already among them
     (compared by :func:`visible_text`, not flagged as duplicates), cut to the N' best as
     :class:`Retrieval` does."""
 
@@ -96,8 +96,10 @@ class WiderRetrieval(Retrieval):
         active = [row for row in rows if row.error is None]
         if not active:
             return
-        found = get_retriever(self.config.retrieval.index).search(
-            [row.query for row in active], self.config.retrieval.top_n)
+        # N' more than the longest own list: the index's hits that repeat a row's own
+        # documents still leave N' distinct documents where the index has them
+        k = self.config.retrieval.top_n + max(len(row.documents or []) for row in active)
+        found = get_retriever(self.config.retrieval.index).search([row.query for row in active], k)
         for row, documents in zip(active, found):
             own = list(row.documents or [])
             seen = {visible_text(d.text) for d in own}

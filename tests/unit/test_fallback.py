@@ -129,9 +129,9 @@ def test_disaggregated_fallback_reads_the_documents_again_and_equals_fused(tau, 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
-    """A real FAISS index over 120 passages of the bundled PopQA corpus."""
+    """A real FAISS index over 40 passages of the bundled PopQA corpus."""
     root = tmp_path_factory.mktemp("index")
-    corpus = pq.read_table(ROOT / "samples" / "corpus" / "popqa_passages.parquet").slice(0, 120)
+    corpus = pq.read_table(ROOT / "samples" / "corpus" / "popqa_passages.parquet").slice(0, 40)
     pq.write_table(corpus, root / "corpus.parquet")
     build_index(str(root / "corpus.parquet"), str(root / "index"))
     return str(root / "index")
@@ -150,7 +150,7 @@ def test_wider_fallback_drafts_from_more_documents(index, tmp_path):
     wider = [r for r in fused_records if r["answer_source"] == "fallback_wider"]
     assert wider, "τ = 0 flags every row not on the fast path"
     corpus_ids = set(pq.read_table(ROOT / "samples" / "corpus" / "popqa_passages.parquet")
-                     .slice(0, 120).column("doc_id").to_pylist())
+                     .slice(0, 40).column("doc_id").to_pylist())
     for rec in wider:
         assert rec["num_documents"] == 8 and rec["first_answer"] is not None
         used = {i for d in rec["drafts"] for i in d["doc_ids"]}

@@ -78,18 +78,13 @@ def nq_open(root: Path) -> list[dict]:
     ``drafter_training.sources.nq_open``). The passages are put in an order drawn per row
     (seeded by the query id), so the gold passage is not always first: Standard RAG reads the
     documents in the given order and would otherwise always start with the answer."""
-    import hashlib
-    import random
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from specrag_batch.drafter_training.sources import BENCHMARK_RESERVE
     from specrag_batch.drafter_training.sources import nq_open as build
 
-    rows = build(root, skip=0, stop=BENCHMARK_RESERVE)
-    for r in rows:
-        random.Random(int(hashlib.sha256(r["query_id"].encode()).hexdigest()[:16], 16)).shuffle(r["documents"])
-    return rows
+    return build(root, skip=0, stop=BENCHMARK_RESERVE)  # build shuffles each row's passages
 
 
 DATASETS = {"climate_fever": climate_fever, "popqa": popqa, "arc_challenge": arc_challenge,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,8 +69,9 @@ def _jsonl(path: Path) -> Iterator[dict]:
 
 
 def nq_open(root: Path, skip: int = BENCHMARK_RESERVE, stop: int | None = None) -> list[dict]:
-    """NQ-open rows ``skip:stop`` of the file (input schema dicts): the gold passage first, then
-    :data:`NQ_DISTRACTORS` gold passages of other questions of the same slice (training: rows
+    """NQ-open rows ``skip:stop`` of the file (input schema dicts): the gold passage and
+    :data:`NQ_DISTRACTORS` gold passages of other questions of the same slice, shuffled with the
+    question id as seed (training: rows
     after the reserve, never of reserved rows; the benchmark, ``skip=0,
     stop=BENCHMARK_RESERVE``: reserved rows only). gold = the answer aliases."""
     raw = list(_jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[skip:stop]
@@ -83,6 +85,9 @@ def nq_open(root: Path, skip: int = BENCHMARK_RESERVE, stop: int | None = None) 
             if o is not r and o["ctxs"]:
                 docs.append({"doc_id": f"{nq_question_id(o['question'])}:gold", "title": o["ctxs"][0].get("title") or "",
                              "text": o["ctxs"][0].get("text") or ""})
+        # the gold passage at a seeded position, not always first: a drafter tuned on rows whose
+        # first document always holds the answer would learn the position, not the evidence
+        random.Random(int(hashlib.sha256(qid.encode()).hexdigest()[:16], 16)).shuffle(docs)
         rows.append({"query_id": qid, "query": r["question"], "task": "qa", "documents": docs,
                      "choices": None, "gold": list(r["answers"])})
     return rows

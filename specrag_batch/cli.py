@@ -49,6 +49,10 @@ def print_summary(m: dict) -> None:
     t.add_row("row errors", str(met["errors"]))
     t.add_row("low confidence", str(met["low_confidence"]))
     t.add_row("fast path (verifier skipped)", str(met["fast_path"]))
+    if met.get("draft_rounds"):
+        t.add_row("rows per drafting rounds", ", ".join(f"{k}: {v}" for k, v in sorted(met["draft_rounds"].items())))
+    if met.get("fallback") or met.get("fallback_failed"):
+        t.add_row("fallback (answered again / kept first)", f"{met['fallback']} / {met['fallback_failed']}")
     if met.get("accuracy") is not None:
         t.add_row("accuracy vs gold", f"{met['accuracy']:.3f} (n={met['n_with_gold']})")
         for task, v in met["by_task"].items():

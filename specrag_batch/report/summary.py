@@ -26,7 +26,7 @@ def summary(data: RunData) -> dict:
     kind, metrics per task, AUROC per measure, stage seconds and tokens per row per model.
 
     ``errors_by_reason`` counts row errors by their ``error_reason`` code
-    (:class:`specrag_batch.records.ErrorReason`), most frequent first; a row error without a
+    (:class:`specrag_batch.records.ErrorReason`), most frequent first (ties by code); a row error without a
     code (an output written before the column existed) counts as :data:`UNRECORDED`.
     ``answer_source`` / ``draft_rounds``: rows per value, only when the run wrote them."""
     df = data.rows
@@ -35,7 +35,8 @@ def summary(data: RunData) -> dict:
     errors = df.filter(pl.col("error").is_not_null())
     reasons = (errors["error_reason"] if "error_reason" in errors.columns
                else pl.Series("error_reason", [None] * errors.height, pl.String))
-    by_reason = reasons.fill_null(UNRECORDED).value_counts(sort=True)
+    by_reason = (reasons.fill_null(UNRECORDED).value_counts()
+                 .sort(["count", "error_reason"], descending=[True, False]))  # ties: by name
     flags = (df.select(pl.col("flags").explode()).drop_nulls()["flags"].value_counts(sort=True)
              if n else pl.DataFrame({"flags": [], "count": []}))
     out: dict = {

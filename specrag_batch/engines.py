@@ -156,10 +156,25 @@ class Engine:
         return result
 
     def _generate(self, prompts, sp, desc: str):
-        """One locked ``LLM.generate`` over token-id prompts, with usage accounting."""
+        """One locked ``LLM.generate`` over token-id prompts, with usage accounting.
+
+        Every call starts from an **empty prefix cache**: a prompt whose prefix KV was cached
+        by an earlier call is computed along another kernel path (cached blocks computed in
+        another batch, then the suffix alone), which changes its log-probs in the last bits and
+        can flip a greedy token. Measured: the same 4 shards run three times in one process gave
+        different drafts and answers on runs 2-3 than on run 1 (fresh engine). With the reset a
+        call's outputs depend only on its own prompts, so a shard's output is the same whatever
+        ran before it in the process (resume, Ray workers, fused vs disaggregated, the CLI in a
+        fresh process). Prompts within one call still share cached prefixes. Cost: no reuse of
+        the system prompt across calls (one block per call); the verifier's requests ask for
+        prompt log-probs, for which vLLM skips prefix-cache reads anyway (vLLM PR 17251).
+        """
         from vllm.inputs import TokensPrompt
 
         with self.lock:
+            if not self.llm.reset_prefix_cache():  # False only while requests are running
+                log.warning("vLLM refused to reset the prefix cache of %s; outputs may depend on "
+                            "earlier calls", self.name)
             t0 = time.perf_counter()
             outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
                                      use_tqdm=_progress(desc))

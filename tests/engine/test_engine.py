@@ -76,6 +76,21 @@ def test_drafting_and_verification_on_real_rows(cfg, engine):
     assert verified >= 1 and compared >= 1 and labelled >= 1, (verified, compared, labelled)
 
 
+def test_a_call_does_not_depend_on_what_the_engine_ran_before(cfg, engine):
+    """The same rows drafted and verified twice in a row on one engine give identical drafts,
+    scores and selections: the second run finds the first run's prompts in vLLM's prefix
+    cache, and a cached prefix is computed along another kernel path (it changed draft scores
+    and greedy answers before every call started from an empty prefix cache, Engine._generate).
+    This is what lets a resumed shard, a Ray worker or a fresh CLI process reproduce a run."""
+    rows = lambda: validate_table(sample_rows("popqa", 2, skip=6), "popqa")  # rows no other test here drafts
+    runs = [run_speculative(rows(), cfg, engine, engine, StageTimer()) for _ in range(2)]
+
+    def view(res):
+        return {i: ([(d.answer, d.rationale, d.score_draft, d.score_self_consistency, d.score_self_reflection)
+                     for d in drafts], sel.index, sel.fast_path) for i, (drafts, sel) in res.items()}
+    assert view(runs[1]) == view(runs[0])
+
+
 def test_draft_score_matches_drafter_forward_pass(cfg, engine):
     """log ρ_draft from generation log-probs equals the same tokens' prompt log-probs when the
     prompt + draft is fed back through the drafter: the score is the drafter's own likelihood."""

@@ -250,4 +250,8 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
         config = load_config(config)
     if isinstance(config, RunConfig):
         config = config.model_dump(mode="json")
+    # a conflicting output is refused before the flow starts (the flow checks again, for
+    # callers that start it directly): a clean error, no failed flow run with a traceback
+    resume.check_output(storage.normalize_uri(output_uri), storage.normalize_uri(input_uri),
+                        RunConfig.model_validate(config or {}).config_hash(), overwrite)
     return run_flow(input_uri, output_uri, config, run_id, overwrite, execution)

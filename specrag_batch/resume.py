@@ -62,6 +62,31 @@ def _remove(uri: str) -> None:
         pass
 
 
+def _conflicts(existing: dict, input_uri: str, config_hash: str) -> bool:
+    return (existing.get("config_hash") != config_hash
+            or existing.get("input") not in (input_uri, redact_text(input_uri)))
+
+
+def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: bool = False) -> dict | None:
+    """Read-only: the output prefix's ``_run.json`` (None if absent), after checking that it
+    belongs to this input and config. Called before a flow starts, so that a conflict is a
+    clean error (CLI exit 2) and not a failed flow run with Prefect's traceback in the log.
+
+    Raises:
+        RunConflictError: the prefix holds results of another input or config and
+            ``overwrite`` is false.
+    """
+    existing = _read_json(storage.join(output_uri, RUN_FILE))
+    if existing is not None and not overwrite and _conflicts(existing, input_uri, config_hash):
+        raise RunConflictError(
+            f"output {redact_text(output_uri)!r} holds results of input "
+            f"{redact_text(str(existing.get('input')))!r} with config "
+            f"{existing.get('config_hash')} (run {existing.get('run_id')}); this run is input "
+            f"{redact_text(input_uri)!r} with config {config_hash}. Use another output URI, or "
+            "--overwrite to replace the previous results.")
+    return existing
+
+
 def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict, run_id: str,
                  overwrite: bool = False) -> dict:
     """Bind the output prefix to this run key, or check that it already is.
@@ -74,17 +99,8 @@ def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict
             ``overwrite`` is false.
     """
     uri = storage.join(output_uri, RUN_FILE)
-    existing = _read_json(uri)
-    shown_input = redact_text(input_uri)  # what _run.json holds (URL passwords hashed)
-    if existing is not None and (existing.get("config_hash") != config_hash
-                                 or existing.get("input") not in (input_uri, shown_input)):
-        if not overwrite:
-            raise RunConflictError(
-                f"output {redact_text(output_uri)!r} holds results of input "
-                f"{redact_text(str(existing.get('input')))!r} with config "
-                f"{existing.get('config_hash')} (run {existing.get('run_id')}); this run is input "
-                f"{shown_input!r} with config {config_hash}. Use another output URI, or "
-                "--overwrite to replace the previous results.")
+    existing = check_output(output_uri, input_uri, config_hash, overwrite)
+    if existing is not None and _conflicts(existing, input_uri, config_hash):
         clear_previous(output_uri)
         existing = None
     if existing is None:  # secrets in the config are written as hashes (see redaction)

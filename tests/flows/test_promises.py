@@ -11,6 +11,7 @@ import pytest
 
 from specrag_batch import storage
 from specrag_batch.redaction import fingerprint
+from specrag_batch.records import is_valid_draft
 
 from ..conftest import sample_rows, small_config
 from .test_flow import read_outputs, write_inputs
@@ -176,12 +177,9 @@ SAME = ("answer", "rationale", "score", "score_draft", "score_self_consistency",
         "fast_path", "drafts", "error", "correct")
 
 
-QUARANTINE = ("failed in the stop-8 full run after the pipeline/orchestration redesign and the scoring "
-              "changes; not yet diagnosed (closing note of stop 8): fix first next session")
-
-BATCH_VARIANCE = ("vLLM CPU outputs depend on what else is in the batch / engine state: on this tree a "
-                  "4-row shard in 2 chunks, or redrafted by a disaggregated resume, gives other draft "
-                  "scores (seen: up to 2 nats) and answers than the one-chunk fused run (issue 15 report)")
+BATCH_VARIANCE = ("vLLM CPU outputs depend on what else is in the batch: a 4-row shard in 2 chunks "
+                  "gives other draft scores (seen: up to 2 nats) and answers than the one-chunk run "
+                  "(vLLM's batch-invariant mode does not run on its CPU build; README, Determinism)")
 
 
 def test_large_shard_goes_through_chunks(grouped):
@@ -248,7 +246,6 @@ def test_prompt_too_long_is_a_row_error_naming_file_row_and_field(grouped):
     assert long["error"].startswith(f"{grouped['inp']}/mixed.parquet: row 1 (query_id='too-long'): field 'query': ")
 
 
-@pytest.mark.xfail(strict=True, reason=BATCH_VARIANCE)
 def test_resume_across_topologies_into_the_same_output(grouped):
     """Started fused, resumed disaggregated (and the reverse): same output, finished shards
     kept, the missing one recomputed by the other topology."""
@@ -370,7 +367,6 @@ def test_config_loaded_from_s3(s3_bucket):
 
 # --- the command line: exit codes, --overwrite, --index on S3, claims -----------------------
 
-@pytest.mark.xfail(strict=False, reason=QUARANTINE)
 def test_cli_index_on_s3_exit_codes_overwrite_and_claims(prefect_harness, s3_bucket, tmp_path):
     """README through the CLI (fresh processes): `index build` to S3 and `run --index` from it;
     a failed shard exits 1; another config into the same output exits 2 with the conflict;
@@ -404,7 +400,10 @@ def test_cli_index_on_s3_exit_codes_overwrite_and_claims(prefect_harness, s3_buc
     assert m["failed_shards"] == 1 and m["rows_out"] == 2
     [qr] = [x for x in rows if x["query_id"] == q.column("query_id")[0].as_py()]
     corpus_ids = set(pq.read_table(corpus, columns=["doc_id"]).column("doc_id").to_pylist())
-    assert qr["error"] is None and qr["num_documents"] == 10 and qr["answer"] is not None
+    # top-10 from the index; fewer only when empty or duplicate passages were removed (and flagged)
+    removed = {"empty_documents_removed", "duplicate_documents_removed"} & set(qr["flags"])
+    assert qr["error"] is None and qr["answer"] is not None
+    assert qr["num_documents"] == 10 or (removed and qr["num_documents"] < 10), (qr["num_documents"], qr["flags"])
     assert all(set(d["doc_ids"]) <= corpus_ids for d in qr["drafts"])  # documents from the S3 index
     from flows.speculative_rag import run_flow
     here = f"{s3_bucket}/here"
@@ -416,12 +415,12 @@ def test_cli_index_on_s3_exit_codes_overwrite_and_claims(prefect_harness, s3_buc
         [{k: x[k] for k in keys} for x in sorted(rows, key=lambda x: x["query_id"])]
     before = _all_objects(out)
     r = cli("run", "-i", inp, "-o", out, "-c", config, "--index", idx, "-m", "3")
-    assert r.returncode == 2 and "holds results of input" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.returncode == 2 and "holds results of input" in " ".join(r.stdout.split()), r.stdout[-2000:] + r.stderr[-2000:]
     assert "Traceback" not in r.stdout + r.stderr and _all_objects(out) == before
     only_claims = f"{s3_bucket}/claims"
     write_inputs(only_claims, {"c.parquet": claim})
     r = cli("claims", "-i", only_claims, "-o", out, "-c", config)
-    assert r.returncode == 2 and "holds results of input" in r.stdout  # still refused without --overwrite
+    assert r.returncode == 2 and "holds results of input" in " ".join(r.stdout.split())  # still refused without --overwrite
     r = cli("claims", "-i", only_claims, "-o", out, "-c", config, "--overwrite")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "labels: SUPPORTS" in r.stdout
@@ -497,7 +496,6 @@ def test_truncated_drafts_no_valid_draft_and_non_finite_logprob(prefect_harness,
             assert r["drafts"][0]["score_draft"] <= NON_FINITE_FLOOR < r["drafts"][1]["score_draft"]
 
 
-@pytest.mark.xfail(strict=False, reason=QUARANTINE)
 def test_verifier_input_too_long(prefect_harness, tmp_path):
     """A verifier with a shorter context (max_model_len 256) than the drafter's: a ~300-token
     question fits the drafter, not the verifier; its drafts are flagged
@@ -517,8 +515,8 @@ def test_verifier_input_too_long(prefect_harness, tmp_path):
     m = run_flow(inp, out, cfg.model_dump(mode="json"))
     rows, _ = read_outputs(out)
     assert m["failed_shards"] == 0 and all(r["error"] is None for r in rows)
-    valid = [d for r in rows for d in r["drafts"] if "no_answer_field" not in d["flags"]
-             and "truncated_at_max_tokens" not in d["flags"]]
+    # the product's own validity rule (records.is_valid_draft): only valid drafts go to the verifier
+    valid = [d for r in rows for d in r["drafts"] if is_valid_draft(d["flags"])]
     assert valid, "SmolLM2 wrote no valid draft for these rows: pick other rows"
     for r in rows:
         for d in r["drafts"]:

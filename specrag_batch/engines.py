@@ -38,6 +38,33 @@ def _cpu_only() -> bool:
         return True
 
 
+_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""/proc/cpuinfo flags of x86 CPUs that compute bfloat16 matrix products natively."""
+
+
+def cpu_dtype(cpuinfo: str | None = None) -> str:
+    """The vLLM ``dtype`` for a CPU engine whose config names none: ``"bfloat16"`` on CPUs with
+    native bf16 matrix units (``avx512_bf16`` or ``amx_bf16`` flags), else ``"float32"``.
+
+    Measured 2026-11-30 on the 2-core AVX2 host (AMD EPYC, no AVX-512), SmolLM2-135M, 10
+    prompts x 64 generated tokens: bfloat16 52.0 s, float32 12.5 s (4.2x). Without native
+    units every bf16 product is emulated; weights are upcast once at load (4 bytes/parameter).
+    ``cpuinfo``: the text of /proc/cpuinfo (read when None; an unreadable file counts as no
+    native bf16). Non-x86 CPUs fall back to float32 too, the safe choice for speed and accuracy.
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return "bfloat16" if any(f in flags for f in _NATIVE_BF16_FLAGS) else "float32"
+
+
 def configure_cpu_env() -> None:
     """Set vLLM CPU defaults measured on 2-core hosts (only for variables not already set)."""
     if not _cpu_only():
@@ -211,7 +238,9 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
     """The process-wide engine for ``cfg`` (created on first call: seconds to minutes).
 
     Engines are keyed by model and engine settings; a drafter and verifier naming the same
-    model with the same settings share one engine.
+    model with the same settings share one engine. On CPU-only hosts the engine runs eager
+    and, unless ``engine_kwargs`` gives a ``dtype``, in :func:`cpu_dtype` (float32 on CPUs
+    without native bf16: 4x faster there than the checkpoints' bfloat16).
     """
     key = (cfg.model, cfg.max_model_len, seed, tuple(sorted((k, repr(v)) for k, v in cfg.engine_kwargs.items())))
     with _LOCK, _CALL_LOCK:  # never build an engine while another one is stepping
@@ -225,6 +254,7 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
         kwargs: dict[str, Any] = {"max_model_len": cfg.max_model_len, "seed": seed}
         if _cpu_only():
             kwargs["enforce_eager"] = True  # compile cache did not reload on CPU: 40-70 s/start
+            kwargs["dtype"] = cpu_dtype()  # unless engine_kwargs names one (below)
         kwargs.update(cfg.engine_kwargs)
         t0 = time.perf_counter()
         llm = LLM(model=path, **kwargs)

@@ -32,6 +32,16 @@ def test_clean_logprob():
     assert clean_logprob(None) == (NON_FINITE_FLOOR, True)
 
 
+def test_cpu_engine_runs_in_the_dtype_chosen_for_this_cpu(engine):
+    """No dtype in the config: on a CPU without native bf16 units the engine computes in
+    float32 (4x faster there than the checkpoint's bfloat16), else in bfloat16."""
+    import torch
+
+    from specrag_batch.engines import cpu_dtype
+
+    assert engine.llm.llm_engine.model_config.dtype == getattr(torch, cpu_dtype())
+
+
 def test_verifier_spans_are_the_answer_and_rationale_tokens(engine):
     tok = engine.tokenizer
     q = Question("qa", "What is Henry Feilden's occupation?", None, ())

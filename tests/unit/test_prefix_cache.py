@@ -9,7 +9,7 @@ benchmarks/decision.py (arm ``question_first``)."""
 from __future__ import annotations
 
 import io
-import os
+import json
 import sys
 
 import pytest
@@ -72,7 +72,7 @@ def test_question_first_keeps_data_out_of_special_tokens():
         drafter_prompt_ids(tok, "qa", "q", DOCS, None, LABELS, layout="sideways")
 
 
-def test_prompt_layout_is_part_of_the_config_hash():
+def test_prompt_layout_is_part_of_the_config_hash(tmp_path):
     """Default: the hash of configs written before the option (resume keeps working);
     ``question_first``: another hash, so resuming an output with the other layout is refused."""
     from specrag_batch import resume
@@ -82,19 +82,16 @@ def test_prompt_layout_is_part_of_the_config_hash():
     data = base.model_dump(mode="json")
     del data["drafter"]["prompt_layout"]  # a config dumped before the option existed
     assert RunConfig.model_validate(data).config_hash() == base.config_hash()
-    assert RunConfig().config_hash() == "420716c9f187c07c"  # recorded before the option existed
+    assert RunConfig().config_hash() == "420716c9f187c07c"  # recorded at fa4b01a, before the option
     qf = small_config(**{"drafter.prompt_layout": "question_first"})
     assert qf.config_hash() != base.config_hash()
     with pytest.raises(Exception, match="prompt_layout"):
         small_config(**{"verifier.prompt_layout": "question_first"})  # a drafter option only
-    out, inp = str(ROOT / "nonexistent-in"), "file:///in"
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "out")
-        resume.claim_output(out, inp, base.config_hash(), base.model_dump(mode="json"), "run-1")
-        with pytest.raises(resume.RunConflictError):
-            resume.check_output(out, inp, qf.config_hash())
+    out, inp = str(tmp_path / "out"), "file:///in"
+    resume.claim_output(out, inp, base.config_hash(), base.model_dump(mode="json"), "run-1")
+    with pytest.raises(resume.RunConflictError):
+        resume.check_output(out, inp, qf.config_hash())
+    assert resume.check_output(out, inp, base.config_hash()) is not None  # same layout: resumes
 
 
 # --- bookkeeping -------------------------------------------------------------------------
@@ -148,15 +145,19 @@ def test_usage_sums_cached_tokens_and_old_markers_read_as_unknown():
 
 
 def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_path, monkeypatch):
-    """A shard on the fake engine with ``question_first``: the drafter's cached tokens reach
-    the shard result, the manifest (with the rate), the report and the CLI summary table."""
+    """A shard's rows on the fake engine with ``question_first``: the drafter's cached tokens
+    reach the usage a shard records (``ShardResult.engines``, what its done marker holds), the
+    manifest (with the rate), the run report and the CLI summary table; a manifest written
+    before the field reports the rate as unknown."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
+    from rich.console import Console
 
     from specrag_batch import cli, pipeline
     from specrag_batch.report.rows import load_rows
     from specrag_batch.report.summary import markdown, summary
     from specrag_batch.run import build_manifest
-    from specrag_batch.schema import validate_table
+    from specrag_batch.schema import OUTPUT_SCHEMA, validate_table
     from specrag_batch.shard import ShardResult
 
     cfg = small_config(**{"sampling.strategy": "random", "drafter.prompt_layout": "question_first"})
@@ -170,17 +171,12 @@ def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_p
     assert stats["cached_prompt_tokens"] == eng.stats.cached_prompt_tokens > 0
     out = tmp_path / "out"
     out.mkdir()
-    import pyarrow as pa
-
-    from specrag_batch.schema import OUTPUT_SCHEMA
     pq.write_table(pa.Table.from_pylist(recs, schema=OUTPUT_SCHEMA), out / "s.parquet")
     res = ShardResult("s.parquet", str(out / "s.parquet"), "ok", rows_in=3, rows_out=3, engines=stats)
     man = build_manifest(cfg, "r", "file:///in", str(out), [res], [], seconds=1.0, engines=usage,
                          engine_load_seconds=0.0, execution={})
     rate = man["engines"][eng.name]["prefix_cache_hit_rate"]
     assert rate == pytest.approx(eng.stats.cached_prompt_tokens / eng.stats.prompt_tokens, abs=1e-4) and rate > 0
-    import json
-
     (out / "_manifest.json").write_text(json.dumps(man, default=str))
     s = summary(load_rows(str(out)))
     assert s["tokens_per_row"][eng.name]["prefix_cache_hit_rate"] == rate
@@ -191,8 +187,6 @@ def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_p
     s_old = summary(load_rows(str(out)))  # a manifest written before the field: unknown
     assert s_old["tokens_per_row"][eng.name]["prefix_cache_hit_rate"] is None
     buf = io.StringIO()
-    from rich.console import Console
-
     monkeypatch.setattr(cli, "console", Console(file=buf, width=200))
     cli.print_summary({**man, "metrics": {"answered": 3, "errors": 0, "low_confidence": 0, "fast_path": 0},
                        "output": str(out)})

@@ -16,8 +16,14 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
 * ``speculative-tuned`` - drafter ``--tuned-drafter`` (a model directory); skipped without it;
 * ablations, on the first ``--ablation-rows`` rows of ``--ablation-datasets``:
   ``sampling_random``, ``sampling_single_cluster`` (paper Table 3), ``adaptive`` (adaptive
-  drafting, when the config has it), ``m1``/``m3``/``m7`` (m drafts) and ``k1``/``k3``/``k4``
-  (k clusters). The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
+  drafting, when the config has it), ``question_first`` (drafter prompt layout
+  ``question_first``: the m prompts of a row share the question as a prefix vLLM's prefix cache
+  computes once; compare its seconds per row, accuracy and drafter prefix-cache hit rate with
+  ``speculative``), ``block32`` and ``question_first_block32`` (the same two layouts with the
+  drafter's KV blocks at 32 tokens: vLLM caches whole blocks, 128 tokens by default on CPU,
+  and a row's shared question prefix is about 80-110 drafter tokens, so at 128 it rarely fills
+  one block; ``block32`` separates the block size's own effect from the layout's),
+  ``m1``/``m3``/``m7`` (m drafts) and ``k1``/``k3``/``k4`` (k clusters). The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
   need no run: they re-select the speculative cell's scored drafts (``decision_stats``).
 
 Cells run in this order: standard and speculative for every dataset, then the tuned drafter,
@@ -75,12 +81,15 @@ ARM_OVERRIDES: dict[str, dict] = {
     "sampling_random": {"sampling.strategy": "random"},
     "sampling_single_cluster": {"sampling.strategy": "single_cluster"},
     "adaptive": {"sampling.adaptive": True},
+    "question_first": {"drafter.prompt_layout": "question_first"},
+    "block32": {"drafter.engine_kwargs": {"block_size": 32}},
+    "question_first_block32": {"drafter.prompt_layout": "question_first", "drafter.engine_kwargs": {"block_size": 32}},
     "m1": {"sampling.num_drafts": 1}, "m3": {"sampling.num_drafts": 3}, "m7": {"sampling.num_drafts": 7},
     "k1": {"sampling.num_clusters": 1}, "k3": {"sampling.num_clusters": 3}, "k4": {"sampling.num_clusters": 4},
 }
 GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-tuned",),
-          "ablations": ("sampling_random", "sampling_single_cluster", "adaptive",
-                        "m1", "m3", "m7", "k1", "k3", "k4")}
+          "ablations": ("sampling_random", "sampling_single_cluster", "adaptive", "question_first",
+                        "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4")}
 GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"]
 
 
@@ -106,7 +115,8 @@ def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
 
 
 def arm_config(base: RunConfig, arm: str, tuned_drafter: str | None = None) -> RunConfig:
-    """The run config of an arm: ``base`` with :data:`ARM_OVERRIDES` (dotted keys) applied.
+    """The run config of an arm: ``base`` with :data:`ARM_OVERRIDES` (dotted keys) applied; a
+    mapping value is merged into the base's mapping (``engine_kwargs``).
 
     Raises:
         ValueError: unknown arm, ``speculative-tuned`` without a drafter, or an override the
@@ -127,7 +137,7 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | None = None) -> R
             node = node[p]
         if last not in node:
             raise ValueError(f"arm {arm!r}: config has no {key!r}")
-        node[last] = value
+        node[last] = {**node[last], **value} if isinstance(value, dict) and isinstance(node[last], dict) else value
     return RunConfig.model_validate(data)
 
 

@@ -15,7 +15,7 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
 * share of drafts that parse (no flag of :data:`PARSE_FLAGS`) and that selection may use
   (:func:`specrag_batch.records.is_valid_draft`);
 * seconds per row (sum of the shards' recorded seconds, so a resumed cell keeps the time of
-  its earlier attempts) and tokens per row per model, the ratio speculative / standard with a
+  its earlier attempts), tokens per row and prefix-cache hit rate per model, the ratio speculative / standard with a
   paired bootstrap interval over shards (the same rows in both arms) and a sign test;
 * the fast-path share;
 * Table 3 selection ablations re-selected from the speculative cell's scored drafts with the
@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.stats import binomtest
 
+from specrag_batch.engines import EngineUsage, prefix_cache_hit_rate
 from specrag_batch.evaluation import score_row
 from specrag_batch.records import Draft, Flag, is_valid_draft
 from specrag_batch.sampling import row_seed
@@ -223,28 +224,27 @@ def reselect_correct(rows: Sequence[dict], choices: dict, labels: Sequence[str],
 def cell_cost(shards: Sequence[dict], roles: dict[str, str]) -> dict:
     """Compute per row of a cell from its shards' done-marker results (``rows_out``,
     ``seconds``, ``stage_seconds``, ``engines``: model -> seconds/prompt_tokens/
-    generated_tokens), summed over shards. ``roles``: model name -> role label.
+    cached_prompt_tokens/generated_tokens), summed over shards
+    (:meth:`specrag_batch.engines.EngineUsage.total`). ``roles``: model name -> role label.
 
     Returns ``{"rows", "shards", "seconds", "s_per_row", "stage_s", "models": {model: {"role",
     "engine_s_per_row", "prompt_tokens_per_row", "generated_tokens_per_row",
-    "tokens_per_row"}}, "tokens_per_row"}``."""
+    "tokens_per_row", "prefix_cache_hit_rate"}}, "tokens_per_row"}``; the hit rate (cached /
+    prompt tokens) is None when a shard's marker predates the cached-token count."""
     rows = sum(int(s.get("rows_out", 0)) for s in shards)
     seconds = sum(float(s.get("seconds", 0.0)) for s in shards)
     stage: dict[str, float] = {}
-    models: dict[str, dict] = {}
     for s in shards:
         for k, v in (s.get("stage_seconds") or {}).items():
             stage[k] = stage.get(k, 0.0) + float(v)
-        for name, e in (s.get("engines") or {}).items():
-            m = models.setdefault(name, {"seconds": 0.0, "prompt_tokens": 0, "generated_tokens": 0})
-            for k in m:
-                m[k] += e.get(k, 0)
+    models = EngineUsage.total([s.get("engines") or {} for s in shards]).by_engine
     per = max(rows, 1)
-    out_models = {name: {"role": roles.get(name, "?"), "engine_s_per_row": m["seconds"] / per,
-                         "prompt_tokens_per_row": m["prompt_tokens"] / per,
-                         "generated_tokens_per_row": m["generated_tokens"] / per,
-                         "tokens_per_row": (m["prompt_tokens"] + m["generated_tokens"]) / per}
-                  for name, m in models.items() if m["prompt_tokens"] or m["generated_tokens"]}
+    out_models = {name: {"role": roles.get(name, "?"), "engine_s_per_row": (m.get("seconds") or 0.0) / per,
+                         "prompt_tokens_per_row": (m.get("prompt_tokens") or 0) / per,
+                         "generated_tokens_per_row": (m.get("generated_tokens") or 0) / per,
+                         "tokens_per_row": ((m.get("prompt_tokens") or 0) + (m.get("generated_tokens") or 0)) / per,
+                         "prefix_cache_hit_rate": prefix_cache_hit_rate(m)}
+                  for name, m in models.items() if m.get("prompt_tokens") or m.get("generated_tokens")}
     return {"rows": rows, "shards": len(shards), "seconds": seconds, "s_per_row": seconds / per,
             "stage_s": {k: round(v, 3) for k, v in stage.items()}, "models": out_models,
             "tokens_per_row": sum(m["tokens_per_row"] for m in out_models.values())}
@@ -318,6 +318,10 @@ def verdict_speed(ratio: dict) -> str:
 BASELINES = (("speculative", "standard"), ("speculative-tuned", "standard"),
              ("speculative-tuned", "speculative"))
 """The headline comparisons (arm a - arm b); every other arm is compared with ``speculative``."""
+
+ARM_BASELINES = {"question_first_block32": "block32"}
+"""Arms also compared with another arm than ``speculative``: the prompt layout at the same
+KV block size (``benchmarks/decision.py``), so the layout's effect is not the block size's."""
 
 
 def _shard_pairs(a: Sequence[dict], b: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
@@ -394,6 +398,7 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         for a_name in list(entry["arms"]):
             pairs = [(x, y) for x, y in BASELINES if x == a_name] or (
                 [(a_name, "speculative")] if a_name not in ("speculative", "standard") else [])
+            pairs += [(a_name, ARM_BASELINES[a_name])] if a_name in ARM_BASELINES else []
             for x, y in pairs:
                 if y not in arms:
                     continue
@@ -440,6 +445,10 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
 
 def _pct(x) -> str:
     return "n/a" if x is None or x != x else f"{100 * x:.1f}"
+
+
+def _hits(rate) -> str:
+    return "unknown" if rate is None else f"{100 * rate:.1f}%"
 
 
 def _ci(c) -> str:
@@ -498,25 +507,29 @@ def tables(res: dict) -> str:
             out.append(f"| {ds} | {arm} | {o['n']} | {_pct(o['oracle'])} | {_pct(o['recovered'])} ({o['n_oracle']}) | "
                        f"{d['n_drafts']} | {_pct(d['parsed'])} | {_pct(d['valid'])} | {_pct(f['fast_path']['share'])} |")
     out += ["", "Cost per row (sum over the cell's shards, across resumes): seconds, and per model "
-            "engine seconds and tokens (prompt + generated).", "",
+            "engine seconds, tokens (prompt + generated) and vLLM prefix-cache hits (share of prompt "
+            "tokens read from the cache; unknown for shards recorded before they were counted).", "",
             "| dataset | arm | rows | s/row | model (role): engine s/row, tokens/row |", "|---|---|---|---|---|"]
     for ds, e in res["datasets"].items():
         for arm, f in e["arms"].items():
             if "cost" not in f:
                 continue
             c = f["cost"]
-            models = "; ".join(f"{m} ({v['role']}): {v['engine_s_per_row']:.2f} s, {v['tokens_per_row']:.0f}"
+            models = "; ".join(f"{m} ({v['role']}): {v['engine_s_per_row']:.2f} s, {v['tokens_per_row']:.0f}, "
+                               f"cache hits {_hits(v.get('prefix_cache_hit_rate'))}"
                                for m, v in c["models"].items())
             out.append(f"| {ds} | {arm} | {c['rows']} | {c['s_per_row']:.2f} | {models} |")
+    extra = {f"{a} - {b}" for a, b in ARM_BASELINES.items()}
     others = [(ds, k, v) for ds, e in res["datasets"].items() for k, v in e["comparisons"].items()
-              if k.endswith("- speculative") and not k.startswith("speculative-tuned")]
+              if (k.endswith("- speculative") and not k.startswith("speculative-tuned")) or k in extra]
     if others:
-        out += ["", "Other arms vs Speculative RAG on the same rows (Table 3 selection ablations are "
-                "re-selected from the speculative cell's drafts; sampling and m/k arms are runs).", "",
-                "| dataset | arm | n | accuracy % | arm - speculative | s/row ratio arm / spec |", "|---|---|---|---|---|---|"]
+        out += ["", "Other arms vs Speculative RAG (or the baseline named) on the same rows (Table 3 "
+                "selection ablations are re-selected from the speculative cell's drafts; sampling, "
+                "layout and m/k arms are runs).", "",
+                "| dataset | arm - baseline | n | accuracy % (arm) | difference | s/row ratio arm / baseline |",
+                "|---|---|---|---|---|---|"]
         for ds, k, v in others:
-            arm = k.split(" - ")[0]
-            out.append(f"| {ds} | {arm} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
+            out.append(f"| {ds} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
     return "\n".join(out) + "\n"
 
 

@@ -38,7 +38,8 @@ console = Console()
 
 
 def print_summary(m: dict) -> None:
-    """Rows, answers, low-confidence count, accuracy vs gold, time per stage."""
+    """Rows, answers, low-confidence count, accuracy vs gold, time per stage, prefix-cache hit
+    rate per engine."""
     met = m["metrics"]
     t = Table(title=f"run {m['run_id']} ({m['mode']})", show_header=False)
     t.add_row("shards", f"{len(m['shards'])} ({m['failed_shards']} failed, "
@@ -63,6 +64,12 @@ def print_summary(m: dict) -> None:
     for k, v in m["stage_seconds"].items():
         t.add_row(f"stage {k} (s)", f"{v:.1f}")
     t.add_row("total (s)", f"{m['seconds']:.1f}")
+    from .engines import prefix_cache_hit_rate
+
+    for name, st in (m.get("engines") or {}).items():
+        rate = prefix_cache_hit_rate(st)
+        t.add_row(f"prefix cache {name}", "unknown" if rate is None else
+                  f"{rate:.3f} ({st['cached_prompt_tokens']:.0f} of {st['prompt_tokens']:.0f} prompt tokens)")
     t.add_row("output", m["output"])
     if m.get("report"):
         rep = m["report"]

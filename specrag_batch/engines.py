@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .config import ModelConfig
 from .models import resolve_model
@@ -89,17 +89,40 @@ class GenerationResult:
     non_finite: bool = False
 
 
+HIT_RATE = "prefix_cache_hit_rate"
+"""Key of the derived prefix-cache hit rate in usage dicts (never summed)."""
+
+
+def prefix_cache_hit_rate(stats: Mapping[str, float | None]) -> float | None:
+    """``cached_prompt_tokens / prompt_tokens`` of one engine's usage (a fraction in [0, 1],
+    4 decimals): the share of prompt tokens read from vLLM's prefix cache. None when there are
+    no prompt tokens or the cached count is unknown (missing or None: usage recorded before
+    the field existed)."""
+    prompt, cached = stats.get("prompt_tokens"), stats.get("cached_prompt_tokens")
+    if not prompt or cached is None:
+        return None
+    return round(cached / prompt, 4)
+
+
 @dataclass
 class EngineStats:
-    """Cumulative engine usage: seconds inside vLLM calls and tokens processed."""
+    """Cumulative engine usage: seconds inside vLLM calls and tokens processed.
+
+    ``cached_prompt_tokens``: prompt tokens whose KV came from vLLM's prefix cache instead of
+    being computed (``RequestOutput.num_cached_tokens``, summed), a subset of
+    ``prompt_tokens``. Every call starts from an empty cache (:meth:`Engine._generate`), so
+    these are prefixes shared by prompts of the same call; requests with prompt log-probs (the
+    verifier's) read no cache in vLLM (PR 17251) and count 0."""
 
     seconds: float = 0.0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
     generated_tokens: int = 0
     calls: int = 0
 
-    def as_dict(self) -> dict[str, float]:
-        return dict(self.__dict__)
+    def as_dict(self) -> dict[str, float | None]:
+        """The counters and the derived :data:`HIT_RATE` (:func:`prefix_cache_hit_rate`)."""
+        return {**self.__dict__, HIT_RATE: prefix_cache_hit_rate(self.__dict__)}
 
 
 def clean_logprob(x: float | None) -> tuple[float, bool]:
@@ -212,6 +235,7 @@ class Engine:
         self.stats.seconds += time.perf_counter() - t0
         self.stats.calls += 1
         self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        self.stats.cached_prompt_tokens += sum(getattr(o, "num_cached_tokens", None) or 0 for o in outs)
         self.stats.generated_tokens += sum(len(o.outputs[0].token_ids) for o in outs)
 
 
@@ -269,13 +293,20 @@ def loaded_engines() -> list[Engine]:
     return list(_ENGINES.values())
 
 
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a + b, 3)
+
+
 @dataclass(frozen=True)
 class EngineUsage:
     """Engine usage per engine name: ``{name: {"seconds": s, "prompt_tokens": n,
-    "generated_tokens": n, "calls": n}}`` (seconds inside vLLM calls; token counts), as in
-    :class:`EngineStats`. Values are rounded to 3 decimals by :meth:`since` and :meth:`total`."""
+    "cached_prompt_tokens": n, "generated_tokens": n, "calls": n}}`` (seconds inside vLLM
+    calls; token counts), as in :class:`EngineStats`. Values are rounded to 3 decimals by
+    :meth:`since` and :meth:`total`. A counter missing from some part of a sum (a shard marker
+    written before ``cached_prompt_tokens`` existed) makes that counter unknown (None), never
+    0. :meth:`as_dict` adds the derived :data:`HIT_RATE` (:func:`prefix_cache_hit_rate`)."""
 
-    by_engine: dict[str, dict[str, float]] = field(default_factory=dict)
+    by_engine: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     @classmethod
     def snapshot(cls, engines: dict[str, Engine] | None = None) -> EngineUsage:
@@ -288,20 +319,31 @@ class EngineUsage:
     def since(self, before: EngineUsage) -> EngineUsage:
         """The difference ``self - before``: usage between two snapshots (an engine missing
         from ``before`` counts from zero)."""
-        return EngineUsage({name: {k: round(v - before.by_engine.get(name, {}).get(k, 0), 3)
-                                   for k, v in now.items()} for name, now in self.by_engine.items()})
+        out = {}
+        for name, now in self.by_engine.items():
+            prev = before.by_engine.get(name, {})
+            out[name] = {k: None if v is None or prev.get(k, 0) is None else round(v - prev.get(k, 0), 3)
+                         for k, v in now.items() if k != HIT_RATE}
+        return EngineUsage(out)
 
     @classmethod
     def total(cls, parts: Sequence[EngineUsage | dict]) -> EngineUsage:
-        """Sum of usages (or their :meth:`as_dict` forms), per engine name and counter."""
-        out: dict[str, dict[str, float]] = {}
+        """Sum of usages (or their :meth:`as_dict` forms), per engine name and counter; a
+        counter some part of an engine lacks is None (unknown)."""
+        out: dict[str, dict[str, float | None]] = {}
         for part in parts:
             for name, stats in (part.by_engine if isinstance(part, EngineUsage) else part or {}).items():
-                cur = out.setdefault(name, {})
-                for k, v in stats.items():
-                    cur[k] = round(cur.get(k, 0) + v, 3)
+                stats = {k: v for k, v in stats.items() if k != HIT_RATE}
+                cur = out.get(name)
+                if cur is None:
+                    out[name] = {k: None if v is None else round(v, 3) for k, v in stats.items()}
+                    continue
+                for k in cur.keys() | stats.keys():
+                    cur[k] = _sum(cur.get(k), stats.get(k))
         return cls(out)
 
-    def as_dict(self) -> dict[str, dict[str, float]]:
-        """JSON form (manifest ``engines``, ShardResult ``engines``)."""
-        return {name: dict(stats) for name, stats in self.by_engine.items()}
+    def as_dict(self) -> dict[str, dict[str, float | None]]:
+        """JSON form (manifest ``engines``, ShardResult ``engines``, shard markers): the
+        counters plus :data:`HIT_RATE` for engines whose usage has ``prompt_tokens``."""
+        return {name: {**stats, HIT_RATE: prefix_cache_hit_rate(stats)} if "prompt_tokens" in stats
+                else dict(stats) for name, stats in self.by_engine.items()}

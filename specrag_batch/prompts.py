@@ -174,16 +174,32 @@ def encode_template(tokenizer, rendered: str, values: Sequence[str]) -> tuple[li
     return ids, spans
 
 
+PROMPT_LAYOUTS = ("documents_first", "question_first")
+"""Orders of the drafter prompt's user turn (``drafter.prompt_layout``)."""
+
+
 def drafter_prompt_ids(tokenizer, task: str, query: str, docs: Sequence[Document],
-                       choices: Sequence[str] | None, labels: Sequence[str]) -> list[int]:
+                       choices: Sequence[str] | None, labels: Sequence[str],
+                       layout: str = "documents_first") -> list[int]:
     """Token ids of the drafter prompt (paper §3.2): documents δ_j + question; the reply is
     prefilled with ``"Rationale:"`` so the model writes β then ``Answer: α``. Data is plain
-    text (see module docstring)."""
+    text (see module docstring).
+
+    ``layout`` (:data:`PROMPT_LAYOUTS`): ``documents_first`` = documents, question block,
+    reply format; ``question_first`` = question block, reply format, documents, so the m
+    prompts of one row (same question, other subsets) share every token up to the first
+    document and vLLM's prefix cache can compute that prefix once per call.
+
+    Raises:
+        ValueError: unknown ``layout``."""
+    if layout not in PROMPT_LAYOUTS:
+        raise ValueError(f"drafter prompt layout {layout!r}: choose one of {', '.join(PROMPT_LAYOUTS)}")
     slot = Slots()
-    user = (f"Documents:\n{format_documents(docs, slot)}\n\n"
-            f"{task_instruction(task, query, choices, labels, slot)}\n\n"
-            f"Reply in exactly this format:\n{RATIONALE_PREFIX} <rationale>\nAnswer: <answer>")
-    msgs = [{"role": "system", "content": DRAFTER_SYSTEM}, {"role": "user", "content": user}]
+    question = task_instruction(task, query, choices, labels, slot)
+    reply = f"Reply in exactly this format:\n{RATIONALE_PREFIX} <rationale>\nAnswer: <answer>"
+    documents = f"Documents:\n{format_documents(docs, slot)}"
+    parts = (question, reply, documents) if layout == "question_first" else (documents, question, reply)
+    msgs = [{"role": "system", "content": DRAFTER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
     ids, _ = encode_template(tokenizer, render_chat(tokenizer, msgs, True) + RATIONALE_PREFIX, slot.values)
     return ids
 

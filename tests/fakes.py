@@ -16,7 +16,8 @@ Every output is a pure function of one prompt's token ids (and, for ``generate``
 never of the other prompts in the call, their order or the call count. A run over the same
 rows therefore gives the same records whatever the chunking or topology, which is what the
 equivalence tests assert. (A real engine is only batch-invariant up to floating point; see
-benchmarks/batch_invariance.py.)
+benchmarks/batch_invariance.py.) Only the usage counters depend on the call: cached prompt
+tokens follow vLLM's prefix-cache rule within one call (:func:`cached_prefix_tokens`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,29 @@ def digest(ids: Sequence[int], *extra: int) -> int:
 def token_logprob(prev: int, tok: int, pos: int) -> float:
     """Fake log P(tok | prefix) in (-10, -0.01], natural log: arithmetic on the ids."""
     return -0.01 - ((prev * 31 + tok * 17 + pos * 7) % 997) / 100.0
+
+
+FAKE_BLOCK = 16
+"""Block size, tokens, of the fake's prefix cache (vLLM caches whole KV blocks; its CPU
+default is 128, GPU 16)."""
+
+
+def cached_prefix_tokens(prompts: Sequence[Sequence[int]], block: int = FAKE_BLOCK) -> list[int]:
+    """Per prompt, the tokens vLLM's prefix cache would serve when ``prompts`` are one call
+    starting from an empty cache: the leading full ``block``-token blocks an earlier prompt of
+    the call already holds (the same tokens from position 0), never the prompt's last token
+    (vLLM computes at least one). A model of the rule for bookkeeping tests, not vLLM's
+    scheduler (which may also share blocks between prompts scheduled in the same step)."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for p in prompts:
+        p = tuple(p)
+        hit = 0
+        while hit + block <= len(p) - 1 and p[:hit + block] in seen:
+            hit += block
+        out.append(hit)
+        seen.update(p[:end] for end in range(block, len(p) + 1, block))
+    return out
 
 
 ANSWERS = {
@@ -117,9 +141,14 @@ class FakeEngine:
             self.tokenizer = real_tokenizer()
 
     def _account(self, method: str, prompts: Sequence[list[int]], desc: str, generated: int = 0) -> None:
+        """Usage as the real engine counts it; cached prompt tokens by
+        :func:`cached_prefix_tokens` for ``generate`` (an empty cache at every call), none for
+        the prompt log-prob methods (vLLM reads no cache for them, PR 17251)."""
         self.calls.append(FakeCall(method, len(prompts), desc))
         self.stats.calls += 1
         self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        if method == "generate":
+            self.stats.cached_prompt_tokens += sum(cached_prefix_tokens(prompts))
         self.stats.generated_tokens += generated
 
     def calls_to(self, method: str) -> list[FakeCall]:

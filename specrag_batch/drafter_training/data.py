@@ -132,7 +132,8 @@ def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, draft
             ex = _Example(r, s, sel, answer=ans)
             try:
                 ex.prompt_ids, _ = fitted_prompt(drafter_tok, r.task, r.query, sel, r.choices, cfg.claim_labels,
-                                                 cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens)
+                                                 cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens,
+                                                 d.prompt_layout)
             except PromptTooLongError:
                 ex.reason = DropReason.PROMPT_TOO_LONG
                 out.append(ex)

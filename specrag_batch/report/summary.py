@@ -3,7 +3,8 @@
 Rows, answered, row errors by reason (the output's ``error_reason`` code, never parsed from
 the message), flags by kind; accuracy (match for QA) / exact match / F1 per task where gold
 exists; AUROC of each confidence measure (:mod:`specrag_batch.calibration`); fast-path and
-low-confidence rates; seconds per stage and tokens per row per model (from the manifest).
+low-confidence rates; seconds per stage, tokens per row and prefix-cache hit rate per model
+(from the manifest).
 Rows per ``answer_source`` (``first`` or the fallback pass that answered a low-confidence row)
 and per ``draft_rounds`` (adaptive drafting) are counted when the run wrote them.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from .. import calibration
+from ..engines import prefix_cache_hit_rate
 from ..redaction import redact_text
 from .rows import RunData
 
@@ -23,7 +25,9 @@ before the column was added)."""
 
 def summary(data: RunData) -> dict:
     """Numbers of the report (JSON-serialisable): counts, rates, errors by reason, flags by
-    kind, metrics per task, AUROC per measure, stage seconds and tokens per row per model.
+    kind, metrics per task, AUROC per measure, stage seconds, tokens per row and the
+    prefix-cache hit rate per model (``tokens_per_row``; the rate is None in manifests written
+    before cached prompt tokens were counted).
 
     ``errors_by_reason`` counts row errors by their ``error_reason`` code
     (:class:`specrag_batch.records.ErrorReason`), most frequent first (ties by code); a row error without a
@@ -75,7 +79,8 @@ def summary(data: RunData) -> dict:
     out["tokens_per_row"] = {
         name: {"prompt": st.get("prompt_tokens", 0) / rows_out if rows_out else None,
                "generated": st.get("generated_tokens", 0) / rows_out if rows_out else None,
-               "engine_seconds": st.get("seconds")}
+               "engine_seconds": st.get("seconds"),
+               "prefix_cache_hit_rate": prefix_cache_hit_rate(st)}
         for name, st in (man.get("engines") or {}).items()}
     return out
 
@@ -114,9 +119,10 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
     lines += ["", "## Time and tokens", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in s["stage_seconds"].items()]
     lines += [f"| total | {_fmt(s['seconds'])} |", "",
-              "| model | prompt tokens / row | generated tokens / row | engine seconds |", "|---|---|---|---|"]
-    lines += [f"| {k} | {_fmt(v['prompt'])} | {_fmt(v['generated'])} | {_fmt(v['engine_seconds'])} |"
-              for k, v in s["tokens_per_row"].items()]
+              "| model | prompt tokens / row | generated tokens / row | engine seconds | prefix-cache hit rate |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {k} | {_fmt(v['prompt'])} | {_fmt(v['generated'])} | {_fmt(v['engine_seconds'])} | "
+              f"{_fmt(v.get('prefix_cache_hit_rate'))} |" for k, v in s["tokens_per_row"].items()]
     for name, f in (plots or {}).items():
         lines += ["", f"![{name}]({f})"]
     return "\n".join(lines) + "\n"

@@ -229,3 +229,33 @@ def test_one_bad_row_does_not_take_the_shard_down_and_data_cannot_forge_turns(en
             assert x["tokens_draft"] >= 0
             if "empty_rationale" not in x["flags"] and x["score_self_consistency"] is not None:
                 assert x["tokens_answer"] >= 1 and x["tokens_rationale"] >= 1
+
+
+def test_prefix_cache_hits_are_counted_and_skipped_for_prompt_logprobs(cfg, engine):
+    """Issue 13 item 3 on the real engine: the ``question_first`` drafter prompts of one row
+    share their first KV block(s) within one call, and the engine counts the cached tokens
+    (``RequestOutput.num_cached_tokens``); the same prompts as prompt log-prob requests (the
+    verifier's kind) read no cache (vLLM PR 17251)."""
+    from specrag_batch.engines import EngineUsage
+    from specrag_batch.prompts import drafter_prompt_ids
+
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size
+    row = validate_table(sample_rows("popqa", 1), "popqa")[0]
+    query = (row.query + " Explain with reference to the documents, naming the person, the place and the "
+             "year where the documents give them, and say which document each part of the answer comes from.")
+    subsets = [row.documents[0:2], row.documents[2:4], row.documents[4:6]]
+    prompts = [drafter_prompt_ids(engine.tokenizer, "qa", query, docs, None, (), layout="question_first")
+               for docs in subsets]
+    common = next(i for i, ts in enumerate(zip(*prompts)) if len(set(ts)) > 1)
+    assert common >= block, (common, block)  # the shared prefix fills at least one block
+
+    def cached(call):
+        before = EngineUsage.snapshot({"e": engine})
+        call()
+        return EngineUsage.snapshot({"e": engine}).since(before).as_dict()["e"]
+
+    gen = cached(lambda: engine.generate(prompts, max_tokens=2, temperature=0.0, top_p=1.0, seed=0))
+    assert 0 < gen["cached_prompt_tokens"] <= 2 * (common // block * block)
+    assert gen["cached_prompt_tokens"] % block == 0 and gen["prefix_cache_hit_rate"] > 0
+    scored = cached(lambda: engine.prompt_and_next_logprobs(prompts, top_k=2))
+    assert scored["prompt_tokens"] == sum(map(len, prompts)) and scored["cached_prompt_tokens"] == 0

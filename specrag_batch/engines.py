@@ -311,10 +311,11 @@ class EngineUsage:
     @classmethod
     def snapshot(cls, engines: dict[str, Engine] | None = None) -> EngineUsage:
         """Cumulative usage now of ``engines`` (name -> engine; default: every engine loaded
-        in this process, by model name)."""
-        if engines is None:
-            engines = {e.name: e for e in loaded_engines()}
-        return cls({name: dict(e.stats.as_dict()) for name, e in engines.items()})
+        in this process, summed per model name: one model loaded with two seeds or settings
+        is two engines under one name, and a shard's usage must count whichever it used)."""
+        if engines is not None:
+            return cls({name: dict(e.stats.as_dict()) for name, e in engines.items()})
+        return cls.total([cls({e.name: dict(e.stats.as_dict())}) for e in loaded_engines()])
 
     def since(self, before: EngineUsage) -> EngineUsage:
         """The difference ``self - before``: usage between two snapshots (an engine missing

@@ -43,6 +43,21 @@ def test_engine_usage_difference_and_sum():
                                "v": {"seconds": 2.0, "generated_tokens": 4}}
 
 
+def test_usage_counts_every_engine_of_a_model(monkeypatch):
+    """One model loaded twice in a process (another seed or engine setting: two engines under
+    one name): the default snapshot sums them, so a shard's usage counts the engine it used
+    whichever was loaded last (before, the last one loaded hid the other: calls read 0)."""
+    from specrag_batch import engines
+
+    a = SimpleNamespace(name="m", stats=engines.EngineStats(seconds=1.0, generated_tokens=5, calls=1))
+    b = SimpleNamespace(name="m", stats=engines.EngineStats(seconds=0.0, generated_tokens=0, calls=0))
+    monkeypatch.setattr(engines, "_ENGINES", {("m", 1): a, ("m", 2): b})
+    before = EngineUsage.snapshot()
+    a.stats.calls, a.stats.generated_tokens = 2, 9  # the first engine does the shard's work
+    usage = EngineUsage.snapshot().since(before).as_dict()["m"]
+    assert usage["calls"] == 1 and usage["generated_tokens"] == 4
+
+
 @pytest.mark.parametrize("run", ["process", "draft"])
 def test_unreadable_shard_is_a_failed_result_naming_the_file(tmp_path, run):
     job = _job(tmp_path, "bad.parquet")

@@ -319,10 +319,14 @@ class EngineUsage:
 
     def since(self, before: EngineUsage) -> EngineUsage:
         """The difference ``self - before``: usage between two snapshots (an engine missing
-        from ``before`` counts from zero)."""
+        from ``before`` counts from zero). Engines with no call in between are left out: a
+        run's or shard's usage names only the engines it used, not every engine an earlier
+        job left loaded in the process."""
         out = {}
         for name, now in self.by_engine.items():
             prev = before.by_engine.get(name, {})
+            if "calls" in now and now["calls"] == prev.get("calls", 0):
+                continue
             out[name] = {k: None if v is None or prev.get(k, 0) is None else round(v - prev.get(k, 0), 3)
                          for k, v in now.items() if k != HIT_RATE}
         return EngineUsage(out)

@@ -117,7 +117,10 @@ def test_disaggregated_threads_same_answers_and_resumes_from_drafts(prefect_harn
     m2 = run_flow(inputs, out, cfg, execution={"stages": "disaggregated"})
     assert outputs(out) == reference
     assert m2["resumed_shards"] == 3
-    [eng] = m2["engines"].values()
+    # usage names only the engines the run called (the process may hold others from earlier
+    # tests); none at all when the recomputed shard needed no verification
+    assert set(m2["engines"]) <= {"smollm2-135m-instruct"}, m2["engines"]
+    eng = m2["engines"].get("smollm2-135m-instruct", {"calls": 0, "generated_tokens": 0})
     # no drafting call; one verification call for the recomputed shard if the verifier scored
     # any of its drafts in the reference run (none when its rows were on the fast path or had
     # no valid draft: then no engine call at all)

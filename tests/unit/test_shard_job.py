@@ -58,6 +58,19 @@ def test_usage_counts_every_engine_of_a_model(monkeypatch):
     assert usage["calls"] == 1 and usage["generated_tokens"] == 4
 
 
+def test_usage_names_only_the_engines_called_in_between(monkeypatch):
+    """Engines an earlier job left loaded (no call since the first snapshot) are not part of
+    a shard's or run's usage."""
+    from specrag_batch import engines
+
+    used = SimpleNamespace(name="used", stats=engines.EngineStats(calls=1))
+    idle = SimpleNamespace(name="idle", stats=engines.EngineStats(seconds=4.0, calls=3))
+    monkeypatch.setattr(engines, "_ENGINES", {("used",): used, ("idle",): idle})
+    before = EngineUsage.snapshot()
+    used.stats.calls = 2
+    assert set(EngineUsage.snapshot().since(before).as_dict()) == {"used"}
+
+
 @pytest.mark.parametrize("run", ["process", "draft"])
 def test_unreadable_shard_is_a_failed_result_naming_the_file(tmp_path, run):
     job = _job(tmp_path, "bad.parquet")

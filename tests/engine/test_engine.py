@@ -242,7 +242,8 @@ def test_prefix_cache_hits_are_counted_and_skipped_for_prompt_logprobs(cfg, engi
     block = engine.llm.llm_engine.vllm_config.cache_config.block_size
     row = validate_table(sample_rows("popqa", 1), "popqa")[0]
     query = (row.query + " Explain with reference to the documents, naming the person, the place and the "
-             "year where the documents give them, and say which document each part of the answer comes from.")
+             "year where the documents give them, and say which document each part of the answer comes from. "
+             "Where two documents disagree, give both readings and the reasons one of them is more likely.")
     subsets = [row.documents[0:2], row.documents[2:4], row.documents[4:6]]
     prompts = [drafter_prompt_ids(engine.tokenizer, "qa", query, docs, None, (), layout="question_first")
                for docs in subsets]

@@ -9,7 +9,8 @@ loading an engine. Every cell that computes starts from empty vLLM prefix caches
 tokens per row come from the shards' done markers (seconds, engine usage), summed over shards,
 so a resumed cell reports the compute time of all its attempts (engine loading excluded).
 
-Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``all``):
+Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``fallback``,
+``all``):
 
 * ``standard`` - Standard RAG on the verifier model (``mode: standard``);
 * ``speculative`` - the config as it is (its drafter);
@@ -25,9 +26,15 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   one block; ``block32`` separates the block size's own effect from the layout's),
   ``m1``/``m3``/``m7`` (m drafts) and ``k1``/``k3``/``k4`` (k clusters). The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
   need no run: they re-select the speculative cell's scored drafts (``decision_stats``).
+* ``fallback_standard`` (group ``fallback``; issue 14 item 3): the config with
+  ``selection.fallback: standard`` and ``selection.tau_min`` from the dataset's *tuning cell*
+  (:data:`TUNING_ARM`: the speculative arm on the tuning split, never reported), calibrated by
+  the product's ``calibration.calibrate`` at :data:`TAU_TARGET_COVERAGE`; planned once that
+  cell has finished, so τ_min never depends on reported rows. ``decision_stats`` reports the
+  flagged rows before/after the fallback and the added cost vs ``speculative``.
 
 Cells run in this order: standard and speculative for every dataset, then the tuned drafter,
-then the ablations. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
+then the ablations, then per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
 file are the tuning split (prompt work may look at them; never reported); reported rows start
 at :data:`REPORT_START` and stay inside the first ``BENCHMARK_RESERVE`` (300) rows of each file,
 which drafter training never reads (``drafter_training/sources.py``).
@@ -86,11 +93,31 @@ ARM_OVERRIDES: dict[str, dict] = {
     "question_first_block32": {"drafter.prompt_layout": "question_first", "drafter.engine_kwargs": {"block_size": 32}},
     "m1": {"sampling.num_drafts": 1}, "m3": {"sampling.num_drafts": 3}, "m7": {"sampling.num_drafts": 7},
     "k1": {"sampling.num_clusters": 1}, "k3": {"sampling.num_clusters": 3}, "k4": {"sampling.num_clusters": 4},
+    "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
 }
 GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-tuned",),
           "ablations": ("sampling_random", "sampling_single_cluster", "adaptive", "question_first",
-                        "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4")}
-GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"]
+                        "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4"),
+          "fallback": ("fallback_standard",)}
+GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
+RUN_ORDER = ("main", "tuned", "ablations", "fallback")
+"""Groups in the order their cells run: the headline first, the fallback (a second full
+speculative pass over the reported rows plus its tuning cells) last."""
+
+TUNING_ARM = "tuning"
+"""Cell name of the speculative arm (the config as it is) on a dataset's tuning split (rows
+0..TUNING_ROWS-1, input ``<runs>/<dataset>/input-tuning``): run before ``fallback_standard``,
+read only to choose its τ_min (:func:`calibrate_tuning`), never reported."""
+
+TAU_TARGET_COVERAGE = 0.5
+"""Calibration target of ``fallback_standard``'s τ_min: ``specrag-batch calibrate
+--target-coverage 0.5`` on the tuning cell (``calibration.calibrate``), i.e. the highest τ
+that still keeps half of the tuning split's graded rows: rows below the tuning split's median
+confidence are flagged and answered again. The calibrate command has no default target; an
+accuracy target would depend on each dataset's accuracy level (unreachable on a hard dataset,
+flagging nothing on an easy one), while a coverage target gives the fallback a comparable,
+sizeable share of rows on every dataset (about half, fewer when consensus fast-path rows,
+never flagged, are more than half)."""
 
 
 def tuning_rows(name: str, shared: Path) -> list[dict]:
@@ -114,13 +141,17 @@ def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
     return list(benchmark_converters()[name](shared))[start:start + rows]
 
 
-def arm_config(base: RunConfig, arm: str, tuned_drafter: str | None = None) -> RunConfig:
+def arm_config(base: RunConfig, arm: str, tuned_drafter: str | None = None,
+               tau_min: float | dict[str, float] | None = None) -> RunConfig:
     """The run config of an arm: ``base`` with :data:`ARM_OVERRIDES` (dotted keys) applied; a
-    mapping value is merged into the base's mapping (``engine_kwargs``).
+    mapping value is merged into the base's mapping (``engine_kwargs``). ``tau_min``
+    (``fallback_standard`` only): ``selection.tau_min``, one value or task -> value, from
+    :func:`calibrate_tuning`.
 
     Raises:
-        ValueError: unknown arm, ``speculative-tuned`` without a drafter, or an override the
-            config does not have (e.g. ``adaptive`` before adaptive drafting exists)."""
+        ValueError: unknown arm, ``speculative-tuned`` without a drafter, ``fallback_standard``
+            without ``tau_min``, or an override the config does not have (e.g. ``adaptive``
+            before adaptive drafting exists)."""
     if arm not in ARM_OVERRIDES:
         raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(ARM_OVERRIDES)} or a group "
                          f"{', '.join(GROUPS)})")
@@ -129,6 +160,11 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | None = None) -> R
         if not tuned_drafter:
             raise ValueError("arm speculative-tuned needs --tuned-drafter <model dir>")
         over["drafter.model"] = str(tuned_drafter)
+    if arm == "fallback_standard":
+        if not tau_min:
+            raise ValueError("arm fallback_standard needs selection.tau_min: its dataset's tuning cell "
+                             "has not finished (or met no calibration target)")
+        over["selection.tau_min"] = tau_min
     data = base.model_dump(mode="json")
     for key, value in over.items():
         node = data
@@ -171,18 +207,27 @@ class Cell:
 
 def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path, *,
                tuned_drafter: str | None, ablation_datasets: list[str], ablation_input: dict[str, Path],
-               ) -> tuple[list[Cell], list[str]]:
-    """Cells in run order (main arms for every dataset, then the tuned drafter, then the
-    ablations) and notes on arms skipped (no tuned drafter, config without the option)."""
+               tau_min: dict[str, dict | None] | None = None) -> tuple[list[Cell], list[str]]:
+    """Cells in run order (:data:`RUN_ORDER`: main arms for every dataset, then the tuned
+    drafter, then the ablations, then per dataset its :data:`TUNING_ARM` cell and
+    ``fallback_standard``) and notes on arms skipped (no tuned drafter, config without the
+    option, no τ_min yet). ``tau_min``: dataset -> ``selection.tau_min`` from its tuning cell
+    (:func:`calibrate_tuning`); a dataset without one gets its tuning cell only, so plan
+    again once it has run."""
     cells, notes = [], []
-    for group in ("main", "tuned", "ablations"):
+    for group in RUN_ORDER:
         for ds in datasets:
             if group == "ablations" and ds not in ablation_datasets:
                 continue
+            if group == "fallback" and "fallback_standard" in arms:
+                cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
+                                  runs / ds / TUNING_ARM))
             for arm in (a for a in arms if a in GROUPS[group]):
                 try:
-                    cfg = arm_config(base, arm, tuned_drafter)
+                    cfg = arm_config(base, arm, tuned_drafter, (tau_min or {}).get(ds))
                 except ValueError as e:
+                    if arm == "fallback_standard":
+                        e = ValueError(f"{ds}: {e}")
                     if f"{ds}: {e}" not in notes and str(e) not in notes:
                         notes.append(str(e))
                     continue
@@ -286,6 +331,55 @@ def load_cell(cell: Cell) -> dict | None:
             "complete": len(shards) == len(planned), "config_hash": cell.config.config_hash()}
 
 
+def calibrate_tuning(cell: Cell, *, target_coverage: float = TAU_TARGET_COVERAGE, n_boot: int = 1000) -> dict:
+    """τ_min of ``fallback_standard`` for one dataset, from its :data:`TUNING_ARM` cell only,
+    by the product's calibration (``specrag-batch calibrate --target-coverage``:
+    :func:`specrag_batch.calibration.calibrate` on the cell's output rows with the run's
+    confidence measure ``selection.confidence``, ``mean_logprob`` added by
+    :func:`specrag_batch.report.rows.with_mean_logprob`; seed = the config's seed).
+
+    Returns ``{"tau_min": {task: τ} or None, "complete", "n_rows", "measure",
+    "target_coverage", "tasks": [{"task", "n", "tau", "coverage", "accuracy", "interval",
+    "auroc"}], "note"}``; ``tau_min`` is None (and ``note`` says why) until every shard of the
+    tuning cell is done, so the arm's config (and hash) never changes with a partial split,
+    and when no task meets the target."""
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    from specrag_batch.calibration import calibrate
+    from specrag_batch.report.rows import with_mean_logprob
+
+    sel = cell.config.selection
+    out = {"tau_min": None, "complete": False, "n_rows": 0, "measure": sel.confidence,
+           "target_coverage": target_coverage, "tasks": [], "note": None}
+    planned = cell_shards(cell)
+    done = [o for _, o, d in planned if d is not None]
+    if not planned or len(done) < len(planned):
+        out["note"] = f"tuning cell {cell.name}: {len(done)} of {len(planned)} shards done"
+        return out
+    df = pl.concat([pl.from_arrow(pq.read_table(o)) for o in done], how="diagonal_relaxed")
+    df = with_mean_logprob(df, sel.model_dump(mode="json"))
+    out.update(complete=True, n_rows=df.height)
+    try:
+        res = calibrate(df, measure=sel.confidence, target_coverage=target_coverage, n_boot=n_boot,
+                        seed=cell.config.seed)
+    except ValueError as e:
+        out["note"] = f"tuning cell {cell.name}: {e}"
+        return out
+    out["tasks"] = [{"task": r.task, "n": r.n, "tau": r.tau, "coverage": r.coverage, "accuracy": r.accuracy,
+                     "interval": list(r.interval) if r.interval else None, "auroc": r.auroc} for r in res]
+    taus = {r.task: r.tau for r in res if r.tau is not None}
+    out["tau_min"] = taus or None
+    if not taus:
+        out["note"] = f"tuning cell {cell.name}: no task met coverage >= {target_coverage}"
+    return out
+
+
+def calibrate_all(cells: list[Cell]) -> dict[str, dict]:
+    """:func:`calibrate_tuning` of every :data:`TUNING_ARM` cell in ``cells``: dataset -> result."""
+    return {c.dataset: calibrate_tuning(c) for c in cells if c.arm == TUNING_ARM}
+
+
 def _finite(x):
     """JSON-safe copy: NaN/inf -> None."""
     if isinstance(x, float) and not math.isfinite(x):
@@ -297,16 +391,21 @@ def _finite(x):
     return x
 
 
-def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dict, reps: int) -> dict:
+def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dict, reps: int,
+            calibration: dict[str, dict] | None = None) -> dict:
     """Summarise every cell that has finished shards into ``out/results.json`` and
-    ``out/tables.md``; returns the results."""
+    ``out/tables.md``; returns the results. :data:`TUNING_ARM` cells are not reported (their
+    rows are the tuning split); ``calibration`` (dataset -> :func:`calibrate_tuning`) is
+    reported as the τ_min each ``fallback_standard`` cell ran with."""
     loaded: dict = {}
     for c in cells:
-        got = load_cell(c)
+        got = load_cell(c) if c.arm != TUNING_ARM else None
         if got is not None:
             loaded.setdefault(c.dataset, {})[c.arm] = got
     choices = {ds: {r["query_id"]: r["choices"] for r in rows} for ds, rows in data.items()}
     summary = decision_stats.summarise(loaded, choices, base.claim_labels, seed=base.seed, reps=reps)
+    if calibration:
+        summary["calibration"] = calibration
     results = _finite({**meta, "cells_loaded": {ds: {arm: {"complete": v["complete"], "shards": len(v["shards"]),
                                                            "config_hash": v["config_hash"]}
                                                      for arm, v in arms.items()} for ds, arms in loaded.items()},
@@ -343,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "decision", help="results.json, tables.md")
     ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (all remaining when fewer)")
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, all)")
+    ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, fallback, all)")
     ap.add_argument("--tuned-drafter", default=None, help="model dir of the tuned drafter (speculative-tuned)")
     ap.add_argument("--ablation-datasets", default="popqa")
     ap.add_argument("--ablation-rows", type=int, default=50, help="first rows of the reported rows")
@@ -363,23 +462,35 @@ def main(argv: list[str] | None = None) -> int:
     ablation_input = {}
     for ds in datasets:
         write_shards(data[ds], a.runs / ds / "input", a.shard_rows)
+        if "fallback_standard" in arms:
+            write_shards(tuning_rows(ds, a.shared), a.runs / ds / "input-tuning", a.shard_rows)
         n = min(a.ablation_rows, len(data[ds]))
         if n < len(data[ds]) and ds in ablation_datasets and any(x in GROUPS["ablations"] for x in arms):
             ablation_input[ds] = a.runs / ds / f"input-first{n}"
             write_shards(data[ds][:n], ablation_input[ds], a.shard_rows)
         else:
             ablation_input[ds] = a.runs / ds / "input"
-    cells, notes = plan_cells(datasets, arms, base, a.runs, tuned_drafter=a.tuned_drafter,
-                              ablation_datasets=ablation_datasets, ablation_input=ablation_input)
-    for n in notes:
-        print(f"[decision] skipped: {n}", flush=True)
+    def plan() -> tuple[list[Cell], list[str], dict[str, dict]]:
+        """Cells with the τ_min of every tuning cell finished so far (fallback_standard waits
+        for its dataset's tuning cell: plan again after one has run)."""
+        kw = dict(tuned_drafter=a.tuned_drafter, ablation_datasets=ablation_datasets,
+                  ablation_input=ablation_input)
+        first, _ = plan_cells(datasets, arms, base, a.runs, **kw)
+        calib = calibrate_all(first)
+        cells, notes = plan_cells(datasets, arms, base, a.runs, tau_min={d: c["tau_min"] for d, c in calib.items()},
+                                  **kw)
+        return cells, notes, calib
+
+    cells, notes, calib = plan()
     print(f"[decision] {len(cells)} cells in this order: {', '.join(c.name for c in cells)}", flush=True)
     t0 = time.perf_counter()
     statuses = []
     if not a.analyse_only:
         from specrag_batch.resume import RunConflictError
 
-        for cell in cells:
+        attempted: set[str] = set()
+        while (cell := next((c for c in cells if c.name not in attempted), None)) is not None:
+            attempted.add(cell.name)
             try:
                 statuses.append(run_cell(cell))
             except RunConflictError as e:
@@ -389,15 +500,23 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # noqa: BLE001 - one failed cell must not stop the others
                 statuses.append({"cell": cell.name, "status": f"failed: {type(e).__name__}: {e}"})
             print(f"[decision] {statuses[-1]}", flush=True)
+            if cell.arm == TUNING_ARM:  # its τ_min may now be known: fallback_standard joins the plan
+                cells, notes, calib = plan()
+                if calib[cell.dataset]["tau_min"]:
+                    print(f"[decision] {cell.dataset}: fallback_standard τ_min = {calib[cell.dataset]['tau_min']} "
+                          f"(coverage >= {TAU_TARGET_COVERAGE} on the tuning split)", flush=True)
+    for n in notes:
+        print(f"[decision] skipped: {n}", flush=True)
     meta = {"config_path": str(a.config), "config": base.model_dump(mode="json"),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "versions": _versions(),
             "rows_per_dataset": {ds: len(r) for ds, r in data.items()},
             "rows": {ds: {"first_row": REPORT_START[ds], "tuning_rows": TUNING_ROWS,
                           "query_ids": [r["query_id"] for r in rows]} for ds, rows in data.items()},
-            "arms": arms, "notes": notes, "ablation_datasets": ablation_datasets,
+            "arms": arms, "notes": notes, "tau_target_coverage": TAU_TARGET_COVERAGE,
+            "ablation_datasets": ablation_datasets,
             "ablation_rows": a.ablation_rows, "shard_rows": a.shard_rows,
             "this_invocation": {"cells": statuses, "seconds": round(time.perf_counter() - t0, 1)}}
-    analyse(cells, data, base, a.out, meta, a.reps)
+    analyse(cells, data, base, a.out, meta, a.reps, calib)
     print(f"[decision] wrote {a.out / 'results.json'} and {a.out / 'tables.md'}", flush=True)
     return 1 if any(s["status"].startswith("failed") for s in statuses) else 0
 

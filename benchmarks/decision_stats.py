@@ -313,6 +313,83 @@ def verdict_speed(ratio: dict) -> str:
     return "no difference shown"
 
 
+# --- the fallback pass (selection.fallback, issue 14 item 3) ------------------------------
+
+FALLBACK_ARMS = ("fallback_standard",)
+"""Arms run with ``selection.fallback`` on; :func:`fallback_figures` compares each with
+``speculative`` (the same config without the fallback and without τ_min)."""
+
+
+def first_correct(row: dict, choices: Sequence[str] | None, labels: Sequence[str]) -> bool | None:
+    """Correctness of a row's *first* answer (before the fallback pass): ``first_correct`` when
+    the fallback answered the row (``answer_source`` ``fallback_*``), else the row's own outcome
+    (:func:`row_correct`: a row the fallback did not answer, or answered without result, flag
+    ``fallback_failed``, keeps its first answer)."""
+    if (row.get("answer_source") or "").startswith("fallback"):
+        return row.get("first_correct")
+    return row_correct(row, choices, labels)
+
+
+def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | None, choices: dict,
+                     labels: Sequence[str], *, reps: int = REPS) -> dict:
+    """What the fallback pass did in one cell: the rows selection flagged ``low_confidence``
+    (the rows the pass answers again), their accuracy before (the first answer,
+    :func:`first_correct`) and after (the answer given, :func:`row_correct`), the paired
+    difference after - before with a paired bootstrap 95% interval and McNemar's exact p
+    (rows of the same cell, so pairing is exact), and the added cost against ``base``, the
+    ``speculative`` cell on the same rows (``{"rows", "shards"}`` or None).
+
+    Returns ``{"n_rows", "n_flagged", "share_flagged", "answered_again", "fallback_failed",
+    "n" (graded flagged rows), "accuracy_before", "accuracy_after", "diff", "ci95",
+    "mcnemar", "first_pass_same_answer": {"n", "share"} (rows whose first answer equals the
+    speculative cell's answer: how far the whole-cell comparison is the fallback's alone),
+    "cost": {"fallback_stage_s_per_row", "added_s_per_row", "added_tokens_per_row",
+    "added_tokens_per_flagged_row"}}``. Per-row figures divide by the cell's rows; cost
+    figures are None without ``base``."""
+    flagged = [r for r in rows if r.get("error") is None and r.get("low_confidence")]
+    aft, bef = flagged_outcomes(flagged, choices, labels)
+    out = {"n_rows": len(rows), "n_flagged": len(flagged),
+           "share_flagged": (len(flagged) / len(rows)) if rows else None,
+           "answered_again": sum((r.get("answer_source") or "").startswith("fallback") for r in flagged),
+           "fallback_failed": sum(r.get("fallback_error") is not None for r in flagged),
+           **paired_bootstrap(aft, bef, reps=reps),
+           "accuracy_before": (sum(bef) / len(bef)) if bef else None,
+           "accuracy_after": (sum(aft) / len(aft)) if aft else None,
+           "mcnemar": mcnemar_exact(aft, bef)}
+    rows_n = max(sum(int(s.get("rows_out", 0)) for s in shards), 1)
+    cost = {"fallback_stage_s_per_row": sum(float((s.get("stage_seconds") or {}).get("fallback", 0.0))
+                                            for s in shards) / rows_n,
+            "paired_rows": 0, "added_s_per_row": None, "added_tokens_per_row": None,
+            "added_tokens_per_flagged_row": None}
+    same = {"n": 0, "share": None}
+    if base is not None:
+        # over the shards both cells finished with the same rows (as the time ratio)
+        theirs = {s["name"]: s.get("rows_out") for s in base["shards"]}
+        n_paired = sum(int(s.get("rows_out", 0)) for s in shards if theirs.get(s["name"]) == s.get("rows_out"))
+        sec, tok = _shard_pairs(shards, base["shards"], "seconds"), _shard_pairs(shards, base["shards"], "tokens")
+        if n_paired:
+            cost.update(paired_rows=n_paired, added_s_per_row=(sum(sec[0]) - sum(sec[1])) / n_paired,
+                        added_tokens_per_row=(sum(tok[0]) - sum(tok[1])) / n_paired)
+            if flagged and n_paired == len(rows):  # every flagged row is in a paired shard
+                cost["added_tokens_per_flagged_row"] = (sum(tok[0]) - sum(tok[1])) / len(flagged)
+        spec = {r["query_id"]: r.get("answer") for r in base["rows"]}
+        firsts = [(r.get("first_answer") if (r.get("answer_source") or "").startswith("fallback")
+                   else r.get("answer"), spec[r["query_id"]]) for r in rows if r["query_id"] in spec]
+        same = {"n": len(firsts), "share": (sum(x == y for x, y in firsts) / len(firsts)) if firsts else None}
+    out["cost"], out["first_pass_same_answer"] = cost, same
+    return out
+
+
+def flagged_outcomes(flagged: Sequence[dict], choices: dict, labels: Sequence[str]
+                     ) -> tuple[list[bool], list[bool]]:
+    """(after, before) correctness of the graded flagged rows, paired by position: the answer
+    given (:func:`row_correct`) and the first answer (:func:`first_correct`)."""
+    pairs = [(row_correct(r, choices.get(r["query_id"]), labels), first_correct(r, choices.get(r["query_id"]), labels))
+             for r in flagged]
+    pairs = [(bool(a), bool(b)) for a, b in pairs if a is not None and b is not None]
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
 # --- the whole benchmark -----------------------------------------------------------------
 
 BASELINES = (("speculative", "standard"), ("speculative-tuned", "standard"),
@@ -368,14 +445,17 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         seed: the run config's seed (random-selection ablation, as the product's).
 
     Returns ``{"datasets": {dataset: {"arms": {arm: cell_figures}, "comparisons":
-    {"a - b": compare_cells}}}, "pooled": {"arms": {arm: {"n", "accuracy", "ci95",
-    "datasets"}}, "comparisons": {"a - b": paired + seconds ratio}}}``. Re-selected Table 3
+    {"a - b": compare_cells}, "fallback": {arm: fallback_figures}}}, "pooled": {"arms":
+    {arm: {"n", "accuracy", "ci95", "datasets"}}, "comparisons": {"a - b": paired + seconds
+    ratio}, "fallback": {arm: flagged rows before/after, stratified}}}``. Re-selected Table 3
     arms (:data:`SELECTION_ABLATIONS`) appear beside the cells run, derived from
-    ``speculative``."""
+    ``speculative``; ``fallback`` only for the :data:`FALLBACK_ARMS` run (their whole-cell
+    comparison with ``speculative`` is in ``comparisons``)."""
     res: dict = {"datasets": {}, "pooled": {"arms": {}, "comparisons": {}}}
     pooled_rows: dict[str, list] = {}
     pooled_correct: dict[str, list] = {}
     pooled_pairs: dict[str, dict] = {}
+    pooled_fallback: dict[str, dict] = {}
     for ds, arms in cells.items():
         ch = choices.get(ds, {})
         entry = res["datasets"][ds] = {"arms": {}, "comparisons": {}}
@@ -420,6 +500,17 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
                     pp["sa"] += xs
                     pp["sb"] += ys
                     pp["strata"] += [ds] * len(xs)
+        for arm in (a for a in FALLBACK_ARMS if a in arms):
+            fb = entry.setdefault("fallback", {})[arm] = fallback_figures(
+                arms[arm]["rows"], arms[arm]["shards"], arms.get("speculative"), ch, labels, reps=reps)
+            flagged = [r for r in arms[arm]["rows"] if r.get("error") is None and r.get("low_confidence")]
+            aft, bef = flagged_outcomes(flagged, ch, labels)
+            pf = pooled_fallback.setdefault(arm, {"after": [], "before": [], "strata": [], "n_flagged": 0, "n_rows": 0})
+            pf["after"] += aft
+            pf["before"] += bef
+            pf["strata"] += [ds] * len(aft)
+            pf["n_flagged"] += fb["n_flagged"]
+            pf["n_rows"] += fb["n_rows"]
         for arm in entry["arms"]:
             corr = derived.get(arm, outcomes.get(arm))
             pooled_rows.setdefault(arm, []).append(ds)
@@ -438,6 +529,14 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         if pp["sa"]:
             cmp["seconds"] = ratio_bootstrap(pp["sa"], pp["sb"], reps=reps, strata=pp["strata"])
         res["pooled"]["comparisons"][key] = cmp
+    for arm, pf in pooled_fallback.items():
+        a, b = pf["after"], pf["before"]
+        res["pooled"].setdefault("fallback", {})[arm] = {
+            "n_rows": pf["n_rows"], "n_flagged": pf["n_flagged"],
+            "share_flagged": (pf["n_flagged"] / pf["n_rows"]) if pf["n_rows"] else None,
+            **paired_bootstrap(a, b, reps=reps, strata=pf["strata"] or None),
+            "accuracy_before": (sum(b) / len(b)) if b else None, "accuracy_after": (sum(a) / len(a)) if a else None,
+            "mcnemar": mcnemar_exact(a, b)}
     return res
 
 
@@ -530,7 +629,47 @@ def tables(res: dict) -> str:
                 "|---|---|---|---|---|---|"]
         for ds, k, v in others:
             out.append(f"| {ds} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
+    out += fallback_table(res)
     return "\n".join(out) + "\n"
+
+
+def fallback_table(res: dict) -> list[str]:
+    """Markdown lines of the fallback pass (:func:`fallback_figures` per dataset, pooled flagged
+    rows, τ_min from ``res["calibration"]`` when the benchmark put it there); empty when no
+    fallback arm ran."""
+    rows = [(ds, arm, f, e["comparisons"].get(f"{arm} - speculative")) for ds, e in res["datasets"].items()
+            for arm, f in (e.get("fallback") or {}).items()]
+    if not rows:
+        return []
+    calib = res.get("calibration") or {}
+    out = ["", "Fallback pass (`selection.fallback: standard`): rows flagged low-confidence at τ_min "
+           "(calibrated on the dataset's tuning split, never on reported rows) are answered again by "
+           "Standard RAG. Flagged rows: accuracy of the first answer -> the answer given, paired "
+           "difference [bootstrap 95%], McNemar p (rows fixed/broken); whole dataset: arm - "
+           "speculative on the same rows; added cost vs the speculative cell over the shards both "
+           "finished (the fallback stage's own seconds in brackets).", "",
+           "| dataset | arm | τ_min (tuning: n, coverage) | rows | flagged (%) | answered again / failed | "
+           "flagged: before -> after % | after - before | whole dataset: arm - speculative | "
+           "added s/row (stage) | added tokens/row (per flagged row) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for ds, arm, f, cmp in rows:
+        c = calib.get(ds) or {}
+        tau = "; ".join(f"{t['task']}: {t['tau']:.4g} (n = {t['n']}, {_pct(t['coverage'])}%)"
+                        for t in c.get("tasks", []) if t.get("tau") is not None) or "n/a"
+        cost = f["cost"]
+        add_s = "n/a" if cost["added_s_per_row"] is None else f"{cost['added_s_per_row']:+.2f}"
+        add_t = "n/a" if cost["added_tokens_per_row"] is None else f"{cost['added_tokens_per_row']:+.0f}"
+        per_flag = cost.get("added_tokens_per_flagged_row")
+        out.append(f"| {ds} | {arm} | {tau} | {f['n_rows']} | {f['n_flagged']} ({_pct(f['share_flagged'])}) | "
+                   f"{f['answered_again']} / {f['fallback_failed']} | {_pct(f['accuracy_before'])} -> "
+                   f"{_pct(f['accuracy_after'])} (n = {f['n']}) | {_diff(f)} | {_diff(cmp)} | "
+                   f"{add_s} ({cost['fallback_stage_s_per_row']:.2f}) | "
+                   f"{add_t} ({'n/a' if per_flag is None else f'{per_flag:+.0f}'}) |")
+    for arm, f in (res["pooled"].get("fallback") or {}).items():
+        out.append(f"| pooled | {arm} | | {f['n_rows']} | {f['n_flagged']} ({_pct(f['share_flagged'])}) | | "
+                   f"{_pct(f['accuracy_before'])} -> {_pct(f['accuracy_after'])} (n = {f['n']}) | {_diff(f)} | "
+                   f"{_diff(res['pooled']['comparisons'].get(f'{arm} - speculative'))} | | |")
+    return out
 
 
 def verdicts(res: dict) -> str:

@@ -26,12 +26,15 @@ def input_rows(n: int, prefix: str = "q", docs: int = 10) -> list[dict]:
 
 def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, drafts: int = 0,
                rounds: int | None = None, seconds: float = 10.0, config_hash: str | None = None,
-               draft_tokens: list[int] | None = None) -> None:
+               draft_tokens: list[int] | None = None, fields=None, stage_seconds: dict | None = None) -> None:
     """Output shards and done markers for every input shard under ``input_dir`` (sorted), as
     a finished product run of ``config`` would leave them. ``usage[i]``: engine usage of shard
     i, model name -> (prompt_tokens, generated_tokens, calls). Each output row has ``drafts``
     drafts of ``draft_tokens[j]`` (default 7) generated tokens and ``draft_rounds`` = ``rounds``. ``config_hash`` overrides
-    the marker's hash (a stale marker of another config)."""
+    the marker's hash (a stale marker of another config). ``fields(i, row)``: output fields
+    of the i-th row of the cell (over all shards) set over these defaults (scores,
+    ``low_confidence``, the fallback columns, ...). ``stage_seconds``: each shard's stage
+    seconds (default half drafting, half verification)."""
     from specrag_batch import resume, storage
     from specrag_batch.engines import EngineStats
     from specrag_batch.run import plan_shards, shard_output_uri
@@ -40,6 +43,7 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
 
     inp, out = storage.normalize_uri(str(input_dir)), storage.normalize_uri(str(output_dir))
     shards, _ = plan_shards(inp)
+    seen = 0
     for i, s in enumerate(sorted(shards)):
         rows = storage.read_parquet(s).to_pylist()
         records = [{"query_id": r["query_id"], "task": r["task"], "query": r["query"], "answer": "a",
@@ -48,12 +52,16 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
                     "drafts": [{"doc_ids": [], "answer": "a", "rationale": "r", "flags": [],
                                 "tokens_draft": (draft_tokens or [7] * drafts)[j]} for j in range(drafts)] or None}
                    for r in rows]
+        if fields is not None:
+            for j, (rec, r) in enumerate(zip(records, rows)):
+                rec.update(fields(seen + j, r))
+        seen += len(rows)
         o = shard_output_uri(inp, s, out)
         storage.write_parquet_atomic(o, pa.Table.from_pylist(records, schema=OUTPUT_SCHEMA))
         engines = {m: EngineStats(seconds=seconds / 2, prompt_tokens=p, generated_tokens=g, calls=c).as_dict()
                    for m, (p, g, c) in usage[i].items()}
         res = ShardResult(s, o, "ok", rows_in=len(rows), rows_out=len(rows), seconds=seconds,
-                          stage_seconds={"drafting": seconds / 2, "verification": seconds / 2},
+                          stage_seconds=stage_seconds or {"drafting": seconds / 2, "verification": seconds / 2},
                           run_id="test-run", engines=engines)
         resume.mark_done(out, o, config_hash or config.config_hash(), resume.input_fingerprint(s), "test-run",
                          res.as_dict())

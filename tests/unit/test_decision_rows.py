@@ -82,8 +82,10 @@ def test_arms_groups_and_configs():
                                        tuned_drafter=None, ablation_datasets=["popqa"],
                                        ablation_input={"popqa": tmp / "popqa" / "input-first50"})
     names = [c.name for c in cells]
-    # main arms of every dataset first, then (no tuned drafter: noted) the ablations
+    # main arms of every dataset first, then (no tuned drafter: noted) the ablations, then
+    # the fallback arm's tuning cells (fallback_standard itself waits for their τ_min: noted)
     assert names[:4] == ["popqa/standard", "popqa/speculative", "nq_open/standard", "nq_open/speculative"]
-    assert all(n.startswith("popqa/") for n in names[4:]) and "popqa/m7" in names
-    assert any("--tuned-drafter" in n for n in notes)
-    assert cells[-1].input_dir == tmp / "popqa" / "input-first50"
+    assert all(n.startswith("popqa/") for n in names[4:-2]) and "popqa/m7" in names
+    assert names[-2:] == ["popqa/tuning", "nq_open/tuning"]
+    assert any("--tuned-drafter" in n for n in notes) and any("fallback_standard" in n for n in notes)
+    assert cells[-3].input_dir == tmp / "popqa" / "input-first50"

@@ -195,6 +195,13 @@ def draft_shares(rows: Sequence[dict]) -> dict:
             "by_flag": dict(sorted(by_flag.items()))}
 
 
+def tokens_per_draft(rows: Sequence[dict]) -> float | None:
+    """Mean generated tokens per draft (``tokens_draft``: the drafter's tokens of β and α)
+    over the drafts that record it; None when none does."""
+    n = [d["tokens_draft"] for r in rows for d in (r.get("drafts") or []) if d.get("tokens_draft") is not None]
+    return (sum(n) / len(n)) if n else None
+
+
 def reselect_correct(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int,
                      use_draft: bool = True, use_sc: bool = True, use_sr: bool = True,
                      random: bool = False) -> list[bool | None]:
@@ -253,7 +260,8 @@ def cell_cost(shards: Sequence[dict], roles: dict[str, str]) -> dict:
 def cell_figures(rows: Sequence[dict], shards: Sequence[dict], choices: dict, labels: Sequence[str],
                  roles: dict[str, str], *, reps: int = REPS) -> dict:
     """Every figure of one cell (dataset x arm): accuracy with its interval and n, errors,
-    ungraded rows, fast-path share, drafts (parse/valid shares, oracle) and cost per row."""
+    ungraded rows, fast-path share, drafts (parse/valid shares, oracle, mean tokens per draft)
+    and cost per row."""
     correct = [row_correct(r, choices.get(r["query_id"]), labels) for r in rows]
     graded = [c for c in correct if c is not None]
     out = {"n_rows": len(rows), "n": len(graded),
@@ -264,6 +272,7 @@ def cell_figures(rows: Sequence[dict], shards: Sequence[dict], choices: dict, la
            "fast_path": {"n": len(rows), "share": (sum(bool(r.get("fast_path")) for r in rows) / len(rows))
                          if rows else None},
            "drafts": draft_shares(rows), "oracle": oracle(rows, choices, labels),
+           "tokens_per_draft": tokens_per_draft(rows),
            "cost": cell_cost(shards, roles)}
     return out
 
@@ -629,8 +638,47 @@ def tables(res: dict) -> str:
                 "|---|---|---|---|---|---|"]
         for ds, k, v in others:
             out.append(f"| {ds} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
+    out += draft_length_table(res)
     out += fallback_table(res)
     return "\n".join(out) + "\n"
+
+
+DRAFT_LENGTH_ARMS = ("speculative", "draft48", "draft160", "one_sentence")
+"""Arms of the drafter's token budget and rationale instruction (issue 13 item 4), shown side
+by side by :func:`draft_length_table` so the default can be chosen from the figures."""
+
+
+def draft_length_table(res: dict) -> list[str]:
+    """Markdown lines: per dataset, each arm of :data:`DRAFT_LENGTH_ARMS` that ran (besides
+    ``speculative``): accuracy, seconds per row, generated tokens per row (every model of the
+    cell), mean generated tokens per draft (``tokens_draft``), share of drafts cut at
+    ``max_tokens`` (flag ``truncated_at_max_tokens``), and the paired difference / seconds
+    ratio vs ``speculative``. Empty when none of these arms ran."""
+    lines = []
+    for ds, e in res["datasets"].items():
+        arms = [a for a in DRAFT_LENGTH_ARMS if a in e["arms"] and "cost" in e["arms"][a]]
+        if not any(a != "speculative" for a in arms):
+            continue
+        for arm in arms:
+            f = e["arms"][arm]
+            d = f["drafts"]
+            gen = sum(m["generated_tokens_per_row"] for m in f["cost"]["models"].values())
+            cut = (d["by_flag"].get("truncated_at_max_tokens", 0) / d["n_drafts"]) if d["n_drafts"] else None
+            cmp = e["comparisons"].get(f"{arm} - speculative")
+            per_draft = f.get("tokens_per_draft")
+            lines.append(f"| {ds} | {arm} | {f['n']} | {_pct(f['accuracy'])}{_ci(f['ci95'])} | "
+                         f"{f['cost']['s_per_row']:.2f} | {gen:.0f} | "
+                         f"{'n/a' if per_draft is None else f'{per_draft:.1f}'} | {_pct(cut)} | "
+                         f"{_diff(cmp) if cmp else ''} | {_ratio(cmp.get('seconds')) if cmp else ''} |")
+    if not lines:
+        return []
+    return ["", "Shorter drafts (issue 13 item 4): the drafter's token budget (`draft48`, `draft160`; "
+            "`speculative` is the config's) and the one-sentence rationale instruction (`one_sentence`). "
+            "Generated tokens per row: every model of the cell; tokens per draft: mean `tokens_draft`; "
+            "cut: drafts flagged `truncated_at_max_tokens`; difference and time ratio vs speculative "
+            "on the same rows.", "",
+            "| dataset | arm | n | accuracy % | s/row | generated tokens/row | tokens/draft | cut % | "
+            "arm - speculative | s/row ratio |", "|---|---|---|---|---|---|---|---|---|---|", *lines]
 
 
 def fallback_table(res: dict) -> list[str]:

@@ -44,7 +44,7 @@ class ModelConfig(_Strict):
 
 
 class DrafterConfig(ModelConfig):
-    """The drafter's model (:class:`ModelConfig`) and its prompt layout."""
+    """The drafter's model (:class:`ModelConfig`), its prompt layout and rationale instruction."""
 
     prompt_layout: Literal["documents_first", "question_first"] = Field(
         "documents_first", description="order of the drafter prompt's user turn: "
@@ -53,6 +53,12 @@ class DrafterConfig(ModelConfig):
         "one row share system prompt, instructions and question as a token prefix that vLLM's "
         "prefix cache computes once per call (in whole KV blocks: 128 tokens on CPU, 16 on "
         "GPU). Also used by the drafter-training data step; Standard RAG keeps documents_first")
+    rationale_style: Literal["one_or_two_sentences", "one_sentence"] = Field(
+        "one_or_two_sentences", description="rationale instruction of the drafter's system "
+        "prompt: one_or_two_sentences = 'a short rationale (one or two sentences)' (the "
+        "instruction used so far); one_sentence = 'a rationale of one sentence' (shorter drafts, "
+        "fewer drafter tokens; benchmarks/decision.py arm one_sentence). Also used by the "
+        "drafter-training data step; Standard RAG keeps one_or_two_sentences")
 
 
 class RetrievalConfig(_Strict):
@@ -215,7 +221,8 @@ class RunConfig(_Strict):
 
 ADDED_FIELDS = (("selection", "confidence", "score"), ("sampling", "adaptive", False),
                 ("sampling", "first_round", 2), ("selection", "fallback", "none"),
-                ("retrieval", "fallback_top_n", 20), ("drafter", "prompt_layout", "documents_first"))
+                ("retrieval", "fallback_top_n", 20), ("drafter", "prompt_layout", "documents_first"),
+                ("drafter", "rationale_style", "one_or_two_sentences"))
 """(section, field, default) of fields added after 0.1: left out of :meth:`RunConfig.config_hash`
 at their default, so a run started before they existed resumes under the same hash."""
 

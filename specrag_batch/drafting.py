@@ -47,20 +47,22 @@ def truncate_documents(tokenizer, docs: Sequence[Document], budget: int) -> tupl
 
 def fitted_prompt(tokenizer, task: str, query: str, docs: Sequence[Document], choices, labels,
                   doc_budget: int, max_prompt_tokens: int,
-                  layout: str = "documents_first") -> tuple[list[int], bool]:
-    """Token ids of the drafter prompt in ``layout`` (:func:`~specrag_batch.prompts.drafter_prompt_ids`),
+                  layout: str = "documents_first",
+                  rationale_style: str = "one_or_two_sentences") -> tuple[list[int], bool]:
+    """Token ids of the drafter prompt in ``layout`` with the rationale instruction of
+    ``rationale_style`` (:func:`~specrag_batch.prompts.drafter_prompt_ids`),
     shrinking the per-document budget (tokens) until it fits ``max_prompt_tokens``.
 
     Returns (token ids, truncated?).
 
     Raises:
         PromptTooLongError: the prompt does not fit even at 16 tokens per document.
-        ValueError: unknown ``layout``.
+        ValueError: unknown ``layout`` or ``rationale_style``.
     """
     budget = doc_budget
     while True:
         cut_docs, cut = truncate_documents(tokenizer, docs, budget)
-        ids = drafter_prompt_ids(tokenizer, task, query, cut_docs, choices, labels, layout)
+        ids = drafter_prompt_ids(tokenizer, task, query, cut_docs, choices, labels, layout, rationale_style)
         if len(ids) <= max_prompt_tokens:
             return ids, cut
         if budget <= 16:

@@ -22,9 +22,30 @@ from typing import Sequence
 from .parsing import option_label
 from .schema import Document
 
-DRAFTER_SYSTEM = (
-    "You answer questions using the given documents. First write a short rationale (one or two "
-    "sentences) based on the documents, then give the answer.")
+RATIONALE_STYLES = {
+    "one_or_two_sentences": "First write a short rationale (one or two sentences) based on the "
+                            "documents, then give the answer.",
+    "one_sentence": "First write a rationale of one sentence based on the documents, then give "
+                    "the answer.",
+}
+"""The rationale instruction of the drafter's system prompt per ``drafter.rationale_style``
+(issue 13 item 4: shorter drafts cost fewer drafter tokens; the paper's rationale is free text,
+§3.2). ``one_or_two_sentences`` is the instruction used so far."""
+
+
+def drafter_system(rationale_style: str = "one_or_two_sentences") -> str:
+    """The drafter's system prompt with the rationale instruction of ``rationale_style``
+    (:data:`RATIONALE_STYLES`).
+
+    Raises:
+        ValueError: unknown ``rationale_style``."""
+    if rationale_style not in RATIONALE_STYLES:
+        raise ValueError(f"drafter rationale style {rationale_style!r}: choose one of "
+                         f"{', '.join(RATIONALE_STYLES)}")
+    return f"You answer questions using the given documents. {RATIONALE_STYLES[rationale_style]}"
+
+
+DRAFTER_SYSTEM = drafter_system()
 RATIONALE_PREFIX = "Rationale:"
 
 _SLOT = "\ue000{}\ue001"  # private-use code points; only in our own template rendering
@@ -180,10 +201,12 @@ PROMPT_LAYOUTS = ("documents_first", "question_first")
 
 def drafter_prompt_ids(tokenizer, task: str, query: str, docs: Sequence[Document],
                        choices: Sequence[str] | None, labels: Sequence[str],
-                       layout: str = "documents_first") -> list[int]:
+                       layout: str = "documents_first",
+                       rationale_style: str = "one_or_two_sentences") -> list[int]:
     """Token ids of the drafter prompt (paper §3.2): documents δ_j + question; the reply is
     prefilled with ``"Rationale:"`` so the model writes β then ``Answer: α``. Data is plain
-    text (see module docstring).
+    text (see module docstring). The system prompt's rationale instruction is
+    ``rationale_style``'s (:func:`drafter_system`).
 
     ``layout`` (:data:`PROMPT_LAYOUTS`): ``documents_first`` = documents, question block,
     reply format; ``question_first`` = question block, reply format, documents, so the m
@@ -191,7 +214,8 @@ def drafter_prompt_ids(tokenizer, task: str, query: str, docs: Sequence[Document
     document and vLLM's prefix cache can compute that prefix once per call.
 
     Raises:
-        ValueError: unknown ``layout``."""
+        ValueError: unknown ``layout`` or ``rationale_style``."""
+    system = drafter_system(rationale_style)
     if layout not in PROMPT_LAYOUTS:
         raise ValueError(f"drafter prompt layout {layout!r}: choose one of {', '.join(PROMPT_LAYOUTS)}")
     slot = Slots()
@@ -199,7 +223,7 @@ def drafter_prompt_ids(tokenizer, task: str, query: str, docs: Sequence[Document
     reply = f"Reply in exactly this format:\n{RATIONALE_PREFIX} <rationale>\nAnswer: <answer>"
     documents = f"Documents:\n{format_documents(docs, slot)}"
     parts = (question, reply, documents) if layout == "question_first" else (documents, question, reply)
-    msgs = [{"role": "system", "content": DRAFTER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
     ids, _ = encode_template(tokenizer, render_chat(tokenizer, msgs, True) + RATIONALE_PREFIX, slot.values)
     return ids
 

@@ -133,7 +133,7 @@ def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, draft
             try:
                 ex.prompt_ids, _ = fitted_prompt(drafter_tok, r.task, r.query, sel, r.choices, cfg.claim_labels,
                                                  cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens,
-                                                 d.prompt_layout)
+                                                 d.prompt_layout, d.rationale_style)
             except PromptTooLongError:
                 ex.reason = DropReason.PROMPT_TOO_LONG
                 out.append(ex)

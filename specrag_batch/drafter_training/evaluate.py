@@ -45,7 +45,8 @@ def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eva
             docs = [Document(x["doc_id"], x["title"], x["text"]) for x in r["documents"]]
             try:
                 ids, _ = fitted_prompt(eng.tokenizer, r["task"], r["query"], docs, r["choices"], cfg.claim_labels,
-                                       cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens, d.prompt_layout)
+                                       cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens, d.prompt_layout,
+                                       d.rationale_style)
             except PromptTooLongError:
                 continue
             reqs.append(DraftRequest(i, r["task"], r["doc_ids"], ids, r["choices"]))

@@ -71,6 +71,8 @@ class TrainOptions:
     claim_labels: tuple[str, ...] | None = None
     prompt_layout: str | None = None
     """Drafter prompt layout; None = the data step's config (``drafter.prompt_layout``)."""
+    rationale_style: str | None = None
+    """Drafter rationale instruction; None = the data step's config (``drafter.rationale_style``)."""
 
 
 def is_held_out(query_id: str, fraction: float) -> bool:
@@ -101,7 +103,7 @@ def tokenize_example(tokenizer, ex: dict, max_length: int, opts: TrainOptions) -
     """``input_ids`` and ``completion_mask`` for one data row, or None when it does not fit.
 
     The prompt is rendered by :func:`fitted_prompt` (the inference drafter prompt for this
-    tokenizer, in ``opts.prompt_layout``) with room for the completion; the completion is tokenised on its own as plain
+    tokenizer, in ``opts.prompt_layout`` with ``opts.rationale_style``) with room for the completion; the completion is tokenised on its own as plain
     text (:func:`~specrag_batch.prompts.encode_plain`: a ``<|im_end|>`` in a rationale or gold
     stays text) and ends with the tokenizer's end-of-turn (eos) token, where vLLM stops the
     drafter."""
@@ -111,7 +113,8 @@ def tokenize_example(tokenizer, ex: dict, max_length: int, opts: TrainOptions) -
         prompt, _ = fitted_prompt(tokenizer, ex["task"], ex["query"], docs, ex["choices"],
                                   list(opts.claim_labels or RunConfig().claim_labels),
                                   opts.max_doc_tokens or RunConfig().retrieval.max_doc_tokens, max_length - len(comp),
-                                  opts.prompt_layout or RunConfig().drafter.prompt_layout)
+                                  opts.prompt_layout or RunConfig().drafter.prompt_layout,
+                                  opts.rationale_style or RunConfig().drafter.rationale_style)
     except PromptTooLongError:
         return None
     return {"input_ids": prompt + comp, "completion_mask": [0] * len(prompt) + [1] * len(comp)}
@@ -212,7 +215,7 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
 
     shards, _ = plan_shards(storage.normalize_uri(data_uri))
     data_hash = hashlib.sha256(b"".join(storage.read_bytes(s) for s in shards)).hexdigest()
-    try:  # claim labels, document budget and prompt layout of the data step's run config
+    try:  # claim labels, document budget, prompt layout and rationale style of the data step's run config
         dcfg = RunConfig.model_validate(json.loads(storage.read_bytes(
             storage.join(storage.normalize_uri(data_uri), "_manifest.json")))["config"])
     except (FileNotFoundError, KeyError):
@@ -223,6 +226,8 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
         opts.max_doc_tokens = dcfg.retrieval.max_doc_tokens
     if opts.prompt_layout is None:
         opts.prompt_layout = dcfg.drafter.prompt_layout
+    if opts.rationale_style is None:
+        opts.rationale_style = dcfg.drafter.rationale_style
     base_path = resolve_model(base)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     train_ds, eval_ds, counts = build_datasets(rows, tokenizer, opts)

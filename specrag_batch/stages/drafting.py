@@ -31,6 +31,8 @@ class _Generation(Stage):
     desc = "drafting"
     layout = "documents_first"
     """Drafter prompt layout (:data:`specrag_batch.prompts.PROMPT_LAYOUTS`)."""
+    rationale_style = "one_or_two_sentences"
+    """Rationale instruction (:data:`specrag_batch.prompts.RATIONALE_STYLES`)."""
 
     def __init__(self, config: RunConfig, engine: EngineLike, model: ModelConfig):
         self.config, self.engine, self.model = config, engine, model
@@ -84,15 +86,16 @@ class _Generation(Stage):
         prompt_ids, truncated = fitted_prompt(
             self.engine.tokenizer, row.task, row.query, documents, row.choices,
             self.config.claim_labels, self.config.retrieval.max_doc_tokens,
-            self.model.max_model_len - self.model.max_tokens, self.layout)
+            self.model.max_model_len - self.model.max_tokens, self.layout, self.rationale_style)
         return [d.doc_id for d in documents], prompt_ids, truncated
 
 
 class Drafting(_Generation):
     """The drafter writes (rationale β, answer α) for each subset of each row, the prompt
     holding the subset's documents cut to fit ``drafter.max_model_len - drafter.max_tokens``
-    tokens (flag ``truncated_documents``) in the layout ``drafter.prompt_layout``;
-    ``score_draft`` = log P(β, α | Q, δ) in nats."""
+    tokens (flag ``truncated_documents``) in the layout ``drafter.prompt_layout`` with the
+    rationale instruction ``drafter.rationale_style``; ``score_draft`` = log P(β, α | Q, δ)
+    in nats."""
 
     name = timer_name = "drafting"
     reads = ("task", "query", "choices", "top_documents", "subsets")
@@ -101,6 +104,7 @@ class Drafting(_Generation):
     def __init__(self, config: RunConfig, *, drafter: EngineLike):
         super().__init__(config, drafter, config.drafter)
         self.layout = config.drafter.prompt_layout
+        self.rationale_style = config.drafter.rationale_style
 
     def prompts(self, row: QueryRow, subsets: slice = slice(None)) -> Iterator[Prompt]:
         """Drafter prompts of ``row.subsets[subsets]`` (all subsets by default)."""
@@ -138,8 +142,9 @@ class AdaptiveDrafting(Drafting):
 class StandardAnswer(_Generation):
     """Standard RAG (paper §4): the verifier-sized model answers once per row from all N
     documents, with the drafter's prompt and parser (one draft per row). Its prompt keeps the
-    ``documents_first`` layout whatever ``drafter.prompt_layout`` says: one prompt per row
-    shares nothing a layout could add, and the baseline stays fixed."""
+    ``documents_first`` layout and the ``one_or_two_sentences`` rationale instruction
+    whatever ``drafter.prompt_layout`` and ``drafter.rationale_style`` say: one prompt per
+    row shares nothing a layout could add, and the baseline stays fixed."""
 
     name = "standard_answer"
     timer_name = "drafting"

@@ -1,0 +1,139 @@
+"""Shorter drafts (issue 13 item 4), no engine: the drafter's rationale instruction
+(``drafter.rationale_style``) in the config hash, in the prompt on the real SmolLM2 tokenizer,
+through the drafting stage (Standard RAG keeps the default), the drafter-training data step and
+training's tokenisation exactly as ``drafter.prompt_layout``; the decision benchmark's arms
+``draft48``/``draft160``/``one_sentence`` and their table on a run tree written with the
+product's own writers."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from specrag_batch.config import RunConfig
+from specrag_batch.prompts import DRAFTER_SYSTEM, drafter_prompt_ids
+from specrag_batch.schema import Document
+
+from ..conftest import ROOT, sample_rows, small_config
+from ..fakes import FakeEngine, real_tokenizer
+from .product_runs import input_rows, write_cell, write_inputs
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import decision  # noqa: E402
+import decision_stats as ds  # noqa: E402
+
+OLD_SYSTEM = ("You answer questions using the given documents. First write a short rationale (one or "
+              "two sentences) based on the documents, then give the answer.")
+ONE = "rationale of one sentence"
+LABELS = ("SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO")
+
+
+def test_rationale_style_is_part_of_the_config_hash():
+    base = small_config()
+    assert base.drafter.rationale_style == "one_or_two_sentences"
+    data = base.model_dump(mode="json")
+    del data["drafter"]["rationale_style"]  # a config dumped before the option existed
+    assert RunConfig.model_validate(data).config_hash() == base.config_hash()
+    assert RunConfig().config_hash() == "420716c9f187c07c"  # recorded at fa4b01a, before the option
+    one = small_config(**{"drafter.rationale_style": "one_sentence"})
+    assert one.config_hash() != base.config_hash()
+    with pytest.raises(Exception, match="rationale_style"):
+        small_config(**{"verifier.rationale_style": "one_sentence"})  # a drafter option only
+    with pytest.raises(Exception, match="rationale_style"):
+        small_config(**{"drafter.rationale_style": "free"})
+
+
+def test_prompt_carries_the_rationale_instruction():
+    tok = real_tokenizer()
+    docs = [Document("1", "T", "Text.")]
+    default = tok.decode(drafter_prompt_ids(tok, "qa", "Who?", docs, None, LABELS))
+    one = tok.decode(drafter_prompt_ids(tok, "qa", "Who?", docs, None, LABELS, rationale_style="one_sentence"))
+    assert DRAFTER_SYSTEM == OLD_SYSTEM and OLD_SYSTEM in default  # the default prompt is unchanged
+    assert ONE in one and "one or two sentences" not in one
+    for layout in ("documents_first", "question_first"):
+        text = tok.decode(drafter_prompt_ids(tok, "qa", "Who?", docs, None, LABELS, layout=layout,
+                                             rationale_style="one_sentence"))
+        assert ONE in text and text.endswith("Rationale:")
+    with pytest.raises(ValueError, match="rationale style"):
+        drafter_prompt_ids(tok, "qa", "Who?", docs, None, LABELS, rationale_style="free")
+
+
+class Recorder(FakeEngine):
+    def generate(self, prompts, **kw):
+        self.sent = getattr(self, "sent", []) + [list(p) for p in prompts]
+        return super().generate(prompts, **kw)
+
+
+def test_drafting_stage_uses_the_style_and_standard_rag_keeps_the_default():
+    from specrag_batch import pipeline
+    from specrag_batch.schema import validate_table
+
+    tok = real_tokenizer()
+    for mode, want, unwanted in (("speculative", ONE, "one or two sentences"), ("standard", OLD_SYSTEM, ONE)):
+        cfg = small_config(**{"sampling.strategy": "random", "drafter.rationale_style": "one_sentence", "mode": mode})
+        eng = Recorder()
+        pipeline.process_rows(validate_table(sample_rows("popqa", 2), "s.parquet"), cfg, drafter=eng, verifier=eng,
+                              info=pipeline.RunInfo(run_id="r", source_file="s.parquet"))
+        drafts = [t for t in (tok.decode(p) for p in eng.sent) if "Rationale:" in t[-20:]]
+        assert drafts and all(want in t and unwanted not in t for t in drafts), mode
+
+
+def test_data_step_and_training_use_the_style():
+    from specrag_batch.drafter_training.data import DataOptions, generate_examples
+    from specrag_batch.drafter_training.train import TrainOptions, tokenize_example
+    from specrag_batch.pipeline import StageTimer, draft_rows
+    from specrag_batch.schema import validate_table
+
+    tok = real_tokenizer()
+    cfg = small_config(**{"sampling.strategy": "random", "drafter.rationale_style": "one_sentence"})
+    table = sample_rows("popqa", 3)
+    recs = generate_examples(validate_table(table, "t.parquet"), cfg, DataOptions(subsets_per_row=2),
+                             FakeEngine(), tok, "t.parquet")
+    rec = Recorder()
+    draft_rows(validate_table(table, "t.parquet"), cfg, rec, StageTimer())
+    sent = {tok.decode(p) for p in rec.sent}
+    prompts = [r["prompt"] for r in recs if r["prompt"] is not None]
+    assert prompts and all(p in sent and ONE in p for p in prompts)  # the prompts inference drafts from
+
+    ex = {"task": "qa", "query": "Who?", "choices": None, "completion": " R.\nAnswer: X",
+          "documents": [{"doc_id": "1", "title": "T", "text": "Text."}]}
+    for style in ("one_or_two_sentences", "one_sentence"):
+        ids = tokenize_example(tok, ex, 512, TrainOptions(rationale_style=style))["input_ids"]
+        want = drafter_prompt_ids(tok, "qa", "Who?", [Document("1", "T", "Text.")], None,
+                                  RunConfig().claim_labels, rationale_style=style)
+        assert ids[:len(want)] == want
+
+
+def test_decision_draft_arms_and_their_table(tmp_path):
+    from specrag_batch.config import load_config
+
+    base = load_config(ROOT / "configs" / "test-smollm2.yaml")
+    assert {"draft48", "draft160", "one_sentence"} <= set(decision.expand_arms("ablations"))
+    assert decision.arm_config(base, "draft48").drafter.max_tokens == 48
+    assert decision.arm_config(base, "draft160").drafter.max_tokens == 160
+    one = decision.arm_config(base, "one_sentence")
+    assert one.drafter.rationale_style == "one_sentence" and one.drafter.max_tokens == base.drafter.max_tokens
+
+    write_inputs(tmp_path / "popqa" / "input", input_rows(4), 4)
+    cells = {c.arm: c for c in decision.plan_cells(["popqa"], ["speculative", "draft48"], base, tmp_path,
+                                                   tuned_drafter=None, ablation_datasets=["popqa"],
+                                                   ablation_input={"popqa": tmp_path / "popqa" / "input"})[0]}
+    spec, short = cells["speculative"], cells["draft48"]
+    write_cell(spec.input_dir, spec.output_dir, spec.config, [{"m": (400, 200, 4)}], drafts=2, seconds=8.0,
+               draft_tokens=[30, 50])
+
+    def cut(i, r):  # row 0 wrong; each row's first draft stops at the 48-token budget
+        d = [{"doc_ids": [], "answer": "a", "rationale": "r", "flags": ["truncated_at_max_tokens"], "tokens_draft": 48},
+             {"doc_ids": [], "answer": "a", "rationale": "r", "flags": [], "tokens_draft": 24}]
+        return {"drafts": d, "correct": i != 0}
+    write_cell(short.input_dir, short.output_dir, short.config, [{"m": (400, 120, 4)}], seconds=6.0, fields=cut)
+    loaded = {"popqa": {c.arm: decision.load_cell(c) for c in (spec, short)}}
+    res = ds.summarise(loaded, {"popqa": {}}, list(LABELS), reps=200)
+    f = res["datasets"]["popqa"]["arms"]["draft48"]
+    assert f["tokens_per_draft"] == 36.0 and res["datasets"]["popqa"]["arms"]["speculative"]["tokens_per_draft"] == 40.0
+    text = ds.tables(res)
+    # 6 s / 4 rows; 120 generated tokens / 4 rows; drafts 48 and 24 -> 36; 4 of 8 drafts cut
+    assert "| popqa | draft48 | 4 | 75.0 [" in text and "| 1.50 | 30 | 36.0 | 50.0 | -25.0 [" in text
+    assert "| popqa | speculative | 4 | 100.0 [100.0, 100.0] | 2.00 | 50 | 40.0 | 0.0 |" in text
+    assert "0.75 [0.75, 0.75] (n = 1 shards)" in text

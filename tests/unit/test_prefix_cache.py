@@ -1,6 +1,7 @@
 """Prefix caching (issue 13 item 3), no engine: the drafter prompt layouts on the real SmolLM2
 tokenizer (``question_first`` lets the m prompts of a row share system prompt, instructions and
-question), the layout in the config hash and in the drafter-training data step, and the
+question; the layout in the config hash, the drafter-training data step and training is
+tested with drafter.rationale_style in tests/unit/test_rationale_style.py), and the
 bookkeeping of cached prompt tokens (vLLM's ``num_cached_tokens``) from the engine through
 shard markers (old ones without the field read as unknown), the manifest, the run report, the
 CLI table and the decision benchmark. What vLLM really caches is measured in tests/engine and
@@ -14,7 +15,6 @@ import sys
 
 import pytest
 
-from specrag_batch.config import RunConfig
 from specrag_batch.engines import EngineStats, EngineUsage
 from specrag_batch.prompts import drafter_prompt_ids
 from specrag_batch.schema import Document
@@ -72,26 +72,8 @@ def test_question_first_keeps_data_out_of_special_tokens():
         drafter_prompt_ids(tok, "qa", "q", DOCS, None, LABELS, layout="sideways")
 
 
-def test_prompt_layout_is_part_of_the_config_hash(tmp_path):
-    """Default: the hash of configs written before the option (resume keeps working);
-    ``question_first``: another hash, so resuming an output with the other layout is refused."""
-    from specrag_batch import resume
-
-    base = small_config()
-    assert base.drafter.prompt_layout == "documents_first"
-    data = base.model_dump(mode="json")
-    del data["drafter"]["prompt_layout"]  # a config dumped before the option existed
-    assert RunConfig.model_validate(data).config_hash() == base.config_hash()
-    assert RunConfig().config_hash() == "420716c9f187c07c"  # recorded at fa4b01a, before the option
-    qf = small_config(**{"drafter.prompt_layout": "question_first"})
-    assert qf.config_hash() != base.config_hash()
-    with pytest.raises(Exception, match="prompt_layout"):
-        small_config(**{"verifier.prompt_layout": "question_first"})  # a drafter option only
-    out, inp = str(tmp_path / "out"), "file:///in"
-    resume.claim_output(out, inp, base.config_hash(), base.model_dump(mode="json"), "run-1")
-    with pytest.raises(resume.RunConflictError):
-        resume.check_output(out, inp, qf.config_hash())
-    assert resume.check_output(out, inp, base.config_hash()) is not None  # same layout: resumes
+# the config hash, the drafter-training data step and training's tokenisation carry the layout
+# as they carry drafter.rationale_style: tests/unit/test_rationale_style.py (both options)
 
 
 # --- bookkeeping -------------------------------------------------------------------------
@@ -191,48 +173,6 @@ def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_p
     cli.print_summary({**man, "metrics": {"answered": 3, "errors": 0, "low_confidence": 0, "fast_path": 0},
                        "output": str(out)})
     assert f"prefix cache {eng.name}" in buf.getvalue() and f"{rate:.3f}" in buf.getvalue()
-
-
-def test_data_step_builds_the_inference_prompts_with_either_layout():
-    """The drafter-training data step renders the prompt inference drafts from, in the
-    config's layout (the fake teacher only writes rationales; real tokenizer, real sampling)."""
-    from specrag_batch.drafter_training.data import DataOptions, generate_examples
-    from specrag_batch.pipeline import StageTimer, draft_rows
-    from specrag_batch.schema import validate_table
-
-    class Recorder(FakeEngine):
-        def generate(self, prompts, **kw):
-            self.sent = getattr(self, "sent", []) + [list(p) for p in prompts]
-            return super().generate(prompts, **kw)
-
-    tok = real_tokenizer()
-    texts = {}
-    for layout in ("documents_first", "question_first"):
-        cfg = small_config(**{"sampling.strategy": "random", "drafter.prompt_layout": layout})
-        table = sample_rows("popqa", 3)
-        recs = generate_examples(validate_table(table, "t.parquet"), cfg, DataOptions(subsets_per_row=2),
-                                 FakeEngine(), tok, "t.parquet")
-        rec = Recorder()
-        draft_rows(validate_table(table, "t.parquet"), cfg, rec, StageTimer())
-        sent = {tok.decode(p) for p in rec.sent}
-        prompts = [r["prompt"] for r in recs if r["prompt"] is not None]
-        assert prompts and all(p in sent for p in prompts)
-        texts[layout] = prompts
-    assert texts["question_first"][0].index("Question:") < texts["question_first"][0].index("Documents:")
-    assert texts["documents_first"][0].index("Documents:") < texts["documents_first"][0].index("Question:")
-
-
-def test_training_tokenizes_with_the_data_steps_layout():
-    from specrag_batch.drafter_training.train import TrainOptions, tokenize_example
-
-    tok = real_tokenizer()
-    ex = {"task": "qa", "query": "Who?", "choices": None, "completion": " R.\nAnswer: X",
-          "documents": [{"doc_id": "1", "title": "T", "text": "Text."}]}
-    for layout in ("documents_first", "question_first"):
-        ids = tokenize_example(tok, ex, 512, TrainOptions(prompt_layout=layout))["input_ids"]
-        want = drafter_prompt_ids(tok, "qa", "Who?", [Document("1", "T", "Text.")], None,
-                                  RunConfig().claim_labels, layout=layout)
-        assert ids[:len(want)] == want
 
 
 # --- the decision benchmark ----------------------------------------------------------------

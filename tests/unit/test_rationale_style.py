@@ -1,7 +1,8 @@
 """Shorter drafts (issue 13 item 4), no engine: the drafter's rationale instruction
-(``drafter.rationale_style``) in the config hash, in the prompt on the real SmolLM2 tokenizer,
-through the drafting stage (Standard RAG keeps the default), the drafter-training data step and
-training's tokenisation exactly as ``drafter.prompt_layout``; the decision benchmark's arms
+(``drafter.rationale_style``) in the prompt on the real SmolLM2 tokenizer and through the
+drafting stage (Standard RAG keeps the default); both drafter prompt options
+(``drafter.prompt_layout`` and ``drafter.rationale_style``) in the config hash, the
+drafter-training data step and training's tokenisation; the decision benchmark's arms
 ``draft48``/``draft160``/``one_sentence`` and their table on a run tree written with the
 product's own writers."""
 
@@ -29,19 +30,35 @@ ONE = "rationale of one sentence"
 LABELS = ("SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO")
 
 
-def test_rationale_style_is_part_of_the_config_hash():
+DRAFTER_PROMPT_OPTIONS = [("prompt_layout", "documents_first", "question_first"),
+                          ("rationale_style", "one_or_two_sentences", "one_sentence")]
+"""Drafter prompt options (field, default, other value): each is part of the config hash away
+from its default and flows through the drafter-training data step and training alike."""
+
+
+@pytest.mark.parametrize("field,default,other", DRAFTER_PROMPT_OPTIONS)
+def test_drafter_prompt_option_is_part_of_the_config_hash(tmp_path, field, default, other):
+    """Default: the hash of configs written before the option (resume keeps working); the other
+    value: another hash, so resuming an output written with the other prompt is refused."""
+    from specrag_batch import resume
+
     base = small_config()
-    assert base.drafter.rationale_style == "one_or_two_sentences"
+    assert getattr(base.drafter, field) == default
     data = base.model_dump(mode="json")
-    del data["drafter"]["rationale_style"]  # a config dumped before the option existed
+    del data["drafter"][field]  # a config dumped before the option existed
     assert RunConfig.model_validate(data).config_hash() == base.config_hash()
-    assert RunConfig().config_hash() == "420716c9f187c07c"  # recorded at fa4b01a, before the option
-    one = small_config(**{"drafter.rationale_style": "one_sentence"})
-    assert one.config_hash() != base.config_hash()
-    with pytest.raises(Exception, match="rationale_style"):
-        small_config(**{"verifier.rationale_style": "one_sentence"})  # a drafter option only
-    with pytest.raises(Exception, match="rationale_style"):
-        small_config(**{"drafter.rationale_style": "free"})
+    assert RunConfig().config_hash() == "420716c9f187c07c"  # recorded at fa4b01a, before either option
+    changed = small_config(**{f"drafter.{field}": other})
+    assert changed.config_hash() != base.config_hash()
+    with pytest.raises(Exception, match=field):
+        small_config(**{f"verifier.{field}": other})  # a drafter option only
+    with pytest.raises(Exception, match=field):
+        small_config(**{f"drafter.{field}": "free"})
+    out, inp = str(tmp_path / "out"), "file:///in"
+    resume.claim_output(out, inp, base.config_hash(), base.model_dump(mode="json"), "run-1")
+    with pytest.raises(resume.RunConflictError):
+        resume.check_output(out, inp, changed.config_hash())
+    assert resume.check_output(out, inp, base.config_hash()) is not None  # same prompt: resumes
 
 
 def test_prompt_carries_the_rationale_instruction():
@@ -79,29 +96,46 @@ def test_drafting_stage_uses_the_style_and_standard_rag_keeps_the_default():
         assert drafts and all(want in t and unwanted not in t for t in drafts), mode
 
 
-def test_data_step_and_training_use_the_style():
+@pytest.mark.parametrize("field,default,other", DRAFTER_PROMPT_OPTIONS)
+def test_data_step_builds_the_inference_prompts(field, default, other):
+    """The drafter-training data step renders the prompts inference drafts from, with the
+    config's option (the fake teacher only writes rationales; real tokenizer, real sampling)."""
     from specrag_batch.drafter_training.data import DataOptions, generate_examples
-    from specrag_batch.drafter_training.train import TrainOptions, tokenize_example
     from specrag_batch.pipeline import StageTimer, draft_rows
     from specrag_batch.schema import validate_table
 
     tok = real_tokenizer()
-    cfg = small_config(**{"sampling.strategy": "random", "drafter.rationale_style": "one_sentence"})
-    table = sample_rows("popqa", 3)
-    recs = generate_examples(validate_table(table, "t.parquet"), cfg, DataOptions(subsets_per_row=2),
-                             FakeEngine(), tok, "t.parquet")
-    rec = Recorder()
-    draft_rows(validate_table(table, "t.parquet"), cfg, rec, StageTimer())
-    sent = {tok.decode(p) for p in rec.sent}
-    prompts = [r["prompt"] for r in recs if r["prompt"] is not None]
-    assert prompts and all(p in sent and ONE in p for p in prompts)  # the prompts inference drafts from
+    texts = {}
+    for value in (default, other):
+        cfg = small_config(**{"sampling.strategy": "random", f"drafter.{field}": value})
+        table = sample_rows("popqa", 3)
+        recs = generate_examples(validate_table(table, "t.parquet"), cfg, DataOptions(subsets_per_row=2),
+                                 FakeEngine(), tok, "t.parquet")
+        rec = Recorder()
+        draft_rows(validate_table(table, "t.parquet"), cfg, rec, StageTimer())
+        sent = {tok.decode(p) for p in rec.sent}
+        prompts = [r["prompt"] for r in recs if r["prompt"] is not None]
+        assert prompts and all(p in sent for p in prompts)
+        texts[value] = prompts[0]
+    if field == "prompt_layout":
+        assert texts["question_first"].index("Question:") < texts["question_first"].index("Documents:")
+        assert texts["documents_first"].index("Documents:") < texts["documents_first"].index("Question:")
+    else:
+        assert ONE in texts["one_sentence"] and OLD_SYSTEM in texts["one_or_two_sentences"]
 
+
+@pytest.mark.parametrize("field,default,other", DRAFTER_PROMPT_OPTIONS)
+def test_training_tokenizes_with_the_data_steps_option(field, default, other):
+    from specrag_batch.drafter_training.train import TrainOptions, tokenize_example
+
+    tok = real_tokenizer()
     ex = {"task": "qa", "query": "Who?", "choices": None, "completion": " R.\nAnswer: X",
           "documents": [{"doc_id": "1", "title": "T", "text": "Text."}]}
-    for style in ("one_or_two_sentences", "one_sentence"):
-        ids = tokenize_example(tok, ex, 512, TrainOptions(rationale_style=style))["input_ids"]
+    arg = {"prompt_layout": "layout", "rationale_style": "rationale_style"}[field]
+    for value in (default, other):
+        ids = tokenize_example(tok, ex, 512, TrainOptions(**{field: value}))["input_ids"]
         want = drafter_prompt_ids(tok, "qa", "Who?", [Document("1", "T", "Text.")], None,
-                                  RunConfig().claim_labels, rationale_style=style)
+                                  RunConfig().claim_labels, **{arg: value})
         assert ids[:len(want)] == want
 
 

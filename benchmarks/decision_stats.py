@@ -19,7 +19,11 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   paired bootstrap interval over shards (the same rows in both arms) and a sign test;
 * the fast-path share;
 * Table 3 selection ablations re-selected from the speculative cell's scored drafts with the
-  product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same).
+  product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same);
+* shorter drafts (:data:`DRAFT_LENGTH_ARMS`): generated tokens per row and per draft, share of
+  drafts cut at the token budget, beside accuracy and seconds per row;
+* the fallback pass (:data:`FALLBACK_ARMS`, :func:`fallback_figures`): the flagged rows'
+  accuracy before/after with a paired bootstrap and McNemar, and the added cost vs speculative.
 
 Bootstrap: ``reps`` resamples (default 2000) with a fixed seed; pooled figures resample rows
 within each dataset (stratified), so every resample keeps each dataset's n.

@@ -150,12 +150,17 @@ def convert_gguf(gguf: Path, out_dir: Path, chat_template: str | None = None) ->
     tok.save_pretrained(str(out_dir))
 
 
+def _cache_path(model: PackagedModel, suffix: str = "") -> Path:
+    """The cache directory of a packaged model: ``<cache>/<name>-<sha12><suffix>``."""
+    return cache_dir() / f"{model.name}-{model.sha256[:12]}{suffix}"
+
+
 def _cached(model: PackagedModel, suffix: str, marker: str, build) -> str:
     """The cache directory ``<name>-<sha12><suffix>``, made once by ``build(gguf, out_dir)``
     under a file lock and published atomically (a reader never sees a half-written one);
     ``marker`` is a file every finished directory holds."""
     root = cache_dir()
-    target = root / f"{model.name}-{model.sha256[:12]}{suffix}"
+    target = _cache_path(model, suffix)
     if (target / marker).exists():
         return str(target)
     root.mkdir(parents=True, exist_ok=True)
@@ -202,7 +207,7 @@ def resolve_tokenizer(name: str) -> str:
     model = PACKAGED_MODELS.get(name)
     if model is None:
         return name
-    full = cache_dir() / f"{model.name}-{model.sha256[:12]}"
+    full = _cache_path(model)
     if (full / "config.json").exists():
         return str(full)
     return _cached(model, "-tokenizer", "tokenizer_config.json",

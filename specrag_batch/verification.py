@@ -11,6 +11,8 @@ returns the prompt's log-probs and the top-k log-probs of the next token (natura
   ``YES``, each with and without a leading space), P(No) likewise.
   ``selection.self_reflection: paper``    log ρ_SR = log P(Yes)               (the paper's term)
   ``selection.self_reflection: contrast`` log ρ_SR = log P(Yes) / (P(Yes) + P(No))
+  (:func:`self_reflection_score`; the draft keeps log P(Yes) and log P(No), so the other
+  variant can be computed after a run from the output's drafts)
 
 When no spelling of a word is among the top-k next tokens (k = :data:`TOP_K`), its
 probability is bounded by the k-th largest log-prob, which is used in its place, and the
@@ -66,6 +68,32 @@ def _logsumexp(xs: Sequence[float]) -> float:
     return m + math.log(sum(math.exp(x - m) for x in xs))
 
 
+def _check_mode(mode: str) -> None:
+    if mode not in SELF_REFLECTION_MODES:
+        raise ValueError(f"selection.self_reflection must be one of {SELF_REFLECTION_MODES}, got {mode!r}")
+
+
+def self_reflection_score(logprob_yes: float | None, logprob_no: float | None, mode: str) -> float | None:
+    """log ρ_SR of one draft from the verifier's log P(Yes) and log P(No) after R (paper §3.3,
+    self-reflection score; natural log-probs in, a natural log-prob out).
+
+    ``paper``: log ρ_SR = log P(Yes), the paper's term. ``contrast``: log ρ_SR =
+    log P(Yes) / (P(Yes) + P(No)) = log P(Yes) - logsumexp(log P(Yes), log P(No)), in (-inf, 0].
+    The stored ``Draft.logprob_yes`` / ``logprob_no`` give either variant after a run.
+
+    Returns None when either log-prob is None (the verifier gives both or neither: the draft
+    was not verified, or the next token's log-probs were unavailable); selection then ranks
+    the draft after every fully scored draft (:func:`specrag_batch.selection.select`).
+
+    Raises:
+        ValueError: ``mode`` not in :data:`SELF_REFLECTION_MODES`.
+    """
+    _check_mode(mode)
+    if logprob_yes is None or logprob_no is None:
+        return None
+    return logprob_yes if mode == "paper" else logprob_yes - _logsumexp([logprob_yes, logprob_no])
+
+
 def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int],
                       mode: str) -> tuple[float | None, float | None, float | None, list[str]]:
     """(log ρ_SR, log P(Yes), log P(No), flags) from the next token's top-k log-probs.
@@ -82,8 +110,7 @@ def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int]
     Raises:
         ValueError: unknown ``mode``.
     """
-    if mode not in SELF_REFLECTION_MODES:
-        raise ValueError(f"selection.self_reflection must be one of {SELF_REFLECTION_MODES}, got {mode!r}")
+    _check_mode(mode)
     vals = [v for v in top.values() if math.isfinite(v)]
     if not vals:
         return None, None, None, [Flag.SELF_REFLECTION_UNAVAILABLE]
@@ -97,8 +124,7 @@ def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int]
             out.append(kth)
             flags.append(missing)
     lp_yes, lp_no = out
-    sr = lp_yes if mode == "paper" else lp_yes - _logsumexp([lp_yes, lp_no])
-    return sr, lp_yes, lp_no, flags
+    return self_reflection_score(lp_yes, lp_no, mode), lp_yes, lp_no, flags
 
 
 def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], reflection_question: str,

@@ -34,7 +34,11 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   (:data:`TUNING_ARM`: the speculative arm on the tuning split, never reported), calibrated by
   the product's ``calibration.calibrate`` at :data:`TAU_TARGET_COVERAGE`; planned once that
   cell has finished, so τ_min never depends on reported rows. ``decision_stats`` reports the
-  flagged rows before/after the fallback and the added cost vs ``speculative``.
+  flagged rows before/after the fallback and the added cost vs ``speculative``. The tuning
+  cells also choose ``selection.self_reflection``'s default: ``decision_stats`` re-selects
+  their stored drafts with ``paper`` and ``contrast`` self-reflection (no engine run) and
+  states which the tuning split favours, pooled over datasets; the reported speculative
+  cells' figures are shown beside, not used for choosing.
 
 Cells run in this order: standard and speculative for every dataset, then the tuned drafter,
 then the ablations, then per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
@@ -398,18 +402,27 @@ def _finite(x):
 
 
 def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dict, reps: int,
-            calibration: dict[str, dict] | None = None) -> dict:
+            calibration: dict[str, dict] | None = None, tuning_data: dict[str, list[dict]] | None = None) -> dict:
     """Summarise every cell that has finished shards into ``out/results.json`` and
-    ``out/tables.md``; returns the results. :data:`TUNING_ARM` cells are not reported (their
-    rows are the tuning split); ``calibration`` (dataset -> :func:`calibrate_tuning`) is
-    reported as the τ_min each ``fallback_standard`` cell ran with."""
+    ``out/tables.md``; returns the results. :data:`TUNING_ARM` cells are not reported as arms
+    (their rows are the tuning split): they go to ``decision_stats.summarise(tuning=...)``,
+    which chooses ``selection.self_reflection`` on them alone; ``tuning_data`` (dataset ->
+    :func:`tuning_rows`) gives their options. ``calibration`` (dataset ->
+    :func:`calibrate_tuning`) is reported as the τ_min each ``fallback_standard`` cell ran with."""
     loaded: dict = {}
+    tuning: dict = {}
     for c in cells:
-        got = load_cell(c) if c.arm != TUNING_ARM else None
-        if got is not None:
+        got = load_cell(c)
+        if got is None:
+            continue
+        if c.arm == TUNING_ARM:
+            tuning[c.dataset] = got
+        else:
             loaded.setdefault(c.dataset, {})[c.arm] = got
-    choices = {ds: {r["query_id"]: r["choices"] for r in rows} for ds, rows in data.items()}
-    summary = decision_stats.summarise(loaded, choices, base.claim_labels, seed=base.seed, reps=reps)
+    choices = {ds: {r["query_id"]: r["choices"] for r in rows + (tuning_data or {}).get(ds, [])}
+               for ds, rows in data.items()}
+    summary = decision_stats.summarise(loaded, choices, base.claim_labels, seed=base.seed, reps=reps,
+                                       tuning=tuning)
     if calibration:
         summary["calibration"] = calibration
     results = _finite({**meta, "cells_loaded": {ds: {arm: {"complete": v["complete"], "shards": len(v["shards"]),
@@ -465,11 +478,12 @@ def main(argv: list[str] | None = None) -> int:
     ablation_datasets = [d.strip() for d in a.ablation_datasets.split(",") if d.strip()]
     arms = expand_arms(a.arms)
     data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
+    tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if "fallback_standard" in arms else {}
     ablation_input = {}
     for ds in datasets:
         write_shards(data[ds], a.runs / ds / "input", a.shard_rows)
-        if "fallback_standard" in arms:
-            write_shards(tuning_rows(ds, a.shared), a.runs / ds / "input-tuning", a.shard_rows)
+        if ds in tuning:
+            write_shards(tuning[ds], a.runs / ds / "input-tuning", a.shard_rows)
         n = min(a.ablation_rows, len(data[ds]))
         if n < len(data[ds]) and ds in ablation_datasets and any(x in GROUPS["ablations"] for x in arms):
             ablation_input[ds] = a.runs / ds / f"input-first{n}"
@@ -522,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
             "ablation_datasets": ablation_datasets,
             "ablation_rows": a.ablation_rows, "shard_rows": a.shard_rows,
             "this_invocation": {"cells": statuses, "seconds": round(time.perf_counter() - t0, 1)}}
-    analyse(cells, data, base, a.out, meta, a.reps, calib)
+    analyse(cells, data, base, a.out, meta, a.reps, calib, tuning)
     print(f"[decision] wrote {a.out / 'results.json'} and {a.out / 'tables.md'}", flush=True)
     return 1 if any(s["status"].startswith("failed") for s in statuses) else 0
 

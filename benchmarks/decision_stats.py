@@ -23,7 +23,12 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
 * shorter drafts (:data:`DRAFT_LENGTH_ARMS`): generated tokens per row and per draft, share of
   drafts cut at the token budget, beside accuracy and seconds per row;
 * the fallback pass (:data:`FALLBACK_ARMS`, :func:`fallback_figures`): the flagged rows'
-  accuracy before/after with a paired bootstrap and McNemar, and the added cost vs speculative.
+  accuracy before/after with a paired bootstrap and McNemar, and the added cost vs speculative;
+* the self-reflection variants (``selection.self_reflection``: ``paper`` vs ``contrast``,
+  :func:`self_reflection_split`): the stored drafts re-selected with log ρ_SR recomputed from
+  their log P(Yes), log P(No) (no engine run), selection accuracy paired with McNemar, and the
+  AUROC of log ρ_SR for right vs wrong drafts; chosen on the tuning cells only
+  (:func:`verdict_self_reflection_line`), the reported speculative cells shown beside.
 
 Bootstrap: ``reps`` resamples (default 2000) with a fixed seed; pooled figures resample rows
 within each dataset (stratified), so every resample keeps each dataset's n.
@@ -42,6 +47,7 @@ from specrag_batch.evaluation import score_row
 from specrag_batch.records import Draft, Flag, is_valid_draft
 from specrag_batch.sampling import row_seed
 from specrag_batch.selection import select
+from specrag_batch.verification import SELF_REFLECTION_MODES, self_reflection_score
 
 PARSE_FLAGS = frozenset({Flag.NO_ANSWER_FIELD, Flag.EMPTY_DRAFT, Flag.EMPTY_ANSWER,
                          Flag.EMPTY_RATIONALE, Flag.TRUNCATED_AT_MAX_TOKENS, Flag.REPETITION,
@@ -206,28 +212,187 @@ def tokens_per_draft(rows: Sequence[dict]) -> float | None:
     return (sum(n) / len(n)) if n else None
 
 
+def reselect_index(row: dict, *, seed: int, use_draft: bool = True, use_sc: bool = True,
+                   use_sr: bool = True, random: bool = False, self_reflection: str | None = None) -> int | None:
+    """Index into ``row["drafts"]`` of the draft the product's selection picks when the row's
+    scored drafts are selected again with other switches (paper Table 3: w/o ρ_draft, w/o
+    ρ_SC, w/o ρ_SR, random; :func:`~specrag_batch.selection.select` with the seed rule of its
+    selection stage, ``row_seed(seed + 1, query_id)``) or with the other self-reflection
+    variant.
+
+    ``self_reflection``: ``paper`` | ``contrast`` recomputes each draft's log ρ_SR from its
+    stored ``logprob_yes`` / ``logprob_no`` by the product's
+    :func:`~specrag_batch.verification.self_reflection_score` before selecting, which is what
+    the verification stage stores under ``selection.self_reflection`` (the selection stage
+    only reads that score); a draft missing either log-prob gets no ρ_SR and ranks after
+    every fully scored draft, as in a run. None keeps the stored scores.
+
+    Returns None for rows that keep their outcome: with an error, without drafts, or taken by
+    the consensus fast path (every valid draft gives the same normalised answer, so any
+    selection rule returns it; the verifier never scored them).
+
+    Raises:
+        ValueError: unknown ``self_reflection`` (raised on the first row selected again)."""
+    if row.get("error") is not None or row.get("fast_path") or not row.get("drafts"):
+        return None
+    drafts = [Draft.from_record(d) for d in row["drafts"]]
+    if self_reflection is not None:
+        for d in drafts:
+            d.score_self_reflection = self_reflection_score(d.logprob_yes, d.logprob_no, self_reflection)
+    return select(drafts, use_draft=use_draft, use_sc=use_sc, use_sr=use_sr,
+                  random_seed=row_seed(seed + 1, row["query_id"]) if random else None).index
+
+
 def reselect_correct(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int,
-                     use_draft: bool = True, use_sc: bool = True, use_sr: bool = True,
-                     random: bool = False) -> list[bool | None]:
-    """Per row, correctness when the row's scored drafts are selected again with other
-    switches (paper Table 3: w/o ρ_draft, w/o ρ_SC, w/o ρ_SR, random), by the product's
-    :func:`~specrag_batch.selection.select` and the seed rule of its selection stage
-    (``row_seed(seed + 1, query_id)``). Rows without drafts, with an error, or taken by the
-    consensus fast path keep their outcome: every valid draft of a fast-path row gives the same
-    normalised answer, so any selection rule returns it."""
+                     **switches) -> list[bool | None]:
+    """Per row, correctness of the draft :func:`reselect_index` picks with ``switches``
+    (its keyword arguments); rows it leaves alone keep their outcome (:func:`row_correct`),
+    ungraded rows are None."""
     out: list[bool | None] = []
     for r in rows:
         ch = choices.get(r["query_id"])
         base = row_correct(r, ch, labels)
-        if base is None or r.get("error") is not None or r.get("fast_path") or not r.get("drafts"):
-            out.append(base)
-            continue
-        drafts = [Draft.from_record(d) for d in r["drafts"]]
-        s = select(drafts, use_draft=use_draft, use_sc=use_sc, use_sr=use_sr,
-                   random_seed=row_seed(seed + 1, r["query_id"]) if random else None)
-        out.append(bool(score_row(r["task"], drafts[s.index].answer, r.get("gold"), choices=ch,
-                                  labels=labels).correct))
+        i = None if base is None else reselect_index(r, seed=seed, **switches)
+        out.append(base if i is None else draft_correct(r, ch, labels)[i])
     return out
+
+
+# --- self-reflection variants (selection.self_reflection, issue 10) ----------------------
+
+def self_reflection_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *,
+                         seed: int) -> list[dict]:
+    """Per graded row of a speculative cell, what each self-reflection variant
+    (:data:`~specrag_batch.verification.SELF_REFLECTION_MODES`) does with the row's stored
+    drafts, with no engine run.
+
+    Returns one dict per graded row (ungraded rows are left out): ``{"query_id", mode:
+    correctness of the draft :func:`reselect_index` picks with ``self_reflection=mode`` (the
+    row's own outcome for rows it leaves alone), "reselected": whether the row was selected
+    again (not fast path, no error, has drafts), "different": whether the variants pick
+    different drafts, "drafts": [(log ρ_SR per mode in :data:`SELF_REFLECTION_MODES` order,
+    right)]}`` for each *verified* valid draft (valid by its flags and holding both
+    ``logprob_yes`` and ``logprob_no``; log ρ_SR in nats by
+    :func:`~specrag_batch.verification.self_reflection_score`; right by
+    :func:`draft_correct`)."""
+    out = []
+    for r in rows:
+        ch = choices.get(r["query_id"])
+        base = row_correct(r, ch, labels)
+        if base is None:
+            continue
+        picked = {m: reselect_index(r, seed=seed, self_reflection=m) for m in SELF_REFLECTION_MODES}
+        right = draft_correct(r, ch, labels)
+        unit = {"query_id": r["query_id"], "reselected": picked["paper"] is not None,
+                "different": len(set(picked.values())) > 1,
+                **{m: base if i is None else right[i] for m, i in picked.items()},
+                "drafts": [(tuple(self_reflection_score(d["logprob_yes"], d["logprob_no"], m)
+                                  for m in SELF_REFLECTION_MODES), ok)
+                           for d, ok in zip(r.get("drafts") or [], right)
+                           if is_valid_draft(d.get("flags") or [])
+                           and d.get("logprob_yes") is not None and d.get("logprob_no") is not None]}
+        out.append(unit)
+    return out
+
+
+def auroc_resamples(scores: np.ndarray, right: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """AUROC of ``scores`` for ``right`` in each bootstrap resample given as draft weights
+    (how often each draft was drawn), in the Mann-Whitney form scikit-learn's
+    ``roc_auc_score`` computes for repeated samples: Σ w_i w_j [s_i > s_j] (ties 1/2) over
+    right i, wrong j, divided by (Σ w right)(Σ w wrong); one matrix product for all resamples.
+
+    Args:
+        scores: (n_drafts,) float; right: (n_drafts,) bool; weights: (reps, n_drafts) counts.
+
+    Returns:
+        (reps,) AUROC, NaN for a resample without a right or without a wrong draft."""
+    pos, neg = scores[right], scores[~right]
+    beats = (pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])
+    wp, wn = weights[:, right].astype(float), weights[:, ~right].astype(float)
+    den = wp.sum(axis=1) * wn.sum(axis=1)
+    num = ((wp @ beats) * wn).sum(axis=1)
+    return np.divide(num, den, out=np.full(len(den), math.nan), where=den > 0)
+
+
+def self_reflection_auroc(units: Sequence[dict], *, reps: int = REPS, seed: int = 0,
+                          strata: Sequence | None = None) -> dict:
+    """AUROC of log ρ_SR alone as a score for a verified draft being right, per
+    self-reflection variant, over the ``drafts`` of :func:`self_reflection_rows` units
+    (0.5 = no separation; the product's :func:`specrag_batch.calibration.auroc`, i.e.
+    scikit-learn's ``roc_auc_score``), with a percentile bootstrap 95% interval that resamples
+    *rows* (a row's drafts share a question, so they are not independent; stratified by
+    ``strata``, one label per unit; :func:`auroc_resamples`) and the paired difference
+    contrast - paper on the same resamples. Resamples with one class only are skipped.
+
+    Returns ``{"n_rows" (rows with a verified draft), "n_drafts", "n_right", mode: {"auroc",
+    "ci95"} for each mode, "contrast - paper": {"diff", "ci95"}}``; AUROC None (interval
+    [nan, nan]) when the drafts hold one class only."""
+    from specrag_batch.calibration import auroc
+
+    keep = [i for i, u in enumerate(units) if u["drafts"]]
+    modes = len(SELF_REFLECTION_MODES)
+    scores = np.asarray([s for i in keep for s, _ in units[i]["drafts"]], dtype=float).reshape(-1, modes)
+    right = np.asarray([ok for i in keep for _, ok in units[i]["drafts"]], dtype=bool)
+    row_of = np.repeat(np.arange(len(keep)), [len(units[i]["drafts"]) for i in keep])
+    point = [auroc(scores[:, k], right) for k in range(modes)]
+    b = np.empty((0, modes))
+    if None not in point:
+        idx = _resample_index(len(keep), reps, np.random.default_rng(seed),
+                              [strata[i] for i in keep] if strata is not None else None)
+        counts = np.bincount((np.arange(reps)[:, None] * len(keep) + idx).ravel(),
+                             minlength=reps * len(keep)).reshape(reps, len(keep))
+        b = np.stack([auroc_resamples(scores[:, k], right, counts[:, row_of]) for k in range(modes)], axis=1)
+        b = b[~np.isnan(b).any(axis=1)]
+
+    def ci(x):
+        return [float(np.percentile(x, 2.5)), float(np.percentile(x, 97.5))] if len(x) else [math.nan, math.nan]
+    out = {"n_rows": len(keep), "n_drafts": int(len(right)), "n_right": int(right.sum())}
+    out.update({m: {"auroc": point[k], "ci95": ci(b[:, k])} for k, m in enumerate(SELF_REFLECTION_MODES)})
+    p, c = SELF_REFLECTION_MODES.index("paper"), SELF_REFLECTION_MODES.index("contrast")
+    out["contrast - paper"] = {"diff": None if None in point else point[c] - point[p], "ci95": ci(b[:, c] - b[:, p])}
+    return out
+
+
+def self_reflection_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | None = None) -> dict:
+    """Selection accuracy with ``paper`` vs ``contrast`` self-reflection over the same rows
+    (:func:`self_reflection_rows` units, ``strata`` one label per unit for pooled figures):
+    the paired difference contrast - paper with its bootstrap 95% interval
+    (:func:`paired_bootstrap`) and McNemar's exact test (:func:`mcnemar_exact`: b = rows
+    right only with contrast, c = only with paper), and :func:`self_reflection_auroc`.
+
+    Returns ``{"n", "n_reselected", "n_different", "accuracy_paper", "accuracy_contrast",
+    "diff", "ci95", "mcnemar", "auroc"}`` (fractions)."""
+    a, b = [u["contrast"] for u in units], [u["paper"] for u in units]
+    return {**paired_bootstrap(a, b, reps=reps, strata=strata),
+            "n_reselected": sum(u["reselected"] for u in units), "n_different": sum(u["different"] for u in units),
+            "accuracy_paper": (sum(b) / len(b)) if b else None, "accuracy_contrast": (sum(a) / len(a)) if a else None,
+            "mcnemar": mcnemar_exact(a, b), "auroc": self_reflection_auroc(units, reps=reps, strata=strata)}
+
+
+def self_reflection_split(cells: dict, choices: dict, labels: Sequence[str], *, seed: int,
+                          reps: int = REPS) -> dict:
+    """:func:`self_reflection_figures` per dataset and pooled over datasets (rows resampled
+    within each dataset) for one split's speculative cells. ``cells``: dataset -> ``{"rows":
+    output rows}``; ``choices``: dataset -> query_id -> option texts.
+
+    Returns ``{"datasets": {dataset: figures}, "pooled": figures + {"datasets": [...]}}``."""
+    out: dict = {"datasets": {}}
+    units, strata = [], []
+    for ds, cell in cells.items():
+        got = self_reflection_rows(cell["rows"], choices.get(ds, {}), labels, seed=seed)
+        out["datasets"][ds] = self_reflection_figures(got, reps=reps)
+        units += got
+        strata += [ds] * len(got)
+    out["pooled"] = {**self_reflection_figures(units, reps=reps, strata=strata or None), "datasets": list(cells)}
+    return out
+
+
+def verdict_self_reflection(cmp: dict) -> str:
+    """Which variant a :func:`self_reflection_figures` result favours: ``contrast`` when the
+    95% interval of the paired difference contrast - paper lies above 0, ``paper`` when
+    below, ``undecided`` when it covers 0, ``not measured`` without rows
+    (:func:`verdict_accuracy`'s rule)."""
+    return {"yes": "contrast", "no: less accurate": "paper", "no difference shown": "undecided"}.get(
+        verdict_accuracy(cmp), "not measured")
 
 
 # --- cells -------------------------------------------------------------------------------
@@ -447,7 +612,7 @@ def compare_cells(a: dict, b: dict, choices: dict, labels: Sequence[str], *, rep
 
 
 def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 0,
-              reps: int = REPS) -> dict:
+              reps: int = REPS, tuning: dict | None = None) -> dict:
     """All figures of the benchmark.
 
     Args:
@@ -456,6 +621,9 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         choices: dataset -> query_id -> option texts (None for non-choice rows).
         labels: the run's ``claim_labels``.
         seed: the run config's seed (random-selection ablation, as the product's).
+        tuning: dataset -> the speculative cell on its tuning split (``{"rows", ...}``;
+            its choices in ``choices``): used only for the choice of
+            ``selection.self_reflection``, never reported as an arm.
 
     Returns ``{"datasets": {dataset: {"arms": {arm: cell_figures}, "comparisons":
     {"a - b": compare_cells}, "fallback": {arm: fallback_figures}}}, "pooled": {"arms":
@@ -463,7 +631,10 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
     ratio}, "fallback": {arm: flagged rows before/after, stratified}}}``. Re-selected Table 3
     arms (:data:`SELECTION_ABLATIONS`) appear beside the cells run, derived from
     ``speculative``; ``fallback`` only for the :data:`FALLBACK_ARMS` run (their whole-cell
-    comparison with ``speculative`` is in ``comparisons``)."""
+    comparison with ``speculative`` is in ``comparisons``). ``self_reflection``:
+    ``{"tuning": ..., "reported": ...}``, :func:`self_reflection_split` of the tuning cells
+    (what the default is chosen on) and of the reported ``speculative`` cells (shown, not
+    used for choosing)."""
     res: dict = {"datasets": {}, "pooled": {"arms": {}, "comparisons": {}}}
     pooled_rows: dict[str, list] = {}
     pooled_correct: dict[str, list] = {}
@@ -542,6 +713,10 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         if pp["sa"]:
             cmp["seconds"] = ratio_bootstrap(pp["sa"], pp["sb"], reps=reps, strata=pp["strata"])
         res["pooled"]["comparisons"][key] = cmp
+    res["self_reflection"] = {
+        "tuning": self_reflection_split(tuning or {}, choices, labels, seed=seed, reps=reps),
+        "reported": self_reflection_split({ds: arms["speculative"] for ds, arms in cells.items()
+                                           if "speculative" in arms}, choices, labels, seed=seed, reps=reps)}
     for arm, pf in pooled_fallback.items():
         a, b = pf["after"], pf["before"]
         res["pooled"].setdefault("fallback", {})[arm] = {
@@ -644,6 +819,7 @@ def tables(res: dict) -> str:
             out.append(f"| {ds} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
     out += draft_length_table(res)
     out += fallback_table(res)
+    out += self_reflection_table(res)
     return "\n".join(out) + "\n"
 
 
@@ -724,9 +900,70 @@ def fallback_table(res: dict) -> list[str]:
     return out
 
 
+def _auroc(a: dict) -> str:
+    return "n/a" if a.get("auroc") is None else f"{a['auroc']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]"
+
+
+def self_reflection_table(res: dict) -> list[str]:
+    """Markdown lines of the self-reflection variants (``res["self_reflection"]``): per split
+    (tuning, which chooses the default; reported, which does not), dataset and pooled: rows,
+    selection accuracy with ``paper`` and ``contrast``, the paired difference, and the AUROC
+    of log ρ_SR over verified drafts under each. Empty when neither split has a row."""
+    sr = res.get("self_reflection") or {}
+    lines = []
+    for split, label in (("tuning", "tuning (chooses the default)"), ("reported", "reported (not used for choosing)")):
+        part = sr.get(split) or {}
+        entries = list((part.get("datasets") or {}).items())
+        for ds, f in entries + ([("pooled", part["pooled"])] if len(entries) > 1 else []):
+            a = f["auroc"]
+            lines.append(f"| {label} | {ds} | {f['n']} ({f['n_reselected']}; {f['n_different']}) | "
+                         f"{_pct(f['accuracy_paper'])} | {_pct(f['accuracy_contrast'])} | {_diff(f)} | "
+                         f"{a['n_drafts']} ({a['n_right']}) | {_auroc(a['paper'])} | {_auroc(a['contrast'])} | "
+                         + ("n/a" if a["contrast - paper"]["diff"] is None else
+                            f"{a['contrast - paper']['diff']:+.3f} [{a['contrast - paper']['ci95'][0]:+.3f}, "
+                            f"{a['contrast - paper']['ci95'][1]:+.3f}]") + " |")
+    if not lines:
+        return []
+    return ["", "Self-reflection variants (`selection.self_reflection`, issue 10), computed after the runs "
+            "from the stored drafts: each row's verified drafts are selected again (the product's "
+            "`selection.select`, every term of log ρ on) with log ρ_SR recomputed from the stored log P(Yes), "
+            "log P(No) by the product's `verification.self_reflection_score`: `paper` = log P(Yes), "
+            "`contrast` = log P(Yes)/(P(Yes)+P(No)). Same drafts, same verifier log-probs; consensus "
+            "fast-path rows keep their answer under both. **The default is chosen on the tuning cells only** "
+            "(the speculative config on each dataset's tuning split, rows never reported), pooled over "
+            "datasets; the reported speculative cells are shown and **not** used for choosing. Rows: graded "
+            "(selected again; variants picking different drafts); difference contrast - paper in points "
+            "[paired bootstrap 95%], McNemar p (rows right only with contrast / only with paper); AUROC of "
+            "log ρ_SR alone for a verified valid draft being right (drafts (right)), rows resampled for the "
+            "95% interval.", "",
+            "| split | dataset | rows (selected again; different draft) | paper % | contrast % | contrast - paper | "
+            "verified drafts (right) | AUROC paper | AUROC contrast | AUROC contrast - paper |",
+            "|---|---|---|---|---|---|---|---|---|---|", *lines]
+
+
+def verdict_self_reflection_line(res: dict) -> str:
+    """The generated line on ``selection.self_reflection``'s default: the variant the tuning
+    cells favour, pooled over datasets (:func:`verdict_self_reflection`), with the paired
+    difference, its interval, McNemar's p and n; "not measured" without tuning cells."""
+    part = (res.get("self_reflection") or {}).get("tuning") or {}
+    f = part.get("pooled")
+    head = "- **Self-reflection variant** (`selection.self_reflection`, chosen on the tuning cells only"
+    if not f or not f["n"]:
+        return (f"{head}): **not measured** (no graded rows of a tuning cell; tuning cells run with the "
+                "fallback arm, `--arms main,fallback`).")
+    m = f["mcnemar"]
+    return (f"{head}, pooled over {', '.join(part['pooled']['datasets'])}): the tuning cells favour "
+            f"**{verdict_self_reflection(f)}** (selection accuracy contrast {_pct(f['accuracy_contrast'])} vs "
+            f"paper {_pct(f['accuracy_paper'])}, difference {100 * f['diff']:+.1f} points "
+            f"[{100 * f['ci95'][0]:+.1f}, {100 * f['ci95'][1]:+.1f}], McNemar p = {m['p']:.3g}, "
+            f"{m['b']} vs {m['c']} discordant rows, n = {f['n']} rows, {f['n_reselected']} selected again, "
+            f"{f['n_different']} with a different draft).")
+
+
 def verdicts(res: dict) -> str:
     """The generated answer to "is Speculative RAG more accurate? faster?" per dataset and
-    pooled (and for the tuned drafter where it ran), each with its interval and p-value."""
+    pooled (and for the tuned drafter where it ran), each with its interval and p-value, and
+    the self-reflection variant the tuning cells favour (:func:`verdict_self_reflection_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
         for a in ("speculative", "speculative-tuned"):
@@ -743,4 +980,5 @@ def verdicts(res: dict) -> str:
                 line += (f" Faster? **{verdict_speed(sec)}** (seconds per row ratio {_ratio(sec)}, "
                          f"sign test over shards p = {sec['p_sign']:.3g}).")
             out.append(line)
+    out.append(verdict_self_reflection_line(res))
     return "\n".join(out) + "\n"

@@ -1,5 +1,12 @@
-"""Measurement behind ``selection.self_reflection``'s default: which self-reflection variant
-separates right from wrong drafts (issue 10, item 2).
+"""Self-reflection variants with the consensus fast path off: which of ``selection.self_reflection``'s
+variants separates right from wrong drafts (issue 10, item 2) when every draft is verified.
+
+The decision benchmark now gives these figures post hoc, with no engine run of its own:
+``benchmarks/decision_stats.py`` re-selects its cells' stored drafts with ``paper`` and
+``contrast`` log ρ_SR (recomputed from each draft's log P(Yes), log P(No)) and chooses the
+default on its tuning cells (``benchmarks/README.md``, "Self-reflection variants"). Its figures
+cover only rows that reach the verifier; this script remains the way to measure with the fast
+path off.
 
 Runs the pipeline once (demo models, consensus fast path off so every draft is verified) on
 tuning-split rows of PopQA and Climate-FEVER (rows ``--skip`` .. ``--skip + --n`` of each
@@ -39,18 +46,13 @@ from specrag_batch.engines import get_engine  # noqa: E402
 from specrag_batch.evaluation import score_row  # noqa: E402
 from specrag_batch.pipeline import RunInfo, StageTimer, process_rows  # noqa: E402
 from specrag_batch.records import Flag  # noqa: E402
+from specrag_batch.verification import self_reflection_score  # noqa: E402
 
 
 def sr_value(x: dict, mode: str) -> float | None:
-    """log ρ_SR of one output draft under ``mode`` (from its stored log P(Yes), log P(No))."""
-    y, n = x["logprob_yes"], x["logprob_no"]
-    if y is None or n is None:
-        return None
-    if mode == "paper":
-        return y
-    if mode == "contrast":
-        return y - float(np.logaddexp(y, n))
-    return None
+    """log ρ_SR of one output draft under ``mode`` (from its stored log P(Yes), log P(No)), by
+    the product's :func:`~specrag_batch.verification.self_reflection_score`."""
+    return self_reflection_score(x["logprob_yes"], x["logprob_no"], mode)
 
 
 def auroc_ci(labels: list[bool], scores: list[float], reps: int = 2000, seed: int = 0):

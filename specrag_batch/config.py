@@ -113,8 +113,10 @@ class SelectionConfig(_Strict):
     self_reflection: Literal["paper", "contrast"] = Field(
         "paper", description="ρ_SR from the verifier's next token after R: paper = "
         "log P(Yes) (the paper's term); contrast = log P(Yes)/(P(Yes)+P(No)) (yes/no summed "
-        "over the tokenizer's single-token spellings). The default stays the paper's until "
-        "benchmarks/self_reflection.py has measured both (benchmarks/README.md)")
+        "over the tokenizer's single-token spellings). The default stays the paper's unless "
+        "the decision benchmark's tuning cells favour contrast (benchmarks/decision.py, "
+        "post hoc from the stored log P(Yes), log P(No); benchmarks/README.md, "
+        "\"Self-reflection variants\")")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
     tau_min: float | dict[Literal["qa", "claim", "choice"], float] | None = Field(
         None, description="threshold on the selected draft's confidence (``confidence``); "

@@ -951,10 +951,12 @@ def verdict_self_reflection_line(res: dict) -> str:
     if not f or not f["n"]:
         return (f"{head}): **not measured** (no graded rows of a tuning cell; tuning cells run with the "
                 "fallback arm, `--arms main,fallback`).")
-    m = f["mcnemar"]
-    return (f"{head}, pooled over {', '.join(part['pooled']['datasets'])}): the tuning cells favour "
-            f"**{verdict_self_reflection(f)}** (selection accuracy contrast {_pct(f['accuracy_contrast'])} vs "
-            f"paper {_pct(f['accuracy_paper'])}, difference {100 * f['diff']:+.1f} points "
+    m, v = f["mcnemar"], verdict_self_reflection(f)
+    said = (f"the tuning cells favour **{v}**" if v in SELF_REFLECTION_MODES else
+            "**undecided**: the tuning cells favour neither (the 95% interval covers 0)")
+    return (f"{head}, pooled over {', '.join(part['pooled']['datasets'])}): {said} (selection accuracy "
+            f"contrast {_pct(f['accuracy_contrast'])}% vs paper {_pct(f['accuracy_paper'])}%, difference "
+            f"{100 * f['diff']:+.1f} points "
             f"[{100 * f['ci95'][0]:+.1f}, {100 * f['ci95'][1]:+.1f}], McNemar p = {m['p']:.3g}, "
             f"{m['b']} vs {m['c']} discordant rows, n = {f['n']} rows, {f['n_reselected']} selected again, "
             f"{f['n_different']} with a different draft).")

@@ -138,6 +138,7 @@ def test_verdict_comes_from_the_tuning_cells_only():
     assert sr["tuning"]["pooled"]["diff"] == 1.0 and sr["tuning"]["pooled"]["ci95"] == [1.0, 1.0]
     assert sr["tuning"]["pooled"]["n"] == 40 and sr["tuning"]["pooled"]["datasets"] == ["d", "e"]
     assert sr["reported"]["pooled"]["diff"] == -1.0
+    assert ds.verdict_self_reflection(sr["reported"]["pooled"]) == "paper"  # shown, not the verdict
     assert "tuning" not in res["datasets"]["d"]["arms"]  # never reported as an arm
     text = ds.verdicts(res)
     assert "the tuning cells favour **contrast**" in text and "n = 40 rows" in text
@@ -147,7 +148,8 @@ def test_verdict_comes_from_the_tuning_cells_only():
     assert "| reported (not used for choosing) | d | 10 (10; 10) | 100.0 | 0.0 |" in table
     # tuning rows that disagree both ways: the interval covers 0
     mixed = ds.summarise({}, {"d": {}}, LABELS, reps=200, tuning={"d": cell(ROWS)})
-    assert "the tuning cells favour **undecided**" in ds.verdicts(mixed)
+    assert "**undecided**: the tuning cells favour neither" in ds.verdicts(mixed)
+    assert ds.verdict_self_reflection(mixed["self_reflection"]["tuning"]["pooled"]) == "undecided"
     assert "**not measured**" in ds.verdicts(ds.summarise({}, {}, LABELS, reps=50))
 
 

@@ -300,6 +300,8 @@ def models_prepare(names: list[str] = typer.Argument(..., help="Packaged model n
 
 
 def main() -> None:
+    """Console entry point ``specrag-batch``: log level from ``SPECRAG_LOG_LEVEL`` (default
+    WARNING), then the typer app."""
     # Prefect's ephemeral API server starts in a subprocess; on a loaded 2-core machine the
     # default 20 s start-up timeout was too short.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

@@ -155,4 +155,6 @@ class StandardAnswer(_Generation):
         super().__init__(config, generator, config.verifier)
 
     def prompts(self, row: QueryRow) -> Iterator[Prompt]:
+        """The one prompt of ``row``: all its ``top_documents`` (N), cut to fit the verifier's
+        ``max_model_len - max_tokens`` tokens."""
         yield self._fitted(row, row.top_documents)

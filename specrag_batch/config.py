@@ -247,6 +247,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
 
     Raises:
         FileNotFoundError: the YAML file does not exist.
+        ValueError: both ``path`` and ``base`` given, or the file's top level is not a mapping.
         pydantic.ValidationError: a field is unknown or out of range (message names the field).
     """
     if path is not None and base is not None:

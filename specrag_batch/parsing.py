@@ -20,7 +20,10 @@ LETTERS = string.ascii_uppercase
 
 def option_label(i: int) -> str:
     """Label of the i-th option (0-based): A..Z, then AA, AB, ..., AZ, BA, ... (spreadsheet
-    columns), so any number of options has a label."""
+    columns), so any number of options has a label.
+
+    Raises:
+        ValueError: ``i`` < 0."""
     if i < 0:
         raise ValueError(f"option index must be >= 0, got {i}")
     out = ""

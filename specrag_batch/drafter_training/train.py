@@ -92,7 +92,10 @@ def sha256_files(paths: list[Path]) -> str:
 
 
 def weights_hash(model_dir: str) -> str:
-    """sha256 of a model directory's ``*.safetensors`` files (sorted by name)."""
+    """sha256 (hex) of a model directory's ``*.safetensors`` files (sorted by name).
+
+    Raises:
+        FileNotFoundError: no ``*.safetensors`` file in ``model_dir``."""
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{model_dir}: no *.safetensors weights")
@@ -121,7 +124,11 @@ def tokenize_example(tokenizer, ex: dict, max_length: int, opts: TrainOptions) -
 
 
 def build_datasets(rows: list[dict], tokenizer, opts: TrainOptions):
-    """(train, held-out) ``datasets.Dataset`` of tokenised examples, and counts."""
+    """(train, held-out or None) ``datasets.Dataset`` of tokenised examples (:func:`tokenize_example`),
+    and counts (examples train / held_out / too_long; train tokens, train completion tokens).
+
+    Raises:
+        ValueError: no example fits ``opts.max_length`` tokens."""
     from datasets import Dataset
 
     train, held, too_long = [], [], 0

@@ -144,7 +144,11 @@ class Pipeline:
 
     def run(self, rows: Sequence[QueryRow], timer: StageTimer | None = None) -> None:
         """Run every stage over every chunk, updating the rows in place; wall seconds per
-        stage are added to ``timer``."""
+        stage are added to ``timer``.
+
+        Raises:
+            StageContractError: a row without an error lacks a field a stage reads (before
+                it) or writes (after it)."""
         timer = timer if timer is not None else StageTimer()
         for chunk in self.chunks(rows):
             for stage in self.stages:

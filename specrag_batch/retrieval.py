@@ -108,7 +108,8 @@ class FaissRetriever:
             docs.column("text").to_pylist())]
 
     def search(self, queries: Sequence[str], top_n: int) -> list[list[Document]]:
-        """For each query, its top-N documents by cosine similarity (best first)."""
+        """For each query, its top-N documents by cosine similarity (best first): a list per
+        query, in order, of at most ``top_n`` (fewer when the index holds fewer)."""
         if not queries:
             return []
         q = embed(self.meta["embedding_model"], queries)

@@ -127,7 +127,12 @@ def calibrate_task(conf, correct, always, *, target_accuracy: float | None = Non
                    seed: int = 0) -> tuple[float | None, float | None, float | None,
                                            tuple[float, float] | None, int]:
     """(τ, coverage, accuracy, 95% bootstrap interval of τ, resamples where the target was not
-    met) for one task's rows (arrays as in :func:`risk_coverage`)."""
+    met) for one task's rows (arrays as in :func:`risk_coverage`); τ in the confidence's unit
+    (log ρ in nats, or nats per token for ``mean_logprob``). All but the count are None when
+    the target is not met on the full data.
+
+    Raises:
+        ValueError: bad targets (:func:`choose_tau`)."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
     always = np.asarray(always, bool)
     curve = risk_coverage(conf, correct, always)

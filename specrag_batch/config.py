@@ -202,7 +202,8 @@ class RunConfig(_Strict):
 
     @property
     def consensus_threshold(self) -> int | None:
-        """c, resolved: None when the fast path is off."""
+        """c of the consensus fast path (a number of drafts): ``selection.consensus_min``, else
+        m (``sampling.num_drafts``); None when ``selection.consensus_enabled`` is false."""
         if not self.selection.consensus_enabled:
             return None
         return self.selection.consensus_min or self.sampling.num_drafts

@@ -160,7 +160,8 @@ def _versions() -> dict:
 
 def make_trainer(base_path: str, train_ds, eval_ds, out_dir: Path, opts: TrainOptions, tokenizer):
     """TRL ``SFTTrainer`` (completion-only loss: -log P(A, E | Q, D) over the completion tokens,
-    paper §3.1) on the base at ``base_path``, LoRA unless ``opts.full``. Uses bf16 and 4x the batch on a CUDA GPU, fp32 on CPU."""
+    paper §3.1) on the base at ``base_path``, LoRA unless ``opts.full``. Uses bf16 and 4x the
+    batch on a CUDA GPU, fp32 on CPU."""
     import torch
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM

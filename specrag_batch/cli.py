@@ -106,6 +106,7 @@ def run(
     """Run Speculative RAG (or Standard RAG) over Parquet query shards.
 
     Re-running the same command after a crash resumes: finished shards are skipped.
+
     Exit code 1: a shard failed; 2: a bad config, flag, input or model, or a run conflict."""
     from .config import load_config
     from .orchestration import run_batch
@@ -195,8 +196,8 @@ def claims(
     """Bulk claim verification (flows/claim_verification.py); prints the label counts.
 
     Every row is a claim (the task column may be absent), answered with one of the labels.
-    Exit code 1: a shard failed; 2: bad --labels (an empty one, fewer than two distinct), config,
-    flag or input."""
+
+    Exit code 1: a shard failed; 2: bad --labels, config, flag or input."""
     from pydantic import ValidationError
 
     from .scheduled.claim_verification import claim_verification_flow

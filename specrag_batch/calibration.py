@@ -52,12 +52,13 @@ def risk_coverage(conf, correct, always=None) -> Curve:
     """Accuracy of the kept rows vs the share kept as τ moves over every distinct confidence.
 
     Args:
-        conf: float array (n,), the row's confidence; NaN = never kept.
+        conf: float array (n,), the row's confidence (log ρ in nats, or nats per token); NaN
+            or ±inf = never kept.
         correct: bool array (n,).
         always: bool array (n,) of rows kept at any τ (fast path); default none.
 
     Returns:
-        :class:`Curve` (empty arrays when no row has a confidence)."""
+        :class:`Curve` (empty arrays when no row outside ``always`` has a finite confidence)."""
     conf = np.asarray(conf, dtype=float)
     correct = np.asarray(correct, dtype=bool)
     always = np.zeros(len(conf), bool) if always is None else np.asarray(always, dtype=bool)

@@ -21,6 +21,11 @@ from prefect import flow, get_run_logger, task
 @task(name="drafter-training-data")
 def data_task(input_uri: str, data_uri: str, config_path: str | None, teacher: str | None,
               drafter: str | None, subsets_per_row: int) -> dict:
+    """Step 1 (:func:`~specrag_batch.drafter_training.data.build_training_data`); returns the
+    data manifest's counts and seconds.
+
+    Raises:
+        RuntimeError: a data shard failed (listed in ``<data_uri>/_manifest.json``)."""
     from specrag_batch.config import load_config
     from specrag_batch.drafter_training.data import DataOptions, build_training_data
 
@@ -33,6 +38,9 @@ def data_task(input_uri: str, data_uri: str, config_path: str | None, teacher: s
 
 @task(name="drafter-training-train")
 def train_task(data_uri: str, base: str, model_dir: str, train: dict[str, Any]) -> dict:
+    """Step 2 (:func:`~specrag_batch.drafter_training.train.train_drafter`, ``train``:
+    :class:`TrainOptions` fields); returns the training manifest's id, counts, losses, step
+    count, seconds and device."""
     from specrag_batch.drafter_training.train import TrainOptions, train_drafter
 
     m = train_drafter(data_uri, base, model_dir, TrainOptions(**train))
@@ -43,6 +51,8 @@ def train_task(data_uri: str, base: str, model_dir: str, train: dict[str, Any]) 
 @task(name="drafter-training-evaluate")
 def evaluate_task(data_uri: str, model_dir: str, base: str, config_path: str | None,
                   eval_fraction: float, max_rows: int) -> dict:
+    """Step 3 (:func:`~specrag_batch.drafter_training.evaluate.evaluate_drafters`): the tuned
+    (``model_dir``) and the ``base`` drafter on at most ``max_rows`` held-out rows."""
     from specrag_batch.config import load_config
     from specrag_batch.drafter_training.evaluate import evaluate_drafters
 

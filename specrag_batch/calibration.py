@@ -52,12 +52,13 @@ def risk_coverage(conf, correct, always=None) -> Curve:
     """Accuracy of the kept rows vs the share kept as τ moves over every distinct confidence.
 
     Args:
-        conf: float array (n,), the row's confidence; NaN = never kept.
+        conf: float array (n,), the row's confidence (log ρ in nats, or nats per token); NaN
+            or ±inf = never kept.
         correct: bool array (n,).
         always: bool array (n,) of rows kept at any τ (fast path); default none.
 
     Returns:
-        :class:`Curve` (empty arrays when no row has a confidence)."""
+        :class:`Curve` (empty arrays when no row outside ``always`` has a finite confidence)."""
     conf = np.asarray(conf, dtype=float)
     correct = np.asarray(correct, dtype=bool)
     always = np.zeros(len(conf), bool) if always is None else np.asarray(always, dtype=bool)
@@ -127,7 +128,12 @@ def calibrate_task(conf, correct, always, *, target_accuracy: float | None = Non
                    seed: int = 0) -> tuple[float | None, float | None, float | None,
                                            tuple[float, float] | None, int]:
     """(τ, coverage, accuracy, 95% bootstrap interval of τ, resamples where the target was not
-    met) for one task's rows (arrays as in :func:`risk_coverage`)."""
+    met) for one task's rows (arrays as in :func:`risk_coverage`); τ in the confidence's unit
+    (log ρ in nats, or nats per token for ``mean_logprob``). All but the count are None when
+    the target is not met on the full data.
+
+    Raises:
+        ValueError: bad targets (:func:`choose_tau`)."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
     always = np.asarray(always, bool)
     curve = risk_coverage(conf, correct, always)

@@ -105,7 +105,9 @@ def run(
 ) -> None:
     """Run Speculative RAG (or Standard RAG) over Parquet query shards.
 
-    Re-running the same command after a crash resumes: finished shards are skipped."""
+    Re-running the same command after a crash resumes: finished shards are skipped.
+
+    Exit code 1: a shard failed; 2: a bad config, flag, input or model, or a run conflict."""
     from .config import load_config
     from .orchestration import run_batch
 
@@ -193,7 +195,9 @@ def claims(
 ) -> None:
     """Bulk claim verification (flows/claim_verification.py); prints the label counts.
 
-    Every row is a claim (the task column may be absent), answered with one of the labels."""
+    Every row is a claim (the task column may be absent), answered with one of the labels.
+
+    Exit code 1: a shard failed; 2: bad --labels, config, flag or input."""
     from pydantic import ValidationError
 
     from .scheduled.claim_verification import claim_verification_flow
@@ -300,6 +304,8 @@ def models_prepare(names: list[str] = typer.Argument(..., help="Packaged model n
 
 
 def main() -> None:
+    """Console entry point ``specrag-batch``: log level from ``SPECRAG_LOG_LEVEL`` (default
+    WARNING), then the typer app."""
     # Prefect's ephemeral API server starts in a subprocess; on a loaded 2-core machine the
     # default 20 s start-up timeout was too short.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

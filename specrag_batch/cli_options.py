@@ -136,7 +136,10 @@ CONFIG_OPT = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
 
 
 def execution_from_flags(task_runner: str, ray_address: str | None, stages: str):
-    """ExecutionConfig from CLI flags; a bad value is a usage error naming the flag."""
+    """ExecutionConfig from CLI flags.
+
+    Raises:
+        typer.BadParameter: a bad value (a usage error, exit 2, naming the flag)."""
     from pydantic import ValidationError
 
     from .execution import ExecutionConfig

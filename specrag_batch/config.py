@@ -204,7 +204,8 @@ class RunConfig(_Strict):
 
     @property
     def consensus_threshold(self) -> int | None:
-        """c, resolved: None when the fast path is off."""
+        """c of the consensus fast path (a number of drafts): ``selection.consensus_min``, else
+        m (``sampling.num_drafts``); None when ``selection.consensus_enabled`` is false."""
         if not self.selection.consensus_enabled:
             return None
         return self.selection.consensus_min or self.sampling.num_drafts
@@ -249,6 +250,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
 
     Raises:
         FileNotFoundError: the YAML file does not exist.
+        ValueError: both ``path`` and ``base`` given, or the file's top level is not a mapping.
         pydantic.ValidationError: a field is unknown or out of range (message names the field).
     """
     if path is not None and base is not None:

@@ -87,7 +87,8 @@ def token_char_spans(tokenizer, token_ids: Sequence[int]) -> tuple[str, list[tup
 def span_logprob(spans: list[tuple[int, int]], logprobs: Sequence[float],
                  span: tuple[int, int] | None) -> tuple[float, int]:
     """(Sum of log-probs, number) of the tokens whose characters overlap ``span`` ((0.0, 0)
-    if empty)."""
+    if None). ``spans``: per-token (start, end) character offsets (:func:`token_char_spans`);
+    ``logprobs``: one natural-log prob per token; ``span``: half-open character range."""
     if span is None:
         return 0.0, 0
     first, last = span

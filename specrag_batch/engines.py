@@ -146,9 +146,12 @@ class Engine:
 
     def generate(self, prompts: Sequence[list[int]], *, max_tokens: int, temperature: float,
                  top_p: float, seed: int, desc: str = "generate") -> list[GenerationResult]:
-        """Batched generation over token-id prompts, one vLLM call.
+        """Batched generation over token-id prompts, one vLLM call; ``max_tokens``: generated
+        tokens per prompt at most.
 
-        Returns one :class:`GenerationResult` per prompt with the sampled tokens' log-probs.
+        Returns one :class:`GenerationResult` per prompt, in order, with the sampled tokens'
+        log-probs (natural log; a non-finite one becomes :data:`NON_FINITE_FLOOR` and sets
+        ``non_finite``).
         """
         from vllm import SamplingParams
 

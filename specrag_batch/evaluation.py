@@ -38,7 +38,7 @@ _KEY_RE = re.compile(r"\(?([A-Za-z]+|[0-9]+)[.):]?")
 class RowScore:
     """Metrics of one row: ``correct`` (match for QA, accuracy otherwise), ``exact_match``,
     ``f1`` (QA only, in [0, 1]); None when ungraded. ``flags`` names golds that could not be
-    scored (:data:`GOLD_NOT_A_LABEL`, :data:`GOLD_NOT_AN_OPTION`)."""
+    scored (:data:`GOLD_FLAGS`: not a label, not an option, or an ambiguous option)."""
 
     correct: bool | None
     exact_match: bool | None

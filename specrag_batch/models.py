@@ -45,6 +45,7 @@ class PackagedModel:
 
     @property
     def packages(self) -> list[str]:
+        """The PyPI distribution names of :attr:`files`, in order (one per GGUF part)."""
         return [d for d, _ in self.files]
 
 

@@ -20,7 +20,10 @@ LETTERS = string.ascii_uppercase
 
 def option_label(i: int) -> str:
     """Label of the i-th option (0-based): A..Z, then AA, AB, ..., AZ, BA, ... (spreadsheet
-    columns), so any number of options has a label."""
+    columns), so any number of options has a label.
+
+    Raises:
+        ValueError: ``i`` < 0."""
     if i < 0:
         raise ValueError(f"option index must be >= 0, got {i}")
     out = ""
@@ -166,7 +169,9 @@ def match_label(answer: str, labels: list[str]) -> str | None:
 
 def match_choice(answer: str, choices: list[str]) -> str | None:
     """Map an answer to one option text: by label (``C``, ``(C)``, ``C.``, ``C. text``; labels
-    beyond Z are ``AA``, ``AB``, ... in upper case, see :func:`option_label`) or by text."""
+    beyond Z are ``AA``, ``AB``, ... in upper case, see :func:`option_label`) or by text (the
+    same :func:`normalize_answer` text, else the one option whose normalised text the answer
+    contains); None when neither decides."""
     a = answer.strip()
     # a bare label ("C", "(C)", "C.", "AB") or a label with a separator ("C. text", "(C) text");
     # not "A planet ..." where "A" is an article. Multi-letter labels only in upper case.

@@ -82,8 +82,10 @@ def retrieve(rows: Sequence[QueryRow], cfg: RunConfig) -> dict[int, list[Documen
 
 def multi_perspective_subsets(rows: Sequence[QueryRow], docs: dict[int, list[Document]],
                               cfg: RunConfig) -> dict[int, list[tuple[int, ...]]]:
-    """Stage 2 (:class:`~specrag_batch.stages.MultiPerspectiveSampling`) over the rows in
-    ``docs`` (position -> top-N documents). Returns position -> m subsets."""
+    """Stage 2, multi-perspective sampling (paper §3.2;
+    :class:`~specrag_batch.stages.MultiPerspectiveSampling`) over the rows in ``docs``
+    (position -> top-N documents). Returns position -> at most m subsets, each a sorted tuple
+    of indices into that row's top-N documents."""
     for i, documents in docs.items():
         rows[i].top_documents = documents
     MultiPerspectiveSampling(cfg)([rows[i] for i in docs])
@@ -105,7 +107,8 @@ def _results(rows: Sequence[QueryRow]) -> dict[int, tuple[list[Draft], Selection
 def verify_and_select(rows: Sequence[QueryRow], by_row: dict[int, list[Draft]], cfg: RunConfig,
                       verifier: EngineLike | None,
                       timer: StageTimer) -> dict[int, tuple[list[Draft], Selection]]:
-    """Stages 4-5 for one chunk; position -> (drafts, selection)."""
+    """Stages 4-5 for one chunk (verification and selection, paper §3.3); position ->
+    (drafts, selection) for rows without error."""
     for i, row_drafts in by_row.items():
         rows[i].drafts = row_drafts
     Pipeline([Verification(cfg, verifier=verifier), SelectionStage(cfg)], chunk_rows=max(1, len(rows)),

@@ -176,10 +176,12 @@ RowState = QueryRow
 class Draft:
     """One (subset, draft) pair and its scores (natural-log probabilities, None = not computed).
 
-    ``score_draft`` = log P(β|Q,δ) + log P(α|Q,δ,β) from the drafter's own tokens;
-    ``score_self_consistency`` = log P(α, β | Q) under the verifier;
-    ``score_self_reflection`` = the verifier's "Yes" to R, see :mod:`verification`
-    (``logprob_yes`` / ``logprob_no`` are log P(Yes), log P(No) at that position).
+    ``score_draft`` = log ρ_draft = log P(β|Q,δ) + log P(α|Q,δ,β) from the drafter's own
+    tokens (paper §3.2, :mod:`drafting`); ``score_self_consistency`` = log ρ_SC = log P(α, β | Q)
+    under the verifier; ``score_self_reflection`` = log ρ_SR, the verifier's "Yes" to R (both
+    paper §3.3, see :mod:`verification`; ``logprob_yes`` / ``logprob_no`` are log P(Yes),
+    log P(No) at that position); ``score`` = log ρ, the sum of the enabled terms
+    (:mod:`selection`).
     ``answer`` is canonical (a label, an option text); ``written_answer`` is α as the drafter
     wrote it (what the verifier scores; empty = same as ``answer``). ``tokens_*`` count the
     tokens behind each score: drafter tokens of β+α, verifier tokens of α and of β."""
@@ -250,7 +252,8 @@ class FallbackAnswer:
 @dataclass
 class Selection:
     """Outcome of selection for one row: ``index`` into the row's drafts (None only when it
-    has none), its log ρ ``score``, whether it is ``low_confidence``, whether it came from
+    has none), its log ρ ``score`` (natural log, paper §3.3; None when the selected draft
+    misses an enabled term), whether it is ``low_confidence``, whether it came from
     the consensus ``fast_path``, and row ``flags``."""
 
     index: int | None

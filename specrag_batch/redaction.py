@@ -90,9 +90,10 @@ def redact(value: Any) -> Any:
 
 class RedactingFilter(logging.Filter):
     """A logging filter that applies :func:`redact_text` to each record's formatted message
-    (and drops its args), so secrets in URIs or error texts never reach a log handler."""
+    (and drops its args when that changes it), so secrets in URIs or error texts never reach a log handler."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Redact ``record`` in place; always True (the record is kept)."""
         msg = record.getMessage()
         clean = redact_text(msg)
         if clean != msg:

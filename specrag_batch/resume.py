@@ -44,6 +44,7 @@ def input_fingerprint(uri: str) -> dict:
 
 
 def marker_uri(output_uri: str, shard_out_uri: str) -> str:
+    """Done marker of an output shard: ``<output_uri>/_shards/<shard file name>.json``."""
     return storage.join(output_uri, SHARDS_DIR, shard_out_uri.rsplit("/", 1)[-1] + ".json")
 
 

@@ -54,12 +54,14 @@ def embed(name: str, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
 
 def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-MiniLM-L6-v2",
                 batch_size: int = 64) -> dict:
-    """Embed a corpus Parquet (``doc_id``, ``title``, ``text``) and write a FAISS index.
+    """Embed a corpus Parquet (``doc_id``, ``text``, optional ``title``; ``batch_size`` texts
+    per encoder call) and write a FAISS inner-product index of the L2-normalised embeddings
+    (cosine similarity) under ``index_uri``.
 
     Returns the metadata written to ``meta.json`` (documents, dimension, seconds).
 
     Raises:
-        ValueError: the corpus lacks a column or holds a duplicate ``doc_id``.
+        ValueError: the corpus lacks ``doc_id`` or ``text``, or holds a duplicate ``doc_id``.
     """
     import faiss
 
@@ -108,7 +110,8 @@ class FaissRetriever:
             docs.column("text").to_pylist())]
 
     def search(self, queries: Sequence[str], top_n: int) -> list[list[Document]]:
-        """For each query, its top-N documents by cosine similarity (best first)."""
+        """For each query, its top-N documents by cosine similarity (best first): a list per
+        query, in order, of at most ``top_n`` (fewer when the index holds fewer)."""
         if not queries:
             return []
         q = embed(self.meta["embedding_model"], queries)

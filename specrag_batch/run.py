@@ -41,7 +41,10 @@ def plan_shards(input_uri: str) -> tuple[list[str], list[dict]]:
     ``.``/``_`` directory (e.g. Spark's ``_temporary/`` while a writer is still running) and
     non-Parquet files are reported as skipped, as are S3 keys holding ``?versionId=`` (s3fs
     would read them as a version of another key). Listed paths are used as they are, never
-    re-parsed (:func:`storage.split_uri`)."""
+    re-parsed (:func:`storage.split_uri`).
+
+    Raises:
+        FileNotFoundError: nothing exists at ``input_uri`` (:func:`storage.list_files`)."""
     shards, skipped = [], []
     base = input_uri.rstrip("/")
     for f in storage.list_files(input_uri):
@@ -111,9 +114,12 @@ def duplicate_ids(shards: list[str]) -> dict[str, set[str]]:
 
 
 def read_validated(shard_uri: str, seen_before: set[str], task: str | None = None):
-    """Read and validate a shard (``task``: the run's fixed task, see ``RunConfig.task``).
+    """Read and validate a shard (``task``: the run's fixed task, see ``RunConfig.task``):
+    one :class:`QueryRow` per input row, in order (:func:`schema.validate_table`).
 
-    Raises InputSchemaError / OSError / ArrowInvalid."""
+    Raises:
+        InputSchemaError: a file-level schema problem.
+        OSError, pyarrow.ArrowInvalid: the file cannot be read as Parquet."""
     table = storage.read_parquet(shard_uri)
     return validate_table(table, shard_uri, seen_ids=set(seen_before), task=task)
 

@@ -150,7 +150,10 @@ def sample_subsets(
         k: documents per subset for ``random``/``single_cluster`` (default: number of clusters).
 
     Returns:
-        list of subsets, each a sorted tuple of document indices into the N documents.
+        list of at most m subsets, each a sorted tuple of document indices into the N documents.
+
+    Raises:
+        ValueError: unknown ``strategy`` (only when N > 0 and m > 0).
     """
     n = len(labels)
     if n == 0 or m <= 0:

@@ -89,16 +89,20 @@ class StorageIO:
     """:class:`ShardIO` straight on :mod:`storage` and :mod:`resume` (no retries here)."""
 
     def read_rows(self, shard_file: str, seen_before: frozenset[str], task: str | None) -> list[QueryRow]:
+        """:func:`run.read_validated`."""
         return read_validated(shard_file, set(seen_before), task)
 
     def read_drafts(self, draft_file: str) -> pa.Table:
+        """:func:`storage.read_parquet`."""
         return storage.read_parquet(draft_file)
 
     def write_table(self, file: str, table: pa.Table) -> None:
+        """:func:`storage.write_parquet_atomic`."""
         storage.write_parquet_atomic(file, table)
 
     def mark_done(self, prefix: str, file: str, config_hash: str, fingerprint: dict, run_id: str,
                   result: dict) -> None:
+        """:func:`resume.mark_done`."""
         resume.mark_done(prefix, file, config_hash, fingerprint, run_id, result)
 
 
@@ -124,6 +128,8 @@ class ShardResult:
     digest: str | None = None  # draft shards: sha256 of their query ids in order (integrity)
 
     def as_dict(self) -> dict:
+        """The fields as a plain dict (a shallow copy): what a shard task returns, a done marker and
+        the run manifest hold."""
         return dict(self.__dict__)
 
 

@@ -86,11 +86,16 @@ def join(base: str, *parts: str) -> str:
 
 
 def exists(uri: str) -> bool:
+    """True when a file or directory exists at ``uri`` (see :func:`filesystem`)."""
     fs, path = filesystem(uri)
     return fs.exists(path)
 
 
 def read_bytes(uri: str) -> bytes:
+    """The whole object at ``uri``.
+
+    Raises:
+        FileNotFoundError: nothing at ``uri``."""
     fs, path = filesystem(uri)
     return fs.cat_file(path)
 
@@ -118,6 +123,7 @@ def read_parquet(uri: str) -> pa.Table:
 
 
 def write_parquet_atomic(uri: str, table: pa.Table) -> None:
+    """Write ``table`` as one zstd-compressed Parquet file, atomically (:func:`write_bytes_atomic`)."""
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
     write_bytes_atomic(uri, buf.getvalue())

@@ -42,22 +42,26 @@ def list_shards(input_uri: str):
 
 @_io_task("read-shard")
 def read_shard(shard_uri: str, seen_before: set[str], task: str | None = None) -> list[QueryRow]:
+    """Validated rows of an input shard (:func:`run.read_validated`); bad data is not retried."""
     return read_validated(shard_uri, seen_before, task)
 
 
 @_io_task("read-drafts")
 def read_drafts(draft_uri: str) -> pa.Table:
+    """An intermediate draft shard (disaggregated runs) as an Arrow table."""
     return storage.read_parquet(draft_uri)
 
 
 @_io_task("write-shard")
 def write_shard(uri: str, table: pa.Table) -> None:
+    """Write a shard's Parquet atomically (:func:`storage.write_parquet_atomic`)."""
     storage.write_parquet_atomic(uri, table)
 
 
 @_io_task("mark-shard-done")
 def mark_done_task(output_uri: str, out_uri: str, config_hash: str, fingerprint: dict, run_id: str,
                    result: dict) -> None:
+    """Write the shard's done marker (:func:`resume.mark_done`), after its output is complete."""
     resume.mark_done(output_uri, out_uri, config_hash, fingerprint, run_id, result)
 
 
@@ -66,14 +70,18 @@ class PrefectIO:
     inside a shard task, each is a task run of its own)."""
 
     def read_rows(self, shard_file: str, seen_before: frozenset[str], task: str | None) -> list[QueryRow]:
+        """:func:`read_shard` as a task run."""
         return read_shard(shard_file, set(seen_before), task)
 
     def read_drafts(self, draft_file: str) -> pa.Table:
+        """:func:`read_drafts` as a task run."""
         return read_drafts(draft_file)
 
     def write_table(self, file: str, table: pa.Table) -> None:
+        """:func:`write_shard` as a task run."""
         write_shard(file, table)
 
     def mark_done(self, prefix: str, file: str, config_hash: str, fingerprint: dict, run_id: str,
                   result: dict) -> None:
+        """:func:`mark_done_task` as a task run."""
         mark_done_task(prefix, file, config_hash, fingerprint, run_id, result)

@@ -18,7 +18,9 @@ def inputs(
     datasets: str = typer.Option("climate_fever,hotpotqa,nq_open,musique", "--datasets"),
     limit: Optional[int] = typer.Option(None, "--limit", help="Rows per dataset (first after the reserve)."),
 ) -> None:
-    """Labelled training input rows from the shared data, never from rows the benchmark reserves."""
+    """Labelled training input rows from the shared data, never from rows the benchmark reserves.
+
+    Exit code 2 (usage error on --datasets): a dataset that is not a training source."""
     from .sources import write_training_inputs
 
     try:
@@ -39,7 +41,9 @@ def data(
     subsets_per_row: int = typer.Option(1, "--subsets-per-row", min=1, help="Examples per input row."),
     teacher_max_tokens: int = typer.Option(96, "--teacher-max-tokens", min=8, help="Rationale budget, tokens."),
 ) -> None:
-    """Teacher-written rationales for labelled rows (resumable per shard); prints the data manifest counts."""
+    """Teacher-written rationales for labelled rows (resumable per shard); prints the data manifest counts.
+
+    Exit code 1 when a data shard failed (listed in <output>/_manifest.json)."""
     from ..config import load_config
     from .data import DataOptions, build_training_data
 

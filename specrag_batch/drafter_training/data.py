@@ -87,9 +87,11 @@ class DataOptions:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def teacher_name(self, cfg: RunConfig) -> str:
+        """``teacher``, or the config's verifier model when None."""
         return self.teacher or cfg.verifier.model
 
     def drafter_name(self, cfg: RunConfig) -> str:
+        """``drafter``, or the config's drafter model when None."""
         return self.drafter or cfg.drafter.model
 
 

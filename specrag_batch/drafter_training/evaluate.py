@@ -26,8 +26,15 @@ def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eva
     mean generated tokens per draft.
 
     Args:
+        data_uri: prefix written by the data step; its held-out examples
+            (:func:`~specrag_batch.drafter_training.train.is_held_out` at ``eval_fraction``),
+            at most ``max_rows`` of them, are drafted once each.
         models: label -> model (packaged name, HF id or path); e.g. ``{"tuned": dir, "base": name}``.
         cfg: run config: drafter generation settings, claim labels, document budget.
+
+    Returns:
+        label -> {"model", "rows", "parsed", "answer_field", "accuracy" (fractions, 4 decimals;
+        None with no draft), "generated_tokens_per_draft"}.
 
     Raises:
         ValueError: no held-out example in the data."""

@@ -92,7 +92,10 @@ def sha256_files(paths: list[Path]) -> str:
 
 
 def weights_hash(model_dir: str) -> str:
-    """sha256 of a model directory's ``*.safetensors`` files (sorted by name)."""
+    """sha256 (hex) of a model directory's ``*.safetensors`` files (sorted by name).
+
+    Raises:
+        FileNotFoundError: no ``*.safetensors`` file in ``model_dir``."""
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{model_dir}: no *.safetensors weights")
@@ -121,7 +124,11 @@ def tokenize_example(tokenizer, ex: dict, max_length: int, opts: TrainOptions) -
 
 
 def build_datasets(rows: list[dict], tokenizer, opts: TrainOptions):
-    """(train, held-out) ``datasets.Dataset`` of tokenised examples, and counts."""
+    """(train, held-out or None) ``datasets.Dataset`` of tokenised examples (:func:`tokenize_example`),
+    and counts (examples train / held_out / too_long; train tokens, train completion tokens).
+
+    Raises:
+        ValueError: no example fits ``opts.max_length`` tokens."""
     from datasets import Dataset
 
     train, held, too_long = [], [], 0
@@ -152,8 +159,9 @@ def _versions() -> dict:
 
 
 def make_trainer(base_path: str, train_ds, eval_ds, out_dir: Path, opts: TrainOptions, tokenizer):
-    """TRL ``SFTTrainer`` (completion-only loss) on the base at ``base_path``, LoRA unless
-    ``opts.full``. Uses bf16 and 4x the batch on a CUDA GPU, fp32 on CPU."""
+    """TRL ``SFTTrainer`` (completion-only loss: -log P(A, E | Q, D) over the completion tokens,
+    paper §3.1) on the base at ``base_path``, LoRA unless ``opts.full``. Uses bf16 and 4x the
+    batch on a CUDA GPU, fp32 on CPU."""
     import torch
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM

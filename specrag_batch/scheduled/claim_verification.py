@@ -51,7 +51,8 @@ def claim_verification_flow(input_uri: str, output_uri: str, config_path: str | 
     Returns the run manifest with ``label_counts``. The flow run fails when a shard failed.
 
     Raises:
-        pydantic.ValidationError: fewer than two distinct ``claim_labels``."""
+        pydantic.ValidationError: fewer than two distinct ``claim_labels``.
+        RuntimeError: a shard failed (the manifest is written first)."""
     over = {**(config_overrides or {}), "task": "claim"}
     if claim_labels is not None:
         over["claim_labels"] = claim_labels

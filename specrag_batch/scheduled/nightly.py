@@ -70,7 +70,14 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
         execution: task runner (threads or Ray) and stage topology.
 
     Returns the partition's run manifest. The flow run fails when a shard failed (its rows are
-    listed in the manifest), so Prefect retries/alerts apply; a retry resumes."""
+    listed in the manifest), so Prefect retries/alerts apply; a retry resumes.
+
+    Raises:
+        RuntimeError: a shard failed (the manifest is written first).
+        MissingPartitionError: see :func:`run_partition`.
+        FileNotFoundError: ``input_root`` is not a directory.
+        ValueError: a bad ``date`` or ``timezone``, an invalid config, or a topology the
+            config's mode cannot run (:meth:`ExecutionConfig.check_mode`)."""
     check_timezone(timezone)
     day = parse_date(date, "date") if date is not None else scheduled_date(timezone, lag_days)
     cfg = resolve_config(config, config_path, config_overrides)

@@ -34,9 +34,15 @@ class EngineLike(Protocol):  # pragma: no cover - typing only
     """What stages use of an engine (:class:`specrag_batch.engines.Engine`)."""
 
     tokenizer: object
-    def generate(self, prompts, **kw): ...
-    def prompt_logprobs(self, prompts, desc: str = ...): ...
-    def prompt_and_next_logprobs(self, prompts, top_k: int, desc: str = ...): ...
+
+    def generate(self, prompts, **kw):
+        """One :class:`~specrag_batch.engines.GenerationResult` per token-id prompt."""
+
+    def prompt_logprobs(self, prompts, desc: str = ...):
+        """Per prompt, log P(token_i | tokens_<i) for each token (natural log; None at i = 0)."""
+
+    def prompt_and_next_logprobs(self, prompts, top_k: int, desc: str = ...):
+        """Per prompt, (:meth:`prompt_logprobs`, {token id: log P(next token)} of the top-k)."""
 
 
 @dataclass
@@ -47,6 +53,7 @@ class StageTimer:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        """Add the wall seconds of the ``with`` block to ``seconds[name]`` (also on an error)."""
         start = time.perf_counter()
         try:
             yield
@@ -137,7 +144,11 @@ class Pipeline:
 
     def run(self, rows: Sequence[QueryRow], timer: StageTimer | None = None) -> None:
         """Run every stage over every chunk, updating the rows in place; wall seconds per
-        stage are added to ``timer``."""
+        stage are added to ``timer``.
+
+        Raises:
+            StageContractError: a row without an error lacks a field a stage reads (before
+                it) or writes (after it)."""
         timer = timer if timer is not None else StageTimer()
         for chunk in self.chunks(rows):
             for stage in self.stages:

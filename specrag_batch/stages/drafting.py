@@ -94,8 +94,8 @@ class Drafting(_Generation):
     """The drafter writes (rationale β, answer α) for each subset of each row, the prompt
     holding the subset's documents cut to fit ``drafter.max_model_len - drafter.max_tokens``
     tokens (flag ``truncated_documents``) in the layout ``drafter.prompt_layout`` with the
-    rationale instruction ``drafter.rationale_style``; ``score_draft`` = log P(β, α | Q, δ)
-    in nats."""
+    rationale instruction ``drafter.rationale_style``; ``score_draft`` = log ρ_draft =
+    log P(β, α | Q, δ) in nats (paper §3.2; :mod:`specrag_batch.drafting`)."""
 
     name = timer_name = "drafting"
     reads = ("task", "query", "choices", "top_documents", "subsets")
@@ -118,7 +118,8 @@ class AdaptiveDrafting(Drafting):
     consensus rule (:func:`specrag_batch.selection.consensus` with c =
     ``RunConfig.consensus_threshold``, the rule of the fast path, so c' = max(2, min(c, valid
     first-round drafts))) stops there: verification finds the same consensus and skips the
-    verifier for it (paper §3.3 fast path). The other rows draft their remaining subsets in a
+    verifier for it (the project's consensus fast path; the paper's verifier, §3.3, scores
+    every draft). The other rows draft their remaining subsets in a
     second batched call. The subsets are multi-perspective sampling's m (paper §3.2), drafted
     in the same order, so a row that does not stop has the drafts of :class:`Drafting`.
     ``draft_rounds``: 2 for the rows of the second call, else 1 (stopped on the consensus, or
@@ -155,4 +156,6 @@ class StandardAnswer(_Generation):
         super().__init__(config, generator, config.verifier)
 
     def prompts(self, row: QueryRow) -> Iterator[Prompt]:
+        """The one prompt of ``row``: all its ``top_documents`` (N), cut to fit the verifier's
+        ``max_model_len - max_tokens`` tokens."""
         yield self._fitted(row, row.top_documents)

@@ -12,9 +12,11 @@ from .base import Stage
 
 
 class Selection(Stage):
-    """Each row's drafts get their log ρ ``score`` (the enabled terms of
-    ``selection.use_*``) and the row its :class:`~specrag_batch.records.Selection`, flagged
-    low-confidence below ``selection.tau_*`` (:func:`specrag_batch.selection.select`).
+    """Each row's drafts get their log ρ ``score`` (natural log; ρ = ρ_draft·ρ_SC·ρ_SR, paper
+    §3.3, over the enabled terms of ``selection.use_*``) and the row its
+    :class:`~specrag_batch.records.Selection` (argmax), flagged low-confidence below the row
+    task's ``selection.tau_min`` (:meth:`SelectionConfig.tau_for`;
+    :func:`specrag_batch.selection.select`).
 
     Args:
         config: the run's configuration.

@@ -23,9 +23,10 @@ def question(row: QueryRow, config: RunConfig) -> Question:
 class Verification(Stage):
     """``consensus``: indices of the valid drafts agreeing on one answer when at least c' of
     them do (``consensus_threshold``; [] otherwise); those rows skip the verifier. Other rows'
-    valid drafts get ``score_self_consistency`` = log P(α, β | Q) and ``score_self_reflection``
-    (nats; :func:`specrag_batch.verification.verify`) within ``verifier.max_model_len - 1``
-    tokens. With no verifier, or both verifier terms switched off, only ``consensus`` is set."""
+    valid drafts get ``score_self_consistency`` = log ρ_SC = log P(α, β | Q) and
+    ``score_self_reflection`` = log ρ_SR (paper §3.3; nats;
+    :func:`specrag_batch.verification.verify`) within ``verifier.max_model_len - 1`` tokens.
+    With no verifier, or both verifier terms switched off, only ``consensus`` is set."""
 
     name = timer_name = "verification"
     reads = ("task", "query", "choices", "drafts")

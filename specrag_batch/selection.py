@@ -23,6 +23,10 @@ MISSING = {"draft": Flag.MISSING_SCORE_DRAFT, "self_consistency": Flag.MISSING_S
 too long); such a draft ranks after every fully scored draft."""
 
 
+CONFIDENCE = ("score", "mean_logprob")
+"""Measures :func:`select` compares with ``tau_min`` (``selection.confidence``)."""
+
+
 def _terms(draft: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> list[tuple[str, float | None]]:
     """(term name, its log-prob or None) of each enabled term of log ρ."""
     return [(name, value) for name, enabled, value in (
@@ -93,6 +97,7 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
         random_seed: when set, the ablation "random selection": a uniformly random valid draft.
         tau_min: low-confidence threshold on the selected draft's ``confidence``: its log ρ
             (``"score"``) or :func:`mean_logprob` (``"mean_logprob"``).
+        confidence: ``"score"`` or ``"mean_logprob"`` (:data:`CONFIDENCE`).
 
     Returns:
         :class:`Selection`; index None only when there are no drafts. When no draft is valid
@@ -100,15 +105,22 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
         valid draft missing an enabled term gets flag ``missing_score_<term>``, score None and
         ranks after every fully scored draft; if it is still selected (no draft has every
         term) the row gets ``selected_draft_missing_score`` and low confidence.
+
+    Raises:
+        ValueError: ``confidence`` is not one of :data:`CONFIDENCE`.
     """
+    if confidence not in CONFIDENCE:
+        raise ValueError(f"confidence must be one of {CONFIDENCE}, got {confidence!r}")
     if not drafts:
         return Selection(None, None, True, False, [Flag.NO_DRAFTS])
     flags: list[str] = []
     if fast_path:
-        # the verifier was skipped on purpose: log ρ is the draft score alone
+        # the verifier was skipped on purpose: log ρ is the draft score alone; a draft without
+        # one ranks after those that have it (never as probability 1), ties: first
         for draft in drafts:
             draft.score = draft.score_draft if use_draft else None
-        best = max(fast_path, key=lambda i: (drafts[i].score_draft or 0.0, -i))
+        best = max(fast_path, key=lambda i: (drafts[i].score_draft is not None,
+                                             drafts[i].score_draft or 0.0, -i))
         return Selection(best, drafts[best].score, False, True, flags)
     partial: dict[int, float] = {}
     for i, draft in enumerate(drafts):

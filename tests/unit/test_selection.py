@@ -48,6 +48,18 @@ def test_consensus_fast_path():
     assert s.fast_path and s.index == 1 and not s.low_confidence
 
 
+def test_fast_path_ranks_a_draft_without_draft_score_last():
+    # a missing ρ_draft is not probability 1: the scored agreeing draft carries the row
+    drafts = [d("Paris", None, None, None), d("paris", -4.0, None, None), d("Lyon", -0.1, None, None)]
+    s = select(drafts, fast_path=consensus(drafts, 2))
+    assert s.fast_path and s.index == 1 and s.score == pytest.approx(-4.0)
+
+
+def test_unknown_confidence_measure_is_refused():
+    with pytest.raises(ValueError, match="confidence"):
+        select([d("a", -1.0, -1.0, -1.0)], tau_min=-2.0, confidence="mean")
+
+
 def test_random_selection_is_seeded():
     drafts = [d(str(i), -float(i), 0.0, 0.0) for i in range(5)]
     picks = {select(drafts, random_seed=s).index for s in range(20)}

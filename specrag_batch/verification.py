@@ -129,21 +129,30 @@ def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int]
 
 def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], reflection_question: str,
            max_prompt_tokens: int, mode: str = "paper", desc: str = "verification") -> dict[Hashable, str]:
-    """Fill each draft's verifier scores in place: ``score_self_consistency``,
-    ``score_self_reflection``, ``logprob_yes``/``logprob_no`` and the token counts
-    ``tokens_answer``/``tokens_rationale``.
+    """Fill each draft's verifier scores in place (paper §3.3; natural log-probs):
+    ``score_self_consistency`` (log ρ_SC, the summed log-probs of α's and β's tokens given Q),
+    ``score_self_reflection`` (log ρ_SR after R), ``logprob_yes``/``logprob_no`` and the
+    token counts ``tokens_answer``/``tokens_rationale``. One forward pass per draft over
+    [Q, α, β, R, "Yes"] (prompt log-probs); the verifier never reads the documents.
 
     Args:
+        engine: the verifier engine (its tokenizer renders the prompts).
         items: (row key, question, draft); all scored in one batched engine call.
+        reflection_question: R, the self-reflection statement asked after the draft.
         max_prompt_tokens: the verifier's context; a longer input gets flag
             ``verifier_input_too_long`` and null verifier scores instead of failing the batch
             (selection then ranks it after every fully scored draft).
         mode: self-reflection variant, ``paper`` | ``contrast`` (module docstring).
+        desc: progress-bar label.
 
     Returns:
         row key -> error message for rows where building a verifier input raised; those rows'
         drafts are not scored (the caller turns the message into the row's ``error``).
+
+    Raises:
+        ValueError: unknown ``mode`` (checked before any work, even with no items).
     """
+    _check_mode(mode)
     tokenizer = engine.tokenizer
     yes_ids, no_ids = word_token_ids(tokenizer, "yes"), word_token_ids(tokenizer, "no")
     prompts, kept, errors = [], [], {}

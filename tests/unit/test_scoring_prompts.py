@@ -299,3 +299,11 @@ def test_self_reflection_score_from_stored_logprobs():
 
 def test_draft_request_keeps_choices():
     assert DraftRequest(0, "choice", ["d"], [1], ["a"]).choices == ["a"]
+
+
+def test_verify_refuses_an_unknown_self_reflection_mode_before_any_work():
+    from tests.fakes import FakeEngine
+    from specrag_batch.verification import verify
+
+    with pytest.raises(ValueError, match="self_reflection"):
+        verify(FakeEngine(), [], "Is the rationale correct?", 2048, mode="yes_only")

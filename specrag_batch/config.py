@@ -117,6 +117,16 @@ class SelectionConfig(_Strict):
         "the decision benchmark's tuning cells favour contrast (benchmarks/decision.py, "
         "post hoc from the stored log P(Yes), log P(No); benchmarks/README.md, "
         "\"Self-reflection variants\")")
+    rule: Literal["argmax", "answer_vote", "length_normalised"] = Field(
+        "argmax", description="how the fully scored valid drafts are ranked "
+        "(:func:`specrag_batch.selection.select`): argmax = the highest log ρ (the paper's "
+        "rule, §3.3); answer_vote = drafts grouped by normalised answer, the group with the "
+        "largest Σ ρ wins and its best-scored draft is returned; length_normalised = the "
+        "highest log ρ per token (``mean_logprob``). answer_vote and length_normalised are "
+        "this product's extensions; the selected draft's log ρ stays the row's score. The "
+        "default stays the paper's until the decision benchmark's tuning cells favour "
+        "another rule (benchmarks/decision.py, post hoc from the stored drafts; "
+        "benchmarks/README.md, \"Selection rules\")")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
     tau_min: float | dict[Literal["qa", "claim", "choice"], float] | None = Field(
         None, description="threshold on the selected draft's confidence (``confidence``); "
@@ -225,7 +235,7 @@ class RunConfig(_Strict):
 ADDED_FIELDS = (("selection", "confidence", "score"), ("sampling", "adaptive", False),
                 ("sampling", "first_round", 2), ("selection", "fallback", "none"),
                 ("retrieval", "fallback_top_n", 20), ("drafter", "prompt_layout", "documents_first"),
-                ("drafter", "rationale_style", "one_or_two_sentences"))
+                ("drafter", "rationale_style", "one_or_two_sentences"), ("selection", "rule", "argmax"))
 """(section, field, default) of fields added after 0.1: left out of :meth:`RunConfig.config_hash`
 at their default, so a run started before they existed resumes under the same hash."""
 

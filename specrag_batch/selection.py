@@ -3,6 +3,8 @@
 The paper ranks drafts by ρ_j = ρ_Draft,j · ρ_SC,j · ρ_SR,j and returns the argmax. Products
 of token probabilities underflow, so everything here is in natural-log space:
 log ρ_j = log ρ_draft + log ρ_SC + log ρ_SR, each term switchable for ablations (Table 3).
+Besides the paper's argmax, :data:`RULES` holds this product's two extensions (answer vote,
+length-normalised ranking; ``selection.rule``).
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ import math
 from collections import Counter
 import numpy as np
 
-from .parsing import normalize_answer
+from .parsing import normalize_answer, normalize_answer_keep_articles
 from .records import Draft, Flag, Selection, add_flag
 
-__all__ = ["Draft", "Selection", "combine", "consensus", "consensus_threshold", "mean_logprob",
-           "select"]  # Draft and Selection live in records; imported from here by older code
+__all__ = ["Draft", "Selection", "answer_key", "combine", "consensus", "consensus_threshold",
+           "mean_logprob", "select"]  # Draft and Selection live in records; imported from here by older code
 
 MISSING = {"draft": Flag.MISSING_SCORE_DRAFT, "self_consistency": Flag.MISSING_SCORE_SELF_CONSISTENCY,
            "self_reflection": Flag.MISSING_SCORE_SELF_REFLECTION}
@@ -25,6 +27,10 @@ too long); such a draft ranks after every fully scored draft."""
 
 CONFIDENCE = ("score", "mean_logprob")
 """Measures :func:`select` compares with ``tau_min`` (``selection.confidence``)."""
+
+RULES = ("argmax", "answer_vote", "length_normalised")
+"""Selection rules of :func:`select` (``selection.rule``): ``argmax`` is the paper's (§3.3);
+``answer_vote`` and ``length_normalised`` are this product's extensions, not the paper's."""
 
 
 def _terms(draft: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> list[tuple[str, float | None]]:
@@ -63,6 +69,35 @@ def mean_logprob(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float
     return float(total)
 
 
+def answer_key(answer: str) -> str:
+    """The key :func:`select`'s ``answer_vote`` groups drafts by: the SQuAD-normalised answer
+    (:func:`~specrag_batch.parsing.normalize_answer`, the paper's ``match`` normalisation),
+    or, when that is empty (``"A"``, ``"The"``), the same text with its articles kept, so
+    such answers do not all fall into one group."""
+    return normalize_answer(answer) or normalize_answer_keep_articles(answer)
+
+
+def _rule_keys(drafts: list[Draft], pool: list[int], rule: str, use_draft: bool, use_sc: bool,
+               use_sr: bool) -> dict[int, tuple[float, ...]]:
+    """Ranking key (higher is better) under ``rule`` of each draft of ``pool`` that has every
+    enabled term (``score`` not None); drafts left out rank after these in :func:`select`.
+
+    argmax: (log ρ,). length_normalised: (has a per-token measure, :func:`mean_logprob` if so,
+    else log ρ). answer_vote: (log Σ ρ over the fully scored drafts of ``pool`` in the draft's
+    :func:`answer_key` group (natural log, ``numpy.logaddexp.reduce``), log ρ)."""
+    scored = [i for i in pool if drafts[i].score is not None]
+    if rule == "length_normalised":
+        per_token = {i: mean_logprob(drafts[i], use_draft, use_sc, use_sr) for i in scored}
+        return {i: (float(m is not None), drafts[i].score if m is None else m) for i, m in per_token.items()}
+    if rule == "answer_vote":
+        groups: dict[str, list[int]] = {}
+        for i in scored:
+            groups.setdefault(answer_key(drafts[i].answer), []).append(i)
+        mass = {k: float(np.logaddexp.reduce([drafts[i].score for i in g])) for k, g in groups.items()}
+        return {i: (mass[k], drafts[i].score) for k, g in groups.items() for i in g}
+    return {i: (drafts[i].score,) for i in scored}
+
+
 def consensus_threshold(c: int | None, n_valid: int) -> int | None:
     """The consensus rule: c' = max(2, min(c, number of valid drafts)); None when off (c None
     or 0) or when fewer than 2 drafts are valid (one draft is not a consensus)."""
@@ -87,8 +122,9 @@ def consensus(drafts: list[Draft], c: int | None) -> list[int] | None:
 
 def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, use_sr: bool = True,
            tau_min: float | None = None, fast_path: list[int] | None = None,
-           random_seed: int | None = None, confidence: str = "score") -> Selection:
-    """Pick the draft with the highest log ρ among valid drafts (ties: first).
+           random_seed: int | None = None, confidence: str = "score", rule: str = "argmax") -> Selection:
+    """Pick a draft among the valid drafts by ``rule`` (default: the highest log ρ, paper §3.3;
+    ties: first).
 
     Args:
         drafts: the row's drafts; their ``score`` is filled in here.
@@ -98,6 +134,25 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
         tau_min: low-confidence threshold on the selected draft's ``confidence``: its log ρ
             (``"score"``) or :func:`mean_logprob` (``"mean_logprob"``).
         confidence: ``"score"`` or ``"mean_logprob"`` (:data:`CONFIDENCE`).
+        rule: how the fully scored valid drafts are ranked (:data:`RULES`), log ρ in natural log:
+
+            * ``"argmax"`` (paper §3.3): the highest log ρ_j.
+            * ``"answer_vote"`` (this product's extension): drafts are grouped by
+              :func:`answer_key`; a group's weight is log Σ_{j in group} ρ_j (logsumexp of
+              their log ρ: the probability mass the verifier's score puts on that answer);
+              the heaviest group wins (ties: the group holding the higher log ρ, then the
+              first draft), and its draft with the highest log ρ is returned, so a rationale
+              comes with the answer.
+            * ``"length_normalised"`` (this product's extension): the highest
+              :func:`mean_logprob` (each term per token, nats per token), which does not fall
+              with the length of α and β; a fully scored draft without token counts ranks
+              after those with one, by log ρ.
+
+            Under every rule the returned ``score`` stays the selected draft's log ρ (so
+            ``tau_min`` and its calibration keep their meaning), drafts missing an enabled
+            term rank after the fully scored ones as under argmax, the fast path and random
+            selection ignore the rule, and when no draft is valid the best invalid draft by
+            log ρ is returned.
 
     Returns:
         :class:`Selection`; index None only when there are no drafts. When no draft is valid
@@ -107,10 +162,13 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
         term) the row gets ``selected_draft_missing_score`` and low confidence.
 
     Raises:
-        ValueError: ``confidence`` is not one of :data:`CONFIDENCE`.
+        ValueError: ``confidence`` is not one of :data:`CONFIDENCE`, or ``rule`` not one of
+            :data:`RULES`.
     """
     if confidence not in CONFIDENCE:
         raise ValueError(f"confidence must be one of {CONFIDENCE}, got {confidence!r}")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if not drafts:
         return Selection(None, None, True, False, [Flag.NO_DRAFTS])
     flags: list[str] = []
@@ -134,12 +192,13 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
     if not pool:
         pool = list(range(len(drafts)))
         flags.append(Flag.NO_VALID_DRAFT)
+        rule = "argmax"
     if random_seed is not None:
         best = int(np.random.default_rng(random_seed).choice(pool))
     else:
-        # fully scored drafts first (by log ρ), then drafts missing a term (by the terms they have)
-        best = max(pool, key=lambda i: (drafts[i].score is not None,
-                                        drafts[i].score if drafts[i].score is not None else partial[i], -i))
+        # fully scored drafts first (by the rule), then drafts missing a term (by the terms they have)
+        keys = _rule_keys(drafts, pool, rule, use_draft, use_sc, use_sr)
+        best = max(pool, key=lambda i: (i in keys, keys.get(i, (partial[i],)), -i))
     score = drafts[best].score
     if score is None and drafts[best].valid:
         flags.append(Flag.SELECTED_DRAFT_MISSING_SCORE)

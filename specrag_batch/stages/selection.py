@@ -1,4 +1,5 @@
-"""Stage 5, selection (paper §3.3): ρ = ρ_draft·ρ_SC·ρ_SR in log space and the argmax."""
+"""Stage 5, selection (paper §3.3): ρ = ρ_draft·ρ_SC·ρ_SR in log space and the argmax (or a
+``selection.rule`` extension of this product)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from .base import Stage
 class Selection(Stage):
     """Each row's drafts get their log ρ ``score`` (natural log; ρ = ρ_draft·ρ_SC·ρ_SR, paper
     §3.3, over the enabled terms of ``selection.use_*``) and the row its
-    :class:`~specrag_batch.records.Selection` (argmax), flagged low-confidence below the row
-    task's ``selection.tau_min`` (:meth:`SelectionConfig.tau_for`;
+    :class:`~specrag_batch.records.Selection` (the paper's argmax, or this product's
+    ``selection.rule`` extensions: answer vote, length-normalised), flagged low-confidence
+    below the row task's ``selection.tau_min`` (:meth:`SelectionConfig.tau_for`;
     :func:`specrag_batch.selection.select`).
 
     Args:
         config: the run's configuration.
         standard: Standard RAG's one draft per row: log ρ is its draft score alone, no
-            consensus, no random selection.
+            consensus, no random selection, no ``selection.rule``.
     """
 
     name = timer_name = "selection"
@@ -46,4 +48,4 @@ class Selection(Stage):
                                    use_sc=selection.use_self_consistency,
                                    use_sr=selection.use_self_reflection, tau_min=tau_min,
                                    fast_path=row.consensus, random_seed=seed,
-                                   confidence=selection.confidence)
+                                   confidence=selection.confidence, rule=selection.rule)

@@ -98,3 +98,72 @@ def test_consensus_rule_min_c_valid_never_below_two():
     assert consensus(three[:1], 5) is None  # one draft is not a consensus
     assert consensus(three + [d("Rome", -1, None, None, valid=False)] * 2, 5) == [0, 1, 2]
     assert consensus(three + [d("Rome", -1, None, None)], 5) is None  # 3 of 4 valid agree, c' = 4
+
+
+def test_answer_vote_picks_the_majority_answer_where_argmax_picks_a_lone_outlier():
+    """ρ per draft (probabilities; every term but ρ_draft is 1): three drafts say Paris
+    (.25, .20, .15: mass .60), a lone Lyon .30, Nice .10. argmax takes Lyon (.30 > .25);
+    answer_vote sums ρ per normalised answer (Paris .60 > Lyon .30 > Nice .10) and returns
+    the best-scored Paris draft, whose log ρ stays the row's score."""
+    def p(ans, prob, **kw):
+        return d(ans, math.log(prob), 0.0, 0.0, **kw)
+    drafts = [p("Lyon", 0.30), p("paris.", 0.20), p("Paris", 0.25), p("The Paris", 0.15), p("Nice", 0.10),
+              p("Nice", 0.99, valid=False),          # invalid: never votes
+              d("Nice", math.log(0.9), None, 0.0)]   # missing ρ_SC: never votes, ranks last
+    assert select(drafts).index == 0
+    s = select(drafts, rule="answer_vote")
+    assert s.index == 2 and s.score == pytest.approx(math.log(0.25)) and not s.low_confidence
+    assert select(drafts, rule="answer_vote", tau_min=math.log(0.24)).low_confidence is False
+    assert select(drafts, rule="answer_vote", tau_min=math.log(0.26)).low_confidence is True
+    # with the Paris drafts' mass below Lyon's the vote follows the verifier again
+    drafts[1:4] = [p("paris.", 0.10), p("Paris", 0.12), p("The Paris", 0.07)]
+    assert select(drafts, rule="answer_vote").index == 0
+
+
+def test_length_normalised_ranks_by_log_prob_per_token():
+    """A short draft: log ρ_draft -2 over 4 drafter tokens, log ρ_SC -1 over 1 + 1 verifier
+    tokens, log ρ_SR -0.1: log ρ = -3.1, per token -0.5 - 0.5 - 0.1 = -1.1. A long draft:
+    -4 over 40, -3 over 2 + 28, -0.1: log ρ = -7.1, per token -0.1 - 0.1 - 0.1 = -0.3.
+    argmax takes the short one, length_normalised the long one (its score stays log ρ)."""
+    short = d("Lyon", -2.0, -1.0, -0.1)
+    short.tokens_draft, short.tokens_answer, short.tokens_rationale = 4, 1, 1
+    long = d("Paris", -4.0, -3.0, -0.1)
+    long.tokens_draft, long.tokens_answer, long.tokens_rationale = 40, 2, 28
+    assert select([short, long]).index == 0
+    s = select([short, long], rule="length_normalised")
+    assert s.index == 1 and s.score == pytest.approx(-7.1)
+    assert select([short, long], rule="length_normalised", tau_min=-1.0, confidence="mean_logprob").low_confidence is False
+    # a fully scored draft without token counts ranks after those with a per-token measure,
+    # before a draft missing a term
+    uncounted = d("Nice", -0.1, -0.1, -0.1)
+    assert select([uncounted, short, d("Rome", -0.01, None, -0.01)], rule="length_normalised").index == 1
+    assert select([uncounted, d("Rome", -0.01, None, -0.01)], rule="length_normalised").index == 0
+
+
+def test_selection_rules_keep_fast_path_random_and_missing_term_rules():
+    drafts = [d("Paris", -2.0, None, None), d("paris", -1.0, None, None), d("Lyon", -0.5, None, None)]
+    for rule in ("argmax", "answer_vote", "length_normalised"):
+        assert select(drafts, fast_path=[0, 1], rule=rule).index == 1
+        assert select(drafts, random_seed=3, rule=rule).index == select(drafts, random_seed=3).index
+        s = select([d("a", -3.0, None, -1.0), d("b", -1.0, None, -1.0)], rule=rule)
+        assert (s.index, s.flags) == (1, ["selected_draft_missing_score"])
+        # no valid draft: the best invalid one by log ρ, flagged (a vote would give "a": mass
+        # log(2 e^-1.5) = -0.81 > -1)
+        s = select([d("a", -1.5, 0.0, 0.0, valid=False), d("a", -1.5, 0.0, 0.0, valid=False),
+                    d("b", -1.0, 0.0, 0.0, valid=False)], rule=rule)
+        assert (s.index, s.flags) == (2, ["no_valid_draft"])
+    with pytest.raises(ValueError, match="rule"):
+        select(drafts, rule="vote")
+
+
+def test_selection_rule_is_in_the_config_hash_only_away_from_the_paper_default():
+    from specrag_batch.config import RunConfig
+
+    base = RunConfig()
+    assert base.selection.rule == "argmax"
+    assert base.config_hash() == "420716c9f187c07c"  # recorded at fa4b01a, before the option
+    hashes = {RunConfig.model_validate({"selection": {"rule": r}}).config_hash()
+              for r in ("answer_vote", "length_normalised")}
+    assert len(hashes) == 2 and base.config_hash() not in hashes
+    with pytest.raises(Exception, match="rule"):
+        RunConfig.model_validate({"selection": {"rule": "vote"}})

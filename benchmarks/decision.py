@@ -35,10 +35,11 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   the product's ``calibration.calibrate`` at :data:`TAU_TARGET_COVERAGE`; planned once that
   cell has finished, so τ_min never depends on reported rows. ``decision_stats`` reports the
   flagged rows before/after the fallback and the added cost vs ``speculative``. The tuning
-  cells also choose ``selection.self_reflection``'s default: ``decision_stats`` re-selects
-  their stored drafts with ``paper`` and ``contrast`` self-reflection (no engine run) and
-  states which the tuning split favours, pooled over datasets; the reported speculative
-  cells' figures are shown beside, not used for choosing.
+  cells also choose the defaults of ``selection.self_reflection`` and ``selection.rule``:
+  ``decision_stats`` re-selects their stored drafts with ``paper`` and ``contrast``
+  self-reflection, and with the ``argmax``, ``answer_vote`` and ``length_normalised`` rules
+  (no engine run), and states which the tuning split favours, pooled over datasets; the
+  reported speculative cells' figures are shown beside, not used for choosing.
 
 Cells run in this order: standard and speculative for every dataset, then the tuned drafter,
 then the ablations, then per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
@@ -406,7 +407,7 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
     """Summarise every cell that has finished shards into ``out/results.json`` and
     ``out/tables.md``; returns the results. :data:`TUNING_ARM` cells are not reported as arms
     (their rows are the tuning split): they go to ``decision_stats.summarise(tuning=...)``,
-    which chooses ``selection.self_reflection`` on them alone; ``tuning_data`` (dataset ->
+    which chooses ``selection.self_reflection`` and ``selection.rule`` on them alone; ``tuning_data`` (dataset ->
     :func:`tuning_rows`) gives their options. ``calibration`` (dataset ->
     :func:`calibrate_tuning`) is reported as the τ_min each ``fallback_standard`` cell ran with."""
     loaded: dict = {}

@@ -24,11 +24,16 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   drafts cut at the token budget, beside accuracy and seconds per row;
 * the fallback pass (:data:`FALLBACK_ARMS`, :func:`fallback_figures`): the flagged rows'
   accuracy before/after with a paired bootstrap and McNemar, and the added cost vs speculative;
-* the self-reflection variants (``selection.self_reflection``: ``paper`` vs ``contrast``,
-  :func:`self_reflection_split`): the stored drafts re-selected with log ρ_SR recomputed from
-  their log P(Yes), log P(No) (no engine run), selection accuracy paired with McNemar, and the
-  AUROC of log ρ_SR for right vs wrong drafts; chosen on the tuning cells only
-  (:func:`verdict_self_reflection_line`), the reported speculative cells shown beside.
+* post-hoc selection variants (:data:`POST_HOC`, :func:`variant_split`), each a re-selection
+  of the stored drafts by the product's :func:`specrag_batch.selection.select` (no engine
+  run) compared with its baseline: selection accuracy paired with a bootstrap interval and
+  McNemar, the rows where the picks differ, and the share of oracle rows answered right;
+  chosen on the tuning cells only (:func:`verdict_variant_line`), the reported speculative
+  cells shown beside. Two comparisons: the self-reflection variants
+  (``selection.self_reflection``: ``paper`` vs ``contrast``, log ρ_SR recomputed from the
+  stored log P(Yes), log P(No); also the AUROC of log ρ_SR for right vs wrong drafts) and the
+  selection rules (``selection.rule``: the paper's ``argmax`` vs this product's
+  ``answer_vote`` and ``length_normalised``).
 
 Bootstrap: ``reps`` resamples (default 2000) with a fixed seed; pooled figures resample rows
 within each dataset (stratified), so every resample keeps each dataset's n.
@@ -46,7 +51,7 @@ from specrag_batch.engines import EngineUsage, prefix_cache_hit_rate
 from specrag_batch.evaluation import score_row
 from specrag_batch.records import Draft, Flag, is_valid_draft
 from specrag_batch.sampling import row_seed
-from specrag_batch.selection import select
+from specrag_batch.selection import RULES, select
 from specrag_batch.verification import SELF_REFLECTION_MODES, self_reflection_score
 
 PARSE_FLAGS = frozenset({Flag.NO_ANSWER_FIELD, Flag.EMPTY_DRAFT, Flag.EMPTY_ANSWER,
@@ -213,12 +218,14 @@ def tokens_per_draft(rows: Sequence[dict]) -> float | None:
 
 
 def reselect_index(row: dict, *, seed: int, use_draft: bool = True, use_sc: bool = True,
-                   use_sr: bool = True, random: bool = False, self_reflection: str | None = None) -> int | None:
+                   use_sr: bool = True, random: bool = False, self_reflection: str | None = None,
+                   rule: str = "argmax") -> int | None:
     """Index into ``row["drafts"]`` of the draft the product's selection picks when the row's
     scored drafts are selected again with other switches (paper Table 3: w/o ρ_draft, w/o
     ρ_SC, w/o ρ_SR, random; :func:`~specrag_batch.selection.select` with the seed rule of its
-    selection stage, ``row_seed(seed + 1, query_id)``) or with the other self-reflection
-    variant.
+    selection stage, ``row_seed(seed + 1, query_id)``), with the other self-reflection
+    variant, or with another selection ``rule`` (``selection.rule``,
+    :data:`~specrag_batch.selection.RULES`; argmax is the paper's).
 
     ``self_reflection``: ``paper`` | ``contrast`` recomputes each draft's log ρ_SR from its
     stored ``logprob_yes`` / ``logprob_no`` by the product's
@@ -232,14 +239,15 @@ def reselect_index(row: dict, *, seed: int, use_draft: bool = True, use_sc: bool
     selection rule returns it; the verifier never scored them).
 
     Raises:
-        ValueError: unknown ``self_reflection`` (raised on the first row selected again)."""
+        ValueError: unknown ``self_reflection`` or ``rule`` (raised on the first row selected
+            again)."""
     if row.get("error") is not None or row.get("fast_path") or not row.get("drafts"):
         return None
     drafts = [Draft.from_record(d) for d in row["drafts"]]
     if self_reflection is not None:
         for d in drafts:
             d.score_self_reflection = self_reflection_score(d.logprob_yes, d.logprob_no, self_reflection)
-    return select(drafts, use_draft=use_draft, use_sc=use_sc, use_sr=use_sr,
+    return select(drafts, use_draft=use_draft, use_sc=use_sc, use_sr=use_sr, rule=rule,
                   random_seed=row_seed(seed + 1, row["query_id"]) if random else None).index
 
 
@@ -257,41 +265,67 @@ def reselect_correct(rows: Sequence[dict], choices: dict, labels: Sequence[str],
     return out
 
 
-# --- self-reflection variants (selection.self_reflection, issue 10) ----------------------
+# --- post-hoc selection variants (selection.self_reflection, selection.rule) --------------
 
-def self_reflection_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *,
-                         seed: int) -> list[dict]:
-    """Per graded row of a speculative cell, what each self-reflection variant
-    (:data:`~specrag_batch.verification.SELF_REFLECTION_MODES`) does with the row's stored
-    drafts, with no engine run.
+SELF_REFLECTION_VARIANTS = {m: {"self_reflection": m} for m in SELF_REFLECTION_MODES}
+"""``selection.self_reflection`` variants as :func:`reselect_index` switches; the first,
+``paper`` (the paper's term), is the baseline the others are compared with."""
 
-    Returns one dict per graded row (ungraded rows are left out): ``{"query_id", mode:
-    correctness of the draft :func:`reselect_index` picks with ``self_reflection=mode`` (the
-    row's own outcome for rows it leaves alone), "reselected": whether the row was selected
-    again (not fast path, no error, has drafts), "different": whether the variants pick
-    different drafts, "drafts": [(log ρ_SR per mode in :data:`SELF_REFLECTION_MODES` order,
-    right)]}`` for each *verified* valid draft (valid by its flags and holding both
-    ``logprob_yes`` and ``logprob_no``; log ρ_SR in nats by
-    :func:`~specrag_batch.verification.self_reflection_score`; right by
-    :func:`draft_correct`)."""
+RULE_VARIANTS = {r: {"rule": r} for r in RULES}
+"""``selection.rule`` variants as :func:`reselect_index` switches; the first, ``argmax`` (the
+paper's rule, §3.3), is the baseline; ``answer_vote`` and ``length_normalised`` are this
+product's extensions."""
+
+
+def variant_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int,
+                 variants: dict[str, dict]) -> list[dict]:
+    """Per graded row of a speculative cell, what each post-hoc selection variant does with
+    the row's stored drafts, with no engine run: ``variants`` maps a name to
+    :func:`reselect_index` keyword arguments (:data:`SELF_REFLECTION_VARIANTS`,
+    :data:`RULE_VARIANTS`; the first is the baseline).
+
+    Returns one dict per graded row (ungraded rows are left out): ``{"query_id", name:
+    correctness of the draft the variant picks (the row's own outcome for rows
+    :func:`reselect_index` leaves alone: error, no drafts, consensus fast path), "picked":
+    {name: draft index or None}, "reselected": whether the row was selected again,
+    "different": whether any two variants pick different drafts, "oracle": whether any of
+    the row's drafts is right (:func:`draft_correct`)}``.
+
+    Raises:
+        ValueError: a variant's switches are unknown to :func:`reselect_index`."""
     out = []
     for r in rows:
         ch = choices.get(r["query_id"])
         base = row_correct(r, ch, labels)
         if base is None:
             continue
-        picked = {m: reselect_index(r, seed=seed, self_reflection=m) for m in SELF_REFLECTION_MODES}
+        picked = {name: reselect_index(r, seed=seed, **switches) for name, switches in variants.items()}
         right = draft_correct(r, ch, labels)
-        unit = {"query_id": r["query_id"], "reselected": picked["paper"] is not None,
-                "different": len(set(picked.values())) > 1,
-                **{m: base if i is None else right[i] for m, i in picked.items()},
-                "drafts": [(tuple(self_reflection_score(d["logprob_yes"], d["logprob_no"], m)
-                                  for m in SELF_REFLECTION_MODES), ok)
-                           for d, ok in zip(r.get("drafts") or [], right)
-                           if is_valid_draft(d.get("flags") or [])
-                           and d.get("logprob_yes") is not None and d.get("logprob_no") is not None]}
-        out.append(unit)
+        out.append({"query_id": r["query_id"], **{m: base if i is None else right[i] for m, i in picked.items()},
+                    "picked": picked, "reselected": next(iter(picked.values())) is not None,
+                    "different": len(set(picked.values())) > 1, "oracle": any(right)})
     return out
+
+
+def self_reflection_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *,
+                         seed: int) -> list[dict]:
+    """:func:`variant_rows` of the self-reflection variants (:data:`SELF_REFLECTION_VARIANTS`),
+    each unit with ``"drafts"``: [(log ρ_SR per mode in :data:`SELF_REFLECTION_MODES` order,
+    right)] for each *verified* valid draft (valid by its flags and holding both
+    ``logprob_yes`` and ``logprob_no``; log ρ_SR in nats by
+    :func:`~specrag_batch.verification.self_reflection_score`; right by
+    :func:`draft_correct`), for :func:`self_reflection_auroc`."""
+    units = variant_rows(rows, choices, labels, seed=seed, variants=SELF_REFLECTION_VARIANTS)
+    by_id = {r["query_id"]: r for r in rows}
+    for u in units:
+        r = by_id[u["query_id"]]
+        right = draft_correct(r, choices.get(u["query_id"]), labels)
+        u["drafts"] = [(tuple(self_reflection_score(d["logprob_yes"], d["logprob_no"], m)
+                              for m in SELF_REFLECTION_MODES), ok)
+                       for d, ok in zip(r.get("drafts") or [], right)
+                       if is_valid_draft(d.get("flags") or [])
+                       and d.get("logprob_yes") is not None and d.get("logprob_no") is not None]
+    return units
 
 
 def auroc_resamples(scores: np.ndarray, right: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -352,47 +386,96 @@ def self_reflection_auroc(units: Sequence[dict], *, reps: int = REPS, seed: int 
     return out
 
 
-def self_reflection_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | None = None) -> dict:
-    """Selection accuracy with ``paper`` vs ``contrast`` self-reflection over the same rows
-    (:func:`self_reflection_rows` units, ``strata`` one label per unit for pooled figures):
-    the paired difference contrast - paper with its bootstrap 95% interval
-    (:func:`paired_bootstrap`) and McNemar's exact test (:func:`mcnemar_exact`: b = rows
-    right only with contrast, c = only with paper), and :func:`self_reflection_auroc`.
+def variant_figures(units: Sequence[dict], variants: Sequence[str], *, reps: int = REPS,
+                    strata: Sequence | None = None) -> dict:
+    """Selection accuracy of each post-hoc variant over the same rows (:func:`variant_rows`
+    units; ``strata`` one label per unit for pooled figures), the share of oracle rows (some
+    draft right) each answers right, and each variant against the baseline ``variants[0]``:
+    the paired difference variant - baseline with its bootstrap 95% interval
+    (:func:`paired_bootstrap`) and McNemar's exact test (:func:`mcnemar_exact`: b = rows right
+    only with the variant, c = only with the baseline).
 
-    Returns ``{"n", "n_reselected", "n_different", "accuracy_paper", "accuracy_contrast",
-    "diff", "ci95", "mcnemar", "auroc"}`` (fractions)."""
-    a, b = [u["contrast"] for u in units], [u["paper"] for u in units]
-    return {**paired_bootstrap(a, b, reps=reps, strata=strata),
-            "n_reselected": sum(u["reselected"] for u in units), "n_different": sum(u["different"] for u in units),
-            "accuracy_paper": (sum(b) / len(b)) if b else None, "accuracy_contrast": (sum(a) / len(a)) if a else None,
-            "mcnemar": mcnemar_exact(a, b), "auroc": self_reflection_auroc(units, reps=reps, strata=strata)}
+    Returns ``{"n", "n_reselected", "n_different" (rows where any two variants differ),
+    "n_oracle", "baseline", "accuracy": {variant: fraction}, "recovered": {variant: fraction
+    of oracle rows}, "vs_baseline": {variant: {"n", "diff", "ci95", "mcnemar", "n_different"
+    (rows where it picks another draft than the baseline)}}}``; fractions None without rows."""
+    base = variants[0]
 
-
-def self_reflection_split(cells: dict, choices: dict, labels: Sequence[str], *, seed: int,
-                          reps: int = REPS) -> dict:
-    """:func:`self_reflection_figures` per dataset and pooled over datasets (rows resampled
-    within each dataset) for one split's speculative cells. ``cells``: dataset -> ``{"rows":
-    output rows}``; ``choices``: dataset -> query_id -> option texts.
-
-    Returns ``{"datasets": {dataset: figures}, "pooled": figures + {"datasets": [...]}}``."""
-    out: dict = {"datasets": {}}
-    units, strata = [], []
-    for ds, cell in cells.items():
-        got = self_reflection_rows(cell["rows"], choices.get(ds, {}), labels, seed=seed)
-        out["datasets"][ds] = self_reflection_figures(got, reps=reps)
-        units += got
-        strata += [ds] * len(got)
-    out["pooled"] = {**self_reflection_figures(units, reps=reps, strata=strata or None), "datasets": list(cells)}
+    def share(xs):
+        return (sum(xs) / len(xs)) if xs else None
+    hits = [u for u in units if u["oracle"]]
+    out = {"n": len(units), "n_reselected": sum(u["reselected"] for u in units),
+           "n_different": sum(u["different"] for u in units), "n_oracle": len(hits), "baseline": base,
+           "accuracy": {v: share([u[v] for u in units]) for v in variants},
+           "recovered": {v: share([u[v] for u in hits]) for v in variants}, "vs_baseline": {}}
+    b = [u[base] for u in units]
+    for v in variants[1:]:
+        a = [u[v] for u in units]
+        out["vs_baseline"][v] = {**paired_bootstrap(a, b, reps=reps, strata=strata), "mcnemar": mcnemar_exact(a, b),
+                                 "n_different": sum(u["picked"][v] != u["picked"][base] for u in units)}
     return out
 
 
-def verdict_self_reflection(cmp: dict) -> str:
-    """Which variant a :func:`self_reflection_figures` result favours: ``contrast`` when the
-    95% interval of the paired difference contrast - paper lies above 0, ``paper`` when
-    below, ``undecided`` when it covers 0, ``not measured`` without rows
-    (:func:`verdict_accuracy`'s rule)."""
-    return {"yes": "contrast", "no: less accurate": "paper", "no difference shown": "undecided"}.get(
-        verdict_accuracy(cmp), "not measured")
+def self_reflection_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | None = None) -> dict:
+    """:func:`variant_figures` of ``paper`` (baseline) vs ``contrast`` self-reflection over
+    :func:`self_reflection_rows` units, plus ``"auroc"``: :func:`self_reflection_auroc`."""
+    return {**variant_figures(units, SELF_REFLECTION_MODES, reps=reps, strata=strata),
+            "auroc": self_reflection_auroc(units, reps=reps, strata=strata)}
+
+
+def rule_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int) -> list[dict]:
+    """:func:`variant_rows` of the selection rules (:data:`RULE_VARIANTS`)."""
+    return variant_rows(rows, choices, labels, seed=seed, variants=RULE_VARIANTS)
+
+
+def rule_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | None = None) -> dict:
+    """:func:`variant_figures` of the selection rules (:data:`RULE_VARIANTS`, baseline
+    ``argmax``) over :func:`rule_rows` units."""
+    return variant_figures(units, tuple(RULE_VARIANTS), reps=reps, strata=strata)
+
+
+POST_HOC = {"self_reflection": (self_reflection_rows, self_reflection_figures),
+            "selection_rule": (rule_rows, rule_figures)}
+"""The post-hoc selection comparisons of :func:`summarise` (result key -> (units function,
+figures function)): chosen on the tuning cells only, the reported cells shown beside."""
+
+
+def variant_split(cells: dict, choices: dict, labels: Sequence[str], *, seed: int, comparison: str,
+                  reps: int = REPS) -> dict:
+    """One :data:`POST_HOC` comparison per dataset and pooled over datasets (rows resampled
+    within each dataset) for one split's speculative cells. ``cells``: dataset -> ``{"rows":
+    output rows}``; ``choices``: dataset -> query_id -> option texts.
+
+    Returns ``{"datasets": {dataset: figures}, "pooled": figures + {"datasets": [...]}}``.
+
+    Raises:
+        KeyError: ``comparison`` is not in :data:`POST_HOC`."""
+    units_of, figures_of = POST_HOC[comparison]
+    out: dict = {"datasets": {}}
+    units, strata = [], []
+    for ds, cell in cells.items():
+        got = units_of(cell["rows"], choices.get(ds, {}), labels, seed=seed)
+        out["datasets"][ds] = figures_of(got, reps=reps)
+        units += got
+        strata += [ds] * len(got)
+    out["pooled"] = {**figures_of(units, reps=reps, strata=strata or None), "datasets": list(cells)}
+    return out
+
+
+def verdict_variant(figures: dict) -> str:
+    """Which variant a :func:`variant_figures` result favours (:func:`verdict_accuracy`'s rule
+    on each variant - baseline): the variant whose 95% interval lies above 0 (the largest
+    difference when several do), the baseline when every other variant's interval lies below
+    0, ``undecided`` otherwise, ``not measured`` without rows."""
+    said = {v: verdict_accuracy(c) for v, c in figures["vs_baseline"].items()}
+    if not figures["n"] or "not measured" in said.values():
+        return "not measured"
+    better = [v for v, x in said.items() if x == "yes"]
+    if better:
+        return max(better, key=lambda v: figures["vs_baseline"][v]["diff"])
+    if all(x == "no: less accurate" for x in said.values()):
+        return figures["baseline"]
+    return "undecided"
 
 
 # --- cells -------------------------------------------------------------------------------
@@ -623,7 +706,7 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         seed: the run config's seed (random-selection ablation, as the product's).
         tuning: dataset -> the speculative cell on its tuning split (``{"rows", ...}``;
             its choices in ``choices``): used only for the choice of
-            ``selection.self_reflection``, never reported as an arm.
+            ``selection.self_reflection`` and ``selection.rule``, never reported as an arm.
 
     Returns ``{"datasets": {dataset: {"arms": {arm: cell_figures}, "comparisons":
     {"a - b": compare_cells}, "fallback": {arm: fallback_figures}}}, "pooled": {"arms":
@@ -631,10 +714,10 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
     ratio}, "fallback": {arm: flagged rows before/after, stratified}}}``. Re-selected Table 3
     arms (:data:`SELECTION_ABLATIONS`) appear beside the cells run, derived from
     ``speculative``; ``fallback`` only for the :data:`FALLBACK_ARMS` run (their whole-cell
-    comparison with ``speculative`` is in ``comparisons``). ``self_reflection``:
-    ``{"tuning": ..., "reported": ...}``, :func:`self_reflection_split` of the tuning cells
-    (what the default is chosen on) and of the reported ``speculative`` cells (shown, not
-    used for choosing)."""
+    comparison with ``speculative`` is in ``comparisons``). Each :data:`POST_HOC` key
+    (``self_reflection``, ``selection_rule``): ``{"tuning": ..., "reported": ...}``,
+    :func:`variant_split` of the tuning cells (what the default is chosen on) and of the
+    reported ``speculative`` cells (shown, not used for choosing)."""
     res: dict = {"datasets": {}, "pooled": {"arms": {}, "comparisons": {}}}
     pooled_rows: dict[str, list] = {}
     pooled_correct: dict[str, list] = {}
@@ -713,10 +796,10 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         if pp["sa"]:
             cmp["seconds"] = ratio_bootstrap(pp["sa"], pp["sb"], reps=reps, strata=pp["strata"])
         res["pooled"]["comparisons"][key] = cmp
-    res["self_reflection"] = {
-        "tuning": self_reflection_split(tuning or {}, choices, labels, seed=seed, reps=reps),
-        "reported": self_reflection_split({ds: arms["speculative"] for ds, arms in cells.items()
-                                           if "speculative" in arms}, choices, labels, seed=seed, reps=reps)}
+    reported = {ds: arms["speculative"] for ds, arms in cells.items() if "speculative" in arms}
+    for key in POST_HOC:
+        res[key] = {split: variant_split(part, choices, labels, seed=seed, comparison=key, reps=reps)
+                    for split, part in (("tuning", tuning or {}), ("reported", reported))}
     for arm, pf in pooled_fallback.items():
         a, b = pf["after"], pf["before"]
         res["pooled"].setdefault("fallback", {})[arm] = {
@@ -820,6 +903,7 @@ def tables(res: dict) -> str:
     out += draft_length_table(res)
     out += fallback_table(res)
     out += self_reflection_table(res)
+    out += rule_table(res)
     return "\n".join(out) + "\n"
 
 
@@ -904,68 +988,107 @@ def _auroc(a: dict) -> str:
     return "n/a" if a.get("auroc") is None else f"{a['auroc']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]"
 
 
-def self_reflection_table(res: dict) -> list[str]:
-    """Markdown lines of the self-reflection variants (``res["self_reflection"]``): per split
-    (tuning, which chooses the default; reported, which does not), dataset and pooled: rows,
-    selection accuracy with ``paper`` and ``contrast``, the paired difference, and the AUROC
-    of log ρ_SR over verified drafts under each. Empty when neither split has a row."""
-    sr = res.get("self_reflection") or {}
+POST_HOC_SPLITS = (("tuning", "tuning (chooses the default)"), ("reported", "reported (not used for choosing)"))
+"""Splits of a :data:`POST_HOC` result in the order shown, with their label."""
+
+
+def variant_table(res: dict, key: str, variants: Sequence[str], intro: str, extra_head: str, extra_cells) -> list[str]:
+    """Markdown lines of one :data:`POST_HOC` comparison (``res[key]``): per split
+    (:data:`POST_HOC_SPLITS`), dataset and pooled (when more than one dataset): rows (selected
+    again; any two variants picking different drafts), each variant's selection accuracy, each
+    variant - baseline (``variants[0]``) in points [paired bootstrap 95%] with McNemar's p,
+    then the columns ``extra_head`` names, rendered by ``extra_cells(figures) -> str``. Empty
+    when neither split has a row."""
+    part = res.get(key) or {}
     lines = []
-    for split, label in (("tuning", "tuning (chooses the default)"), ("reported", "reported (not used for choosing)")):
-        part = sr.get(split) or {}
-        entries = list((part.get("datasets") or {}).items())
-        for ds, f in entries + ([("pooled", part["pooled"])] if len(entries) > 1 else []):
-            a = f["auroc"]
+    for split, label in POST_HOC_SPLITS:
+        got = part.get(split) or {}
+        entries = list((got.get("datasets") or {}).items())
+        for ds, f in entries + ([("pooled", got["pooled"])] if len(entries) > 1 else []):
             lines.append(f"| {label} | {ds} | {f['n']} ({f['n_reselected']}; {f['n_different']}) | "
-                         f"{_pct(f['accuracy_paper'])} | {_pct(f['accuracy_contrast'])} | {_diff(f)} | "
-                         f"{a['n_drafts']} ({a['n_right']}) | {_auroc(a['paper'])} | {_auroc(a['contrast'])} | "
-                         + ("n/a" if a["contrast - paper"]["diff"] is None else
-                            f"{a['contrast - paper']['diff']:+.3f} [{a['contrast - paper']['ci95'][0]:+.3f}, "
-                            f"{a['contrast - paper']['ci95'][1]:+.3f}]") + " |")
+                         + " | ".join(_pct(f["accuracy"][v]) for v in variants) + " | "
+                         + " | ".join(_diff(f["vs_baseline"][v]) for v in variants[1:]) + f" | {extra_cells(f)} |")
     if not lines:
         return []
-    return ["", "Self-reflection variants (`selection.self_reflection`, issue 10), computed after the runs "
-            "from the stored drafts: each row's verified drafts are selected again (the product's "
-            "`selection.select`, every term of log ρ on) with log ρ_SR recomputed from the stored log P(Yes), "
-            "log P(No) by the product's `verification.self_reflection_score`: `paper` = log P(Yes), "
-            "`contrast` = log P(Yes)/(P(Yes)+P(No)). Same drafts, same verifier log-probs; consensus "
-            "fast-path rows keep their answer under both. **The default is chosen on the tuning cells only** "
-            "(the speculative config on each dataset's tuning split, rows never reported), pooled over "
-            "datasets; the reported speculative cells are shown and **not** used for choosing. Rows: graded "
-            "(selected again; variants picking different drafts); difference contrast - paper in points "
-            "[paired bootstrap 95%], McNemar p (rows right only with contrast / only with paper); AUROC of "
-            "log ρ_SR alone for a verified valid draft being right (drafts (right)), rows resampled for the "
-            "95% interval.", "",
-            "| split | dataset | rows (selected again; different draft) | paper % | contrast % | contrast - paper | "
-            "verified drafts (right) | AUROC paper | AUROC contrast | AUROC contrast - paper |",
-            "|---|---|---|---|---|---|---|---|---|---|", *lines]
+    head = ("| split | dataset | rows (selected again; different draft) | " + " | ".join(f"{v} %" for v in variants)
+            + " | " + " | ".join(f"{v} - {variants[0]}" for v in variants[1:]) + f" | {extra_head} |")
+    return ["", intro, "", head, "|" + "---|" * (head.count("|") - 1), *lines]
 
 
-def verdict_self_reflection_line(res: dict) -> str:
-    """The generated line on ``selection.self_reflection``'s default: the variant the tuning
-    cells favour, pooled over datasets (:func:`verdict_self_reflection`), with the paired
-    difference, its interval, McNemar's p and n; "not measured" without tuning cells."""
-    part = (res.get("self_reflection") or {}).get("tuning") or {}
+def self_reflection_table(res: dict) -> list[str]:
+    """:func:`variant_table` of the self-reflection variants (``res["self_reflection"]``) with
+    the AUROC of log ρ_SR over verified drafts under each."""
+    def auroc_cells(f):
+        a = f["auroc"]
+        d = a["contrast - paper"]
+        return (f"{a['n_drafts']} ({a['n_right']}) | {_auroc(a['paper'])} | {_auroc(a['contrast'])} | "
+                + ("n/a" if d["diff"] is None else f"{d['diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"))
+    intro = ("Self-reflection variants (`selection.self_reflection`, issue 10), computed after the runs "
+             "from the stored drafts: each row's verified drafts are selected again (the product's "
+             "`selection.select`, every term of log ρ on) with log ρ_SR recomputed from the stored log P(Yes), "
+             "log P(No) by the product's `verification.self_reflection_score`: `paper` = log P(Yes), "
+             "`contrast` = log P(Yes)/(P(Yes)+P(No)). Same drafts, same verifier log-probs; consensus "
+             "fast-path rows keep their answer under both. **The default is chosen on the tuning cells only** "
+             "(the speculative config on each dataset's tuning split, rows never reported), pooled over "
+             "datasets; the reported speculative cells are shown and **not** used for choosing. Rows: graded "
+             "(selected again; variants picking different drafts); difference contrast - paper in points "
+             "[paired bootstrap 95%], McNemar p (rows right only with contrast / only with paper); AUROC of "
+             "log ρ_SR alone for a verified valid draft being right (drafts (right)), rows resampled for the "
+             "95% interval.")
+    return variant_table(res, "self_reflection", SELF_REFLECTION_MODES, intro,
+                         "verified drafts (right) | AUROC paper | AUROC contrast | AUROC contrast - paper", auroc_cells)
+
+
+def rule_table(res: dict) -> list[str]:
+    """:func:`variant_table` of the selection rules (``res["selection_rule"]``) with the oracle
+    rows (some draft right) and the share of them each rule answers right."""
+    rules = tuple(RULE_VARIANTS)
+    intro = ("Selection rules (`selection.rule`), computed after the runs from the stored drafts: each row's "
+             "scored drafts are selected again by the product's `selection.select` with `rule` = `argmax` "
+             "(the paper's: highest log ρ), `answer_vote` (drafts grouped by normalised answer, the group with "
+             "the largest Σ ρ, its best-scored draft) or `length_normalised` (highest log ρ per token); the last "
+             "two are this product's extensions. Same drafts, same scores; consensus fast-path rows keep their "
+             "answer under every rule. **The default is chosen on the tuning cells only**, pooled over datasets; "
+             "the reported speculative cells are shown and **not** used for choosing. Differences vs argmax in "
+             "points [paired bootstrap 95%], McNemar p (rows right only with the rule / only with argmax); "
+             "oracle rows: some draft right; recovered: share of them the rule answers right (what selection "
+             "loses).")
+    return variant_table(res, "selection_rule", rules, intro,
+                         "oracle rows | " + " | ".join(f"recovered {r} %" for r in rules),
+                         lambda f: f"{f['n_oracle']} | " + " | ".join(_pct(f["recovered"][r]) for r in rules))
+
+
+def verdict_variant_line(res: dict, key: str, head: str) -> str:
+    """The generated line on the default of one :data:`POST_HOC` comparison (``res[key]``):
+    the variant the tuning cells favour, pooled over datasets (:func:`verdict_variant`), with
+    each variant's paired difference to the baseline, its interval, McNemar's p, the rows
+    where it picks another draft, the share of oracle rows each answers right, and n; "not
+    measured" without tuning cells. ``head`` opens the line (its parenthesis left open)."""
+    part = (res.get(key) or {}).get("tuning") or {}
     f = part.get("pooled")
-    head = "- **Self-reflection variant** (`selection.self_reflection`, chosen on the tuning cells only"
     if not f or not f["n"]:
         return (f"{head}): **not measured** (no graded rows of a tuning cell; tuning cells run with the "
                 "fallback arm, `--arms main,fallback`).")
-    m, v = f["mcnemar"], verdict_self_reflection(f)
-    said = (f"the tuning cells favour **{v}**" if v in SELF_REFLECTION_MODES else
-            "**undecided**: the tuning cells favour neither (the 95% interval covers 0)")
-    return (f"{head}, pooled over {', '.join(part['pooled']['datasets'])}): {said} (selection accuracy "
-            f"contrast {_pct(f['accuracy_contrast'])}% vs paper {_pct(f['accuracy_paper'])}%, difference "
-            f"{100 * f['diff']:+.1f} points "
-            f"[{100 * f['ci95'][0]:+.1f}, {100 * f['ci95'][1]:+.1f}], McNemar p = {m['p']:.3g}, "
-            f"{m['b']} vs {m['c']} discordant rows, n = {f['n']} rows, {f['n_reselected']} selected again, "
-            f"{f['n_different']} with a different draft).")
+    v, base = verdict_variant(f), f["baseline"]
+    said = (f"the tuning cells favour **{v}**" if v in f["accuracy"] else
+            f"**undecided**: the tuning cells favour neither (no 95% interval of variant - {base} lies above 0, "
+            f"not all lie below; `{base}` stays)")
+    each = "; ".join(
+        f"{x} {_pct(f['accuracy'][x])}% vs {base} {_pct(f['accuracy'][base])}%, difference {100 * c['diff']:+.1f} "
+        f"points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}], McNemar p = {c['mcnemar']['p']:.3g}, "
+        f"{c['mcnemar']['b']} vs {c['mcnemar']['c']} discordant rows, {c['n_different']} with a different draft"
+        for x, c in f["vs_baseline"].items())
+    recovered = ", ".join(f"{x} {_pct(r)}%" for x, r in f["recovered"].items())
+    return (f"{head}, pooled over {', '.join(part['pooled']['datasets'])}): {said} (selection accuracy {each}; "
+            f"n = {f['n']} rows, {f['n_reselected']} selected again; of the {f['n_oracle']} oracle rows "
+            f"answered right: {recovered}).")
 
 
 def verdicts(res: dict) -> str:
     """The generated answer to "is Speculative RAG more accurate? faster?" per dataset and
     pooled (and for the tuned drafter where it ran), each with its interval and p-value, and
-    the self-reflection variant the tuning cells favour (:func:`verdict_self_reflection_line`)."""
+    the self-reflection variant and selection rule the tuning cells favour
+    (:func:`verdict_variant_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
         for a in ("speculative", "speculative-tuned"):
@@ -982,5 +1105,8 @@ def verdicts(res: dict) -> str:
                 line += (f" Faster? **{verdict_speed(sec)}** (seconds per row ratio {_ratio(sec)}, "
                          f"sign test over shards p = {sec['p_sign']:.3g}).")
             out.append(line)
-    out.append(verdict_self_reflection_line(res))
+    out.append(verdict_variant_line(res, "self_reflection", "- **Self-reflection variant** "
+                                    "(`selection.self_reflection`, chosen on the tuning cells only"))
+    out.append(verdict_variant_line(res, "selection_rule", "- **Selection rule** (`selection.rule`, chosen on "
+                                    "the tuning cells only"))
     return "\n".join(out) + "\n"

@@ -83,9 +83,10 @@ def test_self_reflection_figures_hand_computed():
     # paper right on r3 r4 (2/6), contrast on r1 r2 r4 (3/6); b = 2 (contrast only), c = 1:
     # McNemar two-sided binomial 2 of 3 = 2 * 4/8 = 1
     assert (f["n"], f["n_reselected"], f["n_different"]) == (6, 4, 3)
-    assert f["accuracy_paper"] == pytest.approx(2 / 6) and f["accuracy_contrast"] == pytest.approx(3 / 6)
-    assert f["diff"] == pytest.approx(1 / 6) and f["ci95"][0] <= 1 / 6 <= f["ci95"][1]
-    assert f["mcnemar"] == {"n": 6, "b": 2, "c": 1, "p": pytest.approx(1.0)}
+    assert f["accuracy"] == {"paper": pytest.approx(2 / 6), "contrast": pytest.approx(3 / 6)}
+    c = f["vs_baseline"]["contrast"]
+    assert c["diff"] == pytest.approx(1 / 6) and c["ci95"][0] <= 1 / 6 <= c["ci95"][1]
+    assert c["mcnemar"] == {"n": 6, "b": 2, "c": 1, "p": pytest.approx(1.0)}
     a = f["auroc"]
     # right drafts: Rome r1, Rome r2, Milan r3; wrong: Milan r1, Milan r2, Rome r3, Bergen r5.
     # paper (P(Yes)): right .3 .3 .5 vs wrong .5 .5 .3 .2 -> (1.5 + 1.5 + 3) / 12 = 0.5
@@ -135,10 +136,11 @@ def test_verdict_comes_from_the_tuning_cells_only():
     res = ds.summarise({"d": {"speculative": cell(rep)}}, {"d": {}}, LABELS, reps=200,
                        tuning={"d": cell(tune), "e": cell(tune)})
     sr = res["self_reflection"]
-    assert sr["tuning"]["pooled"]["diff"] == 1.0 and sr["tuning"]["pooled"]["ci95"] == [1.0, 1.0]
+    tuned = sr["tuning"]["pooled"]["vs_baseline"]["contrast"]
+    assert tuned["diff"] == 1.0 and tuned["ci95"] == [1.0, 1.0]
     assert sr["tuning"]["pooled"]["n"] == 40 and sr["tuning"]["pooled"]["datasets"] == ["d", "e"]
-    assert sr["reported"]["pooled"]["diff"] == -1.0
-    assert ds.verdict_self_reflection(sr["reported"]["pooled"]) == "paper"  # shown, not the verdict
+    assert sr["reported"]["pooled"]["vs_baseline"]["contrast"]["diff"] == -1.0
+    assert ds.verdict_variant(sr["reported"]["pooled"]) == "paper"  # shown, not the verdict
     assert "tuning" not in res["datasets"]["d"]["arms"]  # never reported as an arm
     text = ds.verdicts(res)
     assert "the tuning cells favour **contrast**" in text and "n = 40 rows" in text
@@ -149,7 +151,7 @@ def test_verdict_comes_from_the_tuning_cells_only():
     # tuning rows that disagree both ways: the interval covers 0
     mixed = ds.summarise({}, {"d": {}}, LABELS, reps=200, tuning={"d": cell(ROWS)})
     assert "**undecided**: the tuning cells favour neither" in ds.verdicts(mixed)
-    assert ds.verdict_self_reflection(mixed["self_reflection"]["tuning"]["pooled"]) == "undecided"
+    assert ds.verdict_variant(mixed["self_reflection"]["tuning"]["pooled"]) == "undecided"
     assert "**not measured**" in ds.verdicts(ds.summarise({}, {}, LABELS, reps=50))
 
 
@@ -213,7 +215,7 @@ def test_analyse_reads_the_tuning_cell_for_the_choice_only(tmp_path):
                            {"config_path": "c.yaml", "rows_per_dataset": {"popqa": 4}}, 100,
                            tuning_data={"popqa": input_rows(4, prefix="t")})
     tune = res["self_reflection"]["tuning"]["datasets"]["popqa"]
-    assert (tune["n"], tune["accuracy_paper"], tune["accuracy_contrast"]) == (4, 0.0, 1.0)
-    assert res["self_reflection"]["reported"]["datasets"]["popqa"]["accuracy_paper"] == 1.0
+    assert (tune["n"], tune["accuracy"]["paper"], tune["accuracy"]["contrast"]) == (4, 0.0, 1.0)
+    assert res["self_reflection"]["reported"]["datasets"]["popqa"]["accuracy"]["paper"] == 1.0
     assert set(res["datasets"]["popqa"]["arms"]) >= {"speculative"} and "tuning" not in res["datasets"]["popqa"]["arms"]
     assert "the tuning cells favour **contrast**" in (tmp_path / "out" / "tables.md").read_text()

@@ -219,3 +219,6 @@ def test_analyse_reads_the_tuning_cell_for_the_choice_only(tmp_path):
     assert res["self_reflection"]["reported"]["datasets"]["popqa"]["accuracy"]["paper"] == 1.0
     assert set(res["datasets"]["popqa"]["arms"]) >= {"speculative"} and "tuning" not in res["datasets"]["popqa"]["arms"]
     assert "the tuning cells favour **contrast**" in (tmp_path / "out" / "tables.md").read_text()
+    # the selection rules are chosen on the same tuning cell (test_decision_selection_rule.py)
+    assert res["selection_rule"]["tuning"]["datasets"]["popqa"]["n"] == 4
+    assert "- **Selection rule** (`selection.rule`" in (tmp_path / "out" / "tables.md").read_text()

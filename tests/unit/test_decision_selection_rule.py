@@ -1,0 +1,182 @@
+"""The decision benchmark's selection-rule comparison (benchmarks/decision_stats.py,
+``selection.rule``): stored drafts re-selected with the paper's ``argmax`` and this product's
+``answer_vote`` and ``length_normalised``, paired accuracy vs argmax, the share of oracle rows
+each rule answers, the verdict chosen on the tuning cells only, on hand-computed fixtures; and
+the post-hoc selection against the product's verification and selection stages run with each
+``selection.rule`` (FakeEngine verifier, real tokenizer, real Parquet)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from ..conftest import ROOT, small_config
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import decision_stats as ds  # noqa: E402
+
+LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
+L = math.log
+RULES = ("argmax", "answer_vote", "length_normalised")
+
+
+def draft(answer, sd, *, sc=0.0, sr=0.0, tokens=(1, 1, 1), flags=()):
+    """An output draft with log ρ_draft ``sd``, log ρ_SC ``sc``, log ρ_SR ``sr`` (nats) and
+    ``tokens`` = (drafter tokens of β+α, verifier tokens of α, of β)."""
+    return {"doc_ids": ["d"], "answer": answer, "written_answer": answer, "rationale": "because",
+            "flags": list(flags), "score": None, "score_draft": sd, "score_self_consistency": sc,
+            "score_self_reflection": sr, "logprob_yes": sr, "logprob_no": None,
+            "tokens_draft": tokens[0], "tokens_answer": tokens[1], "tokens_rationale": tokens[2]}
+
+
+def row(qid, gold, drafts, *, correct=None, error=None, fast_path=False):
+    return {"query_id": qid, "task": "qa", "gold": gold, "answer": None, "correct": correct,
+            "drafts": drafts, "error": error, "fast_path": fast_path}
+
+
+# With tokens (1, 1, 1) and log ρ_SC = log ρ_SR = 0, the per-token measure equals log ρ.
+SHORT = dict(sc=-1.0, sr=-0.1, tokens=(4, 1, 1))    # with sd -2: log ρ -3.1, per token -0.5 - 0.5 - 0.1 = -1.1
+LONG = dict(sc=-3.0, sr=-0.1, tokens=(40, 2, 28))   # with sd -4: log ρ -7.1, per token -0.1 - 0.1 - 0.1 = -0.3
+
+ROWS = [
+    # ρ: Lyon .30 alone, Paris .25 + .20 + .15 = .60. argmax Lyon (wrong), vote Paris (right),
+    # length_normalised = argmax here (wrong)
+    row("r1", ["Paris"], [draft("Lyon", L(.30)), draft("Paris", L(.25)), draft("paris.", L(.20)),
+                          draft("The Paris", L(.15))], correct=False),
+    # short Milan (log ρ -3.1, -1.1/token) vs long Rome (-7.1, -0.3/token): argmax and vote
+    # Milan (wrong), length_normalised Rome (right)
+    row("r2", ["Rome"], [draft("Milan", -2.0, **SHORT), draft("Rome", -4.0, **LONG)], correct=False),
+    # Oslo .5 alone vs Bergen .3 + .3 = .6: argmax and length_normalised Oslo (right), vote Bergen
+    row("r3", ["Oslo"], [draft("Oslo", L(.5)), draft("Bergen", L(.3)), draft("Bergen", L(.3))], correct=True),
+    row("r4", ["Oslo"], [draft("Oslo", -1.0, sc=None, sr=None)] * 2, correct=True, fast_path=True),  # kept
+    row("r5", None, [draft("Lyon", L(.30)), draft("Paris", L(.25))]),                             # ungraded
+    row("r6", ["Lima"], None, error="row 5: field 'documents': no documents"),                   # wrong, kept
+    # no draft right: every rule wrong, no oracle row
+    row("r7", ["Lima"], [draft("Quito", L(.4)), draft("Bogota", L(.3))], correct=False),
+]
+
+# Oslo short (log ρ -3.1, -1.1/token) vs Bergen long (-7.1, -0.3/token) and two Bergen at -3.5
+# (-3.5/token): Bergen's mass log(e^-7.1 + 2 e^-3.5) = -2.78 > -3.1. Only argmax is right.
+ONLY_ARGMAX = row("r8", ["Oslo"], [draft("Oslo", -2.0, **SHORT), draft("Bergen", -4.0, **LONG),
+                                   draft("Bergen", -3.4, sr=-0.1), draft("Bergen", -3.4, sr=-0.1)], correct=True)
+
+
+def test_rules_reselect_hand_computed_drafts():
+    picks = {r: [ds.reselect_index(x, seed=0, rule=r) for x in ROWS + [ONLY_ARGMAX]] for r in RULES}
+    assert picks == {"argmax": [0, 0, 0, None, 0, None, 0, 0],
+                     "answer_vote": [1, 0, 1, None, 0, None, 0, 2],
+                     "length_normalised": [0, 1, 0, None, 0, None, 0, 1]}
+    units = ds.rule_rows(ROWS, {}, LABELS, seed=0)
+    assert [u["query_id"] for u in units] == ["r1", "r2", "r3", "r4", "r6", "r7"]
+    assert [u["argmax"] for u in units] == [False, False, True, True, False, False]
+    assert [u["answer_vote"] for u in units] == [True, False, False, True, False, False]
+    assert [u["length_normalised"] for u in units] == [False, True, True, True, False, False]
+    assert [u["oracle"] for u in units] == [True, True, True, True, False, False]
+    assert [u["different"] for u in units] == [True, True, True, False, False, False]
+    with pytest.raises(ValueError, match="rule"):
+        ds.reselect_index(ROWS[0], seed=0, rule="vote")
+
+
+def test_rule_figures_hand_computed():
+    f = ds.rule_figures(ds.rule_rows(ROWS, {}, LABELS, seed=0), reps=300)
+    assert (f["n"], f["n_reselected"], f["n_different"], f["n_oracle"], f["baseline"]) == (6, 4, 3, 4, "argmax")
+    assert f["accuracy"] == {"argmax": pytest.approx(2 / 6), "answer_vote": pytest.approx(2 / 6),
+                             "length_normalised": pytest.approx(3 / 6)}
+    # oracle rows r1 r2 r3 r4: argmax right on r3 r4, vote on r1 r4, length_normalised on r2 r3 r4
+    assert f["recovered"] == {"argmax": 0.5, "answer_vote": 0.5, "length_normalised": 0.75}
+    vote, ln = f["vs_baseline"]["answer_vote"], f["vs_baseline"]["length_normalised"]
+    # vote: right only on r1, argmax only on r3 -> b = c = 1, p = 1; length_normalised: b = 1 (r2)
+    assert vote["diff"] == 0.0 and vote["mcnemar"] == {"n": 6, "b": 1, "c": 1, "p": 1.0} and vote["n_different"] == 2
+    assert ln["diff"] == pytest.approx(1 / 6) and ln["mcnemar"] == {"n": 6, "b": 1, "c": 0, "p": 1.0}
+    assert ln["n_different"] == 1 and ln["ci95"][0] <= 1 / 6 <= ln["ci95"][1]
+    # the stored rows' own outcome is argmax's: the benchmark's oracle figures agree with the rule's
+    o = ds.oracle(ROWS, {}, LABELS)
+    assert (o["n_oracle"], o["recovered"]) == (f["n_oracle"], f["recovered"]["argmax"])
+    assert ds.rule_figures(ds.rule_rows(ROWS, {}, LABELS, seed=0), reps=300) == f  # seeded
+
+
+def copies(r, n, tag):
+    return [{**r, "query_id": f"{r['query_id']}-{tag}-{i}"} for i in range(n)]
+
+
+def cell(rows):
+    return {"rows": rows, "shards": [], "roles": {}}
+
+
+def test_rule_verdict_comes_from_the_tuning_cells_only():
+    # tuning: r2 (only length_normalised right) ten times in each of two datasets;
+    # reported: r8 (only argmax right), which must not decide
+    res = ds.summarise({"d": {"speculative": cell(copies(ONLY_ARGMAX, 10, "rep"))}}, {"d": {}}, LABELS, reps=200,
+                       tuning={"d": cell(copies(ROWS[1], 10, "d")), "e": cell(copies(ROWS[1], 10, "e"))})
+    sr = res["selection_rule"]
+    tuned = sr["tuning"]["pooled"]
+    assert tuned["n"] == 20 and tuned["datasets"] == ["d", "e"]
+    assert tuned["vs_baseline"]["length_normalised"]["ci95"] == [1.0, 1.0]
+    assert tuned["vs_baseline"]["answer_vote"]["ci95"] == [0.0, 0.0]
+    assert ds.verdict_variant(tuned) == "length_normalised"
+    assert ds.verdict_variant(sr["reported"]["pooled"]) == "argmax"  # shown, not the verdict
+    text = ds.verdicts(res)
+    line = next(x for x in text.splitlines() if "**Selection rule**" in x)
+    assert "the tuning cells favour **length_normalised**" in line and "n = 20 rows" in line
+    assert "length_normalised 100.0% vs argmax 0.0%, difference +100.0 points [+100.0, +100.0]" in line
+    assert "of the 20 oracle rows answered right: argmax 0.0%, answer_vote 0.0%, length_normalised 100.0%" in line
+    table = ds.tables(res)
+    assert "| tuning (chooses the default) | pooled | 20 (20; 20) | 0.0 | 0.0 | 100.0 |" in table
+    assert "| 20 | 0.0 | 0.0 | 100.0 |" in table  # oracle rows, recovered per rule
+    assert "| reported (not used for choosing) | d | 10 (10; 10) | 100.0 | 0.0 | 0.0 |" in table
+    # tuning rows pulling both ways: no interval clears 0
+    mixed = ds.summarise({}, {"d": {}}, LABELS, reps=200, tuning={"d": cell(ROWS)})
+    assert ds.verdict_variant(mixed["selection_rule"]["tuning"]["pooled"]) == "undecided"
+    assert "**undecided**: the tuning cells favour neither" in next(
+        x for x in ds.verdicts(mixed).splitlines() if "**Selection rule**" in x)
+    assert "**Selection rule** (`selection.rule`, chosen on the tuning cells only): **not measured**" in ds.verdicts(
+        ds.summarise({}, {}, LABELS, reps=50))
+
+
+def test_post_hoc_rules_equal_a_run_with_each_rule():
+    """A run with ``selection.rule: argmax``, written to Parquet, re-selected with each rule
+    after the fact, picks the draft the product's verification and selection stages pick when
+    run with that rule on the same drafts (same verifier scores)."""
+    from specrag_batch.records import Draft, QueryRow
+    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.stages.base import RunInfo
+    from specrag_batch.stages.output import output_row
+    from specrag_batch.stages.selection import Selection
+    from specrag_batch.stages.verification import Verification
+
+    from ..fakes import FakeEngine
+
+    engine = FakeEngine()
+
+    def rows():
+        rng = np.random.default_rng(5)
+        out = []
+        for i in range(40):
+            # 4 drafts over 2 answers, so an answer can win by the mass of two drafts; rationales
+            # of one length, so log ρ_SC stays within a few nats; drafter tokens vary, so the
+            # per-token measure ranks differently
+            drafts = [Draft([f"d{j}"], f"answer {i} {j % 2}", f"rationale {j} of row {i}.",
+                            score_draft=float(-3 * rng.random()), tokens_draft=int(rng.integers(5, 60)))
+                      for j in range(4)]
+            out.append(QueryRow(i, f"q{i}", f"Question {i}?", "qa", gold=[f"answer {i} 0"], drafts=drafts))
+        return out
+
+    picked = {}
+    for rule in RULES:
+        cfg = small_config(**{"selection.rule": rule})
+        run = rows()
+        Verification(cfg, verifier=engine)(run)
+        Selection(cfg)(run)
+        picked[rule] = [r.selection.index for r in run]
+        if rule == "argmax":
+            stored = pa.Table.from_pylist([output_row(r, (r.drafts, r.selection), cfg, RunInfo("t", "f"))
+                                           for r in run], schema=OUTPUT_SCHEMA).to_pylist()
+    for rule in RULES:
+        assert [ds.reselect_index(r, seed=0, rule=rule) for r in stored] == picked[rule]
+    # the rules disagree on some rows, so the check above has teeth
+    for rule in RULES[1:]:
+        assert sum(a != b for a, b in zip(picked["argmax"], picked[rule])) >= 3

@@ -70,3 +70,22 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
 def write_inputs(directory: Path, rows: list[dict], shard_rows: int) -> None:
     """Input shards as the decision benchmark writes them."""
     decision.write_shards(rows, directory, shard_rows)
+
+
+def verify_and_select(rows: list, config, verifier) -> tuple[list[int | None], list[dict]]:
+    """Run the product's verification and selection stages (``stages.verification``,
+    ``stages.selection``) over ``rows`` (``records.QueryRow`` with drafts) under ``config``
+    with ``verifier`` (e.g. ``tests.fakes.FakeEngine``). Returns each row's selected draft index
+    and the rows as output records read back through ``schema.OUTPUT_SCHEMA`` (what the
+    benchmark analyses)."""
+    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.stages.base import RunInfo
+    from specrag_batch.stages.output import output_row
+    from specrag_batch.stages.selection import Selection
+    from specrag_batch.stages.verification import Verification
+
+    Verification(config, verifier=verifier)(rows)
+    Selection(config)(rows)
+    stored = pa.Table.from_pylist([output_row(r, (r.drafts, r.selection), config, RunInfo("t", "f")) for r in rows],
+                                  schema=OUTPUT_SCHEMA).to_pylist()
+    return [r.selection.index for r in rows], stored

@@ -11,10 +11,10 @@ import math
 import sys
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from ..conftest import ROOT, small_config
+from .product_runs import verify_and_select
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import decision_stats as ds  # noqa: E402
@@ -142,11 +142,6 @@ def test_post_hoc_rules_equal_a_run_with_each_rule():
     after the fact, picks the draft the product's verification and selection stages pick when
     run with that rule on the same drafts (same verifier scores)."""
     from specrag_batch.records import Draft, QueryRow
-    from specrag_batch.schema import OUTPUT_SCHEMA
-    from specrag_batch.stages.base import RunInfo
-    from specrag_batch.stages.output import output_row
-    from specrag_batch.stages.selection import Selection
-    from specrag_batch.stages.verification import Verification
 
     from ..fakes import FakeEngine
 
@@ -167,14 +162,9 @@ def test_post_hoc_rules_equal_a_run_with_each_rule():
 
     picked = {}
     for rule in RULES:
-        cfg = small_config(**{"selection.rule": rule})
-        run = rows()
-        Verification(cfg, verifier=engine)(run)
-        Selection(cfg)(run)
-        picked[rule] = [r.selection.index for r in run]
+        picked[rule], out = verify_and_select(rows(), small_config(**{"selection.rule": rule}), engine)
         if rule == "argmax":
-            stored = pa.Table.from_pylist([output_row(r, (r.drafts, r.selection), cfg, RunInfo("t", "f"))
-                                           for r in run], schema=OUTPUT_SCHEMA).to_pylist()
+            stored = out
     for rule in RULES:
         assert [ds.reselect_index(r, seed=0, rule=rule) for r in stored] == picked[rule]
     # the rules disagree on some rows, so the check above has teeth

@@ -11,11 +11,10 @@ import math
 import sys
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from ..conftest import ROOT, small_config
-from .product_runs import input_rows, write_cell, write_inputs
+from .product_runs import input_rows, verify_and_select, write_cell, write_inputs
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import decision  # noqa: E402
@@ -160,11 +159,6 @@ def test_post_hoc_contrast_equals_a_contrast_run():
     ``contrast`` after the fact, picks the draft the product's verification and selection
     stages pick when run with ``contrast`` on the same drafts (same verifier log-probs)."""
     from specrag_batch.records import Draft, QueryRow
-    from specrag_batch.schema import OUTPUT_SCHEMA
-    from specrag_batch.stages.output import output_row
-    from specrag_batch.stages.base import RunInfo
-    from specrag_batch.stages.selection import Selection
-    from specrag_batch.stages.verification import Verification
 
     from ..fakes import FakeEngine
 
@@ -184,14 +178,10 @@ def test_post_hoc_contrast_equals_a_contrast_run():
                     "use_sc": over.get("selection.use_self_consistency", True)}
         picked = {}
         for mode in ("paper", "contrast"):
-            cfg = small_config(**{**over, "selection.self_reflection": mode})
-            run = rows()
-            Verification(cfg, verifier=engine)(run)
-            Selection(cfg)(run)
-            picked[mode] = [r.selection.index for r in run]
+            picked[mode], out = verify_and_select(rows(), small_config(**{**over, "selection.self_reflection": mode}),
+                                                  engine)
             if mode == "paper":
-                stored = pa.Table.from_pylist([output_row(r, (r.drafts, r.selection), cfg, RunInfo("t", "f"))
-                                               for r in run], schema=OUTPUT_SCHEMA).to_pylist()
+                stored = out
         post = [ds.reselect_index(r, seed=0, self_reflection="contrast", **switches) for r in stored]
         assert post == picked["contrast"]
         assert [ds.reselect_index(r, seed=0, self_reflection="paper", **switches) for r in stored] == picked["paper"]

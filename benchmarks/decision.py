@@ -118,7 +118,9 @@ speculative pass over the reported rows plus its tuning cells) last."""
 TUNING_ARM = "tuning"
 """Cell name of the speculative arm (the config as it is) on a dataset's tuning split (rows
 0..TUNING_ROWS-1, input ``<runs>/<dataset>/input-tuning``): run before ``fallback_standard``,
-read only to choose its τ_min (:func:`calibrate_tuning`), never reported."""
+read only to choose its τ_min (:func:`calibrate_tuning`) and the post-hoc selection variants
+(``selection.self_reflection``, ``selection.rule``), never reported. ``--arms tuning`` runs
+these cells alone (the ``fallback`` group runs them too)."""
 
 TAU_TARGET_COVERAGE = 0.5
 """Calibration target of ``fallback_standard``'s τ_min: ``specrag-batch calibrate
@@ -193,7 +195,7 @@ def expand_arms(spec: str) -> list[str]:
     out: list[str] = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         for arm in GROUPS.get(part, (part,)):
-            if arm not in ARM_OVERRIDES:
+            if arm not in ARM_OVERRIDES and arm != TUNING_ARM:
                 raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(ARM_OVERRIDES)} or a group "
                                  f"{', '.join(GROUPS)})")
             if arm not in out:
@@ -230,10 +232,10 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
         for ds in datasets:
             if group == "ablations" and ds not in ablation_datasets:
                 continue
-            if group == "fallback" and "fallback_standard" in arms:
+            if group == "fallback" and ("fallback_standard" in arms or TUNING_ARM in arms):
                 cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
                                   runs / ds / TUNING_ARM))
-            for arm in (a for a in arms if a in GROUPS[group]):
+            for arm in (a for a in arms if a in GROUPS[group] and a != TUNING_ARM):
                 try:
                     cfg = arm_config(base, arm, tuned_drafter, (tau_min or {}).get(ds))
                 except ValueError as e:
@@ -462,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "decision", help="results.json, tables.md")
     ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (all remaining when fewer)")
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, fallback, all)")
+    ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, fallback, all; "
+                    "'tuning' = only the tuning-split cells)")
     ap.add_argument("--tuned-drafter", default=None, help="model dir of the tuned drafter (speculative-tuned)")
     ap.add_argument("--ablation-datasets", default="popqa")
     ap.add_argument("--ablation-rows", type=int, default=50, help="first rows of the reported rows")

@@ -179,3 +179,16 @@ def test_fallback_statistics_on_a_run_tree_with_known_flagged_rows(base, tmp_pat
     text = ds.tables({**res, "calibration": calib})
     assert "| popqa | fallback_standard | qa: -5 (n = 20, 50.0%) | 10 | 6 (60.0) | 5 / 1 | 33.3 -> 66.7 (n = 6) |" in text
     assert "+0.80 (0.80) | +124 (+207) |" in text
+
+
+def test_tuning_arm_alone_plans_only_the_tuning_cells(base, tmp_path):
+    # the tuning cells feed τ_min and the post-hoc selection variants; they can run before the
+    # second speculative pass that fallback_standard costs
+    arms = decision.expand_arms("tuning")
+    assert arms == ["tuning"]
+    cells, notes = decision.plan_cells(["popqa", "nq_open"], arms, base, tmp_path, tuned_drafter=None,
+                                       ablation_datasets=[], ablation_input={})
+    assert [c.name for c in cells] == ["popqa/tuning", "nq_open/tuning"] and notes == []
+    assert cells[0].input_dir == tmp_path / "popqa" / "input-tuning"
+    with pytest.raises(ValueError, match="unknown"):
+        decision.expand_arms("tunning")

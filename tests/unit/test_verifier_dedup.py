@@ -162,3 +162,25 @@ def test_the_switch_is_hash_neutral_at_its_default():
     assert config(**{"verifier.deduplicate_drafts": False}).config_hash() == before.config_hash()
     assert dedupe().config_hash() != config().config_hash()
     assert RunConfig().verifier.deduplicate_drafts is False
+
+
+def test_a_row_answered_again_counts_the_passes_saved_in_both_passes():
+    """The ``wider`` fallback drafts and verifies a flagged row again: its output row counts
+    the passes saved in the first pass and in the fallback's (either may be null)."""
+    from specrag_batch.records import FallbackAnswer, QueryRow, Selection
+    from specrag_batch.stages import output_record
+
+    from .test_pipeline_bookkeeping import INFO
+
+    def row(saved):
+        r = QueryRow(row_index=0, query_id="q0", query="Which city?", task="qa", gold=["Paris"])
+        r.drafts = [Draft(["d1"], "Paris", "The text says so.", score=-1.0)]
+        r.selection = Selection(0, -1.0, low_confidence=True, fast_path=False)
+        r.verifier_drafts_deduplicated = saved
+        return r
+
+    for first, again, expect in ((2, 3, 5), (None, 3, 3), (2, None, 2), (None, None, None)):
+        r = row(first)
+        r.fallback = FallbackAnswer("fallback_wider", row(again))
+        rec = output_record(r, dedupe(), INFO)
+        assert rec["answer_source"] == "fallback_wider" and rec[COUNT] == expect

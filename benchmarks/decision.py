@@ -27,7 +27,10 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   ``m1``/``m3``/``m7`` (m drafts) and ``k1``/``k3``/``k4`` (k clusters); shorter drafts
   (issue 13 item 4): ``draft48``/``draft160`` (the drafter's token budget
   ``drafter.max_tokens``, beside the config's) and ``one_sentence`` (``drafter.rationale_style:
-  one_sentence``, a one-sentence rationale instruction). The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
+  one_sentence``, a one-sentence rationale instruction); ``dedupe_verifier``
+  (``verifier.deduplicate_drafts``: a row's drafts with the same verifier input share one
+  verifier pass; accuracy should equal ``speculative``'s, seconds and verifier prompt tokens
+  per row fall with the share of repeated drafts). The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
   need no run: they re-select the speculative cell's scored drafts (``decision_stats``).
 * ``fallback_standard`` (group ``fallback``; issue 14 item 3): the config with
   ``selection.fallback: standard`` and ``selection.tau_min`` from the dataset's *tuning cell*
@@ -103,12 +106,13 @@ ARM_OVERRIDES: dict[str, dict] = {
     "k1": {"sampling.num_clusters": 1}, "k3": {"sampling.num_clusters": 3}, "k4": {"sampling.num_clusters": 4},
     "draft48": {"drafter.max_tokens": 48}, "draft160": {"drafter.max_tokens": 160},
     "one_sentence": {"drafter.rationale_style": "one_sentence"},
+    "dedupe_verifier": {"verifier.deduplicate_drafts": True},
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
 }
 GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-tuned",),
           "ablations": ("sampling_random", "sampling_single_cluster", "adaptive", "question_first",
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
-                        "draft48", "draft160", "one_sentence"),
+                        "draft48", "draft160", "one_sentence", "dedupe_verifier"),
           "fallback": ("fallback_standard",)}
 GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
 RUN_ORDER = ("main", "tuned", "ablations", "fallback")

@@ -22,6 +22,11 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same);
 * shorter drafts (:data:`DRAFT_LENGTH_ARMS`): generated tokens per row and per draft, share of
   drafts cut at the token budget, beside accuracy and seconds per row;
+* repeated drafts (:func:`verifier_duplicates`, :func:`dedupe_table`): per cell, the verified
+  drafts that repeat another draft of their row byte for byte (the verifier passes
+  ``verifier.deduplicate_drafts`` would save, estimated from stored drafts, no engine run),
+  and the ``dedupe_verifier`` arm's measured passes saved, verifier tokens and seconds per row
+  beside ``speculative``;
 * the fallback pass (:data:`FALLBACK_ARMS`, :func:`fallback_figures`): the flagged rows'
   accuracy before/after with a paired bootstrap and McNemar, and the added cost vs speculative;
 * post-hoc selection variants (:data:`POST_HOC`, :func:`variant_split`), each a re-selection
@@ -525,6 +530,8 @@ def cell_figures(rows: Sequence[dict], shards: Sequence[dict], choices: dict, la
                          if rows else None},
            "drafts": draft_shares(rows), "oracle": oracle(rows, choices, labels),
            "tokens_per_draft": tokens_per_draft(rows),
+           "verifier_duplicates": verifier_duplicates(rows),
+           "verifier_passes_saved": sum(r.get("verifier_drafts_deduplicated") or 0 for r in rows),
            "cost": cell_cost(shards, roles)}
     return out
 
@@ -901,6 +908,7 @@ def tables(res: dict) -> str:
         for ds, k, v in others:
             out.append(f"| {ds} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
     out += draft_length_table(res)
+    out += dedupe_table(res)
     out += fallback_table(res)
     out += self_reflection_table(res)
     out += rule_table(res)
@@ -943,6 +951,91 @@ def draft_length_table(res: dict) -> list[str]:
             "on the same rows.", "",
             "| dataset | arm | n | accuracy % | s/row | generated tokens/row | tokens/draft | cut % | "
             "arm - speculative | s/row ratio |", "|---|---|---|---|---|---|---|---|---|---|", *lines]
+
+
+VERIFIED_KEYS = ("tokens_answer", "score_self_consistency", "logprob_yes")
+"""Draft fields the verifier fills: a stored draft with any of them set was verified."""
+
+
+def verifier_duplicates(rows: Sequence[dict]) -> dict:
+    """Verified drafts that repeat another verified draft of their row: same ``written_answer``
+    (α as written; an older output without it: ``answer``) and ``rationale``, so the same
+    verifier input [Q, α, β, R] (the question is the row's). Counted from stored output rows,
+    no engine run: the verifier passes ``verifier.deduplicate_drafts`` saves on these rows.
+    Rows with an error or on the fast path had no verifier pass.
+
+    Returns ``{"rows": rows with a verified draft, "verified": drafts, "duplicates": drafts,
+    "share": duplicates / verified (None when nothing was verified), "ab_tokens_share":
+    the duplicates' share of the verified drafts' α and β verifier tokens
+    (``tokens_answer`` + ``tokens_rationale``; None when a verified draft lacks them)}``.
+    The Q and R tokens of each pass are not stored, so the share of the verifier's whole
+    prompt tokens is not given here (the ``dedupe_verifier`` arm measures it)."""
+    n_rows = verified = duplicates = 0
+    ab_all = ab_dup = 0
+    ab_known = True
+    for r in rows:
+        if r.get("error") is not None or r.get("fast_path"):
+            continue
+        seen: set = set()
+        drafts = [d for d in r.get("drafts") or [] if any(d.get(k) is not None for k in VERIFIED_KEYS)]
+        n_rows += bool(drafts)
+        for d in drafts:
+            key = (d.get("written_answer") or d.get("answer"), d.get("rationale"))
+            ab = None if d.get("tokens_answer") is None or d.get("tokens_rationale") is None else (
+                d["tokens_answer"] + d["tokens_rationale"])
+            ab_known &= ab is not None
+            verified += 1
+            ab_all += ab or 0
+            if key in seen:
+                duplicates += 1
+                ab_dup += ab or 0
+            seen.add(key)
+    return {"rows": n_rows, "verified": verified, "duplicates": duplicates,
+            "share": (duplicates / verified) if verified else None,
+            "ab_tokens_share": (ab_dup / ab_all) if ab_known and ab_all else None}
+
+
+DEDUPE_ARM = "dedupe_verifier"
+"""The decision arm with ``verifier.deduplicate_drafts`` on (``benchmarks/decision.py``)."""
+
+
+def _verifier_prompt_tokens(f: dict) -> str:
+    """Prompt tokens per row of a cell's models whose role includes the verifier."""
+    return "; ".join(f"{v['prompt_tokens_per_row']:.0f} ({v['role']})" for v in f["cost"]["models"].values()
+                     if "verifier" in v["role"]) or "n/a"
+
+
+def dedupe_table(res: dict) -> list[str]:
+    """Markdown lines of repeated drafts, per dataset: for ``speculative`` and
+    :data:`DEDUPE_ARM` (the cells that ran): accuracy, seconds per row, verifier prompt tokens
+    per row, verified drafts and the repeated ones (:func:`verifier_duplicates`, from the
+    stored drafts), verifier passes the arm saved (its rows' ``verifier_drafts_deduplicated``),
+    and the paired difference and seconds / tokens ratios vs ``speculative``. Empty when no
+    cell has verified drafts."""
+    lines = []
+    for ds, e in res["datasets"].items():
+        for arm in ("speculative", DEDUPE_ARM):
+            f = e["arms"].get(arm)
+            if not f or "cost" not in f or not f["verifier_duplicates"]["verified"]:
+                continue
+            v = f["verifier_duplicates"]
+            cmp = e["comparisons"].get(f"{arm} - speculative")
+            lines.append(f"| {ds} | {arm} | {f['n']} | {_pct(f['accuracy'])}{_ci(f['ci95'])} | "
+                         f"{f['cost']['s_per_row']:.2f} | {_verifier_prompt_tokens(f)} | {v['verified']} | "
+                         f"{v['duplicates']} ({_hits(v['share'])}, α+β tokens {_hits(v['ab_tokens_share'])}) | "
+                         f"{f['verifier_passes_saved']} | {_diff(cmp) if cmp else ''} | "
+                         f"{_ratio(cmp.get('seconds')) if cmp else ''} | {_ratio(cmp.get('tokens')) if cmp else ''} |")
+    if not lines:
+        return []
+    return ["", "Repeated drafts and `verifier.deduplicate_drafts` (arm `dedupe_verifier`): verified "
+            "drafts and those repeating another draft of their row byte for byte (same α as written "
+            "and β: the same verifier input; counted from the stored drafts, the passes the switch "
+            "would save, with their share of the drafts and of the α+β verifier tokens; Q and R "
+            "tokens are not stored), the passes the arm saved, verifier prompt tokens per row, and "
+            "accuracy (should not change), seconds and all tokens vs speculative on the same rows.", "",
+            "| dataset | arm | n | accuracy % | s/row | verifier prompt tokens/row | verified drafts | "
+            "repeated (share) | passes saved | arm - speculative | s/row ratio | tokens ratio |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|", *lines]
 
 
 def fallback_table(res: dict) -> list[str]:

@@ -52,6 +52,8 @@ def print_summary(m: dict) -> None:
     t.add_row("fast path (verifier skipped)", str(met["fast_path"]))
     if met.get("draft_rounds"):
         t.add_row("rows per drafting rounds", ", ".join(f"{k}: {v}" for k, v in sorted(met["draft_rounds"].items())))
+    if met.get("verifier_drafts_deduplicated"):
+        t.add_row("verifier passes saved (duplicate drafts)", str(met["verifier_drafts_deduplicated"]))
     if met.get("fallback") or met.get("fallback_failed"):
         t.add_row("fallback (answered again / kept first)", f"{met['fallback']} / {met['fallback_failed']}")
     if met.get("accuracy") is not None:

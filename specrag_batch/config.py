@@ -61,6 +61,22 @@ class DrafterConfig(ModelConfig):
         "drafter-training data step; Standard RAG keeps one_or_two_sentences")
 
 
+class VerifierConfig(ModelConfig):
+    """The verifier's model (:class:`ModelConfig`) and how its forward passes are spent."""
+
+    deduplicate_drafts: bool = Field(
+        False, description="score each distinct verifier input of a row once: drafts of one "
+        "row whose input [Q, α, β, R] has the same tokens (a greedy drafter often writes the "
+        "same answer and rationale from different subsets) share one forward pass and get "
+        "copies of its scores (log ρ_SC, log ρ_SR, log P(Yes)/P(No), token counts, verifier "
+        "flags). The verifier never reads the documents, so the scores are the ones a pass of "
+        "their own would give (up to the engine's batch-dependent low digits, README "
+        "\"Determinism\"); vLLM's prefix cache cannot share these passes (it skips requests "
+        "with prompt log-probs). This product's optimisation, not the paper's; output column "
+        "``verifier_drafts_deduplicated`` counts the passes saved. False until the decision "
+        "benchmark (arm dedupe_verifier) has measured it")
+
+
 class RetrievalConfig(_Strict):
     """Stage 1: where the top-N documents of each query come from."""
 
@@ -165,8 +181,8 @@ class RunConfig(_Strict):
     seed: int = Field(0, description="random seed (sampling, K-Means, vLLM)")
     drafter: DrafterConfig = Field(
         default_factory=lambda: DrafterConfig(model="qwen2.5-coder-0.5b-instruct"))
-    verifier: ModelConfig = Field(
-        default_factory=lambda: ModelConfig(model="qwen2.5-coder-1.5b-instruct", max_tokens=160))
+    verifier: VerifierConfig = Field(
+        default_factory=lambda: VerifierConfig(model="qwen2.5-coder-1.5b-instruct", max_tokens=160))
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
@@ -235,7 +251,8 @@ class RunConfig(_Strict):
 ADDED_FIELDS = (("selection", "confidence", "score"), ("sampling", "adaptive", False),
                 ("sampling", "first_round", 2), ("selection", "fallback", "none"),
                 ("retrieval", "fallback_top_n", 20), ("drafter", "prompt_layout", "documents_first"),
-                ("drafter", "rationale_style", "one_or_two_sentences"), ("selection", "rule", "argmax"))
+                ("drafter", "rationale_style", "one_or_two_sentences"), ("selection", "rule", "argmax"),
+                ("verifier", "deduplicate_drafts", False))
 """(section, field, default) of fields added after 0.1: left out of :meth:`RunConfig.config_hash`
 at their default, so a run started before they existed resumes under the same hash."""
 

@@ -167,7 +167,9 @@ def summarize(rows: list[dict]) -> dict:
     could not be mapped to a label or option (flagged, not graded), ``draft_rounds``: rows
     per number of adaptive drafting rounds (``{"1": n, "2": n}``; empty when not adaptive),
     ``fallback``: rows answered by the fallback pass, ``fallback_failed``: flagged rows the
-    fallback could not answer (they keep their first answer)."""
+    fallback could not answer (they keep their first answer), ``verifier_drafts_deduplicated``:
+    verifier forward passes saved by ``verifier.deduplicate_drafts`` (sum of the rows'
+    column; 0 when it is off)."""
     out: dict = {"rows": len(rows),
                  "answered": sum(1 for r in rows if r.get("error") is None and r.get("answer") is not None),
                  "errors": sum(1 for r in rows if r.get("error") is not None),
@@ -192,4 +194,5 @@ def summarize(rows: list[dict]) -> dict:
                                        if r.get("draft_rounds") is not None))
     out["fallback"] = sum(1 for r in rows if (r.get("answer_source") or "").startswith("fallback"))
     out["fallback_failed"] = sum(1 for r in rows if r.get("fallback_error") is not None)
+    out["verifier_drafts_deduplicated"] = sum(r.get("verifier_drafts_deduplicated") or 0 for r in rows)
     return out

@@ -159,6 +159,11 @@ class QueryRow:
     """Adaptive drafting (``sampling.adaptive``): 1 when all the row's drafts came from the
     first round (they met the consensus rule, or no subset was left), 2 when it needed the
     second; None when drafting was not adaptive."""
+    verifier_drafts_deduplicated: int | None = None
+    """``verifier.deduplicate_drafts``: drafts of the row scored from another draft's verifier
+    pass (same verifier input tokens), i.e. verifier forward passes saved; 0 when none was;
+    None when the switch is off or the verifier scored none of the row's drafts (fast path,
+    no valid draft)."""
     fallback: FallbackAnswer | None = None
     """The fallback pass's answer of a low-confidence row (``selection.fallback``)."""
 

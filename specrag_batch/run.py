@@ -131,14 +131,15 @@ def draft_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:
 
 def merge_summaries(parts: list[dict]) -> dict:
     """Combine per-shard :func:`evaluation.summarize` outputs (accuracies weighted by n; counts,
-    and rows per number of adaptive drafting rounds, summed)."""
+    and rows per number of adaptive drafting rounds, summed; a count a shard's summary lacks,
+    e.g. ``verifier_drafts_deduplicated`` in a done marker written before it existed, adds 0)."""
     out: dict = {"rows": 0, "answered": 0, "errors": 0, "low_confidence": 0, "fast_path": 0,
                  "n_with_gold": 0, "gold_not_scored": 0, "fallback": 0, "fallback_failed": 0,
-                 "draft_rounds": {}, "by_task": {}}
+                 "verifier_drafts_deduplicated": 0, "draft_rounds": {}, "by_task": {}}
     acc = defaultdict(lambda: defaultdict(float))
     for p in parts:
         for k in ("rows", "answered", "errors", "low_confidence", "fast_path", "n_with_gold",
-                  "gold_not_scored", "fallback", "fallback_failed"):
+                  "gold_not_scored", "fallback", "fallback_failed", "verifier_drafts_deduplicated"):
             out[k] += p.get(k, 0)
         for rounds, n in p.get("draft_rounds", {}).items():
             out["draft_rounds"][rounds] = out["draft_rounds"].get(rounds, 0) + n

@@ -243,7 +243,7 @@ OUTPUT_SCHEMA = pa.schema([
     ("gold", pa.list_(pa.string())), ("correct", pa.bool_()), ("exact_match", pa.bool_()),
     ("f1", pa.float64()), ("draft_rounds", pa.int32()), ("answer_source", pa.string()),
     ("first_answer", pa.string()), ("first_score", pa.float64()), ("first_correct", pa.bool_()),
-    ("fallback_error", pa.string()),
+    ("fallback_error", pa.string()), ("verifier_drafts_deduplicated", pa.int32()),
     *[(name, pa.string()) for name in ("mode", "drafter_model", "verifier_model", "run_id", "source_file")],
 ])
 """Output schema: one row per input row. ``score*`` are natural-log probabilities
@@ -256,4 +256,8 @@ null when ``sampling.adaptive`` is off). ``answer_source``: which pass the answe
 come from, ``first`` or the fallback pass (``fallback_standard``, ``fallback_wider``: the
 first answer was low-confidence, ``selection.fallback``); ``first_answer``, ``first_score``,
 ``first_correct`` keep the first pass's answer of a row the fallback answered;
-``fallback_error``: why a flagged row kept its first answer (flag ``fallback_failed``)."""
+``fallback_error``: why a flagged row kept its first answer (flag ``fallback_failed``).
+``verifier_drafts_deduplicated``: verifier forward passes saved on the row by
+``verifier.deduplicate_drafts`` (drafts scored from another draft's pass with the same input
+tokens; both passes of a row the fallback answered); null when it is off or the verifier
+scored none of the row's drafts."""

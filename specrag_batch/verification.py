@@ -128,7 +128,8 @@ def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int]
 
 
 def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], reflection_question: str,
-           max_prompt_tokens: int, mode: str = "paper", desc: str = "verification") -> dict[Hashable, str]:
+           max_prompt_tokens: int, mode: str = "paper", desc: str = "verification", *,
+           deduplicate: bool = False, saved: dict[Hashable, int] | None = None) -> dict[Hashable, str]:
     """Fill each draft's verifier scores in place (paper §3.3; natural log-probs):
     ``score_self_consistency`` (log ρ_SC, the summed log-probs of α's and β's tokens given Q),
     ``score_self_reflection`` (log ρ_SR after R), ``logprob_yes``/``logprob_no`` and the
@@ -144,6 +145,17 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
             (selection then ranks it after every fully scored draft).
         mode: self-reflection variant, ``paper`` | ``contrast`` (module docstring).
         desc: progress-bar label.
+        deduplicate: ``verifier.deduplicate_drafts``: drafts of one row key whose verifier
+            inputs have the same token ids (same Q, α as written, β and R) share one forward
+            pass, and each gets the same scores, token counts and verifier flags (the inputs
+            are identical, so are the scores a pass of their own would give, up to the
+            engine's batch-dependent low digits). Only within a row key: across rows the
+            question differs (a repeated question in two rows is scored twice). This
+            product's optimisation, not the paper's. Drafts over ``max_prompt_tokens`` are
+            flagged each, as without it.
+        saved: when given, filled with row key -> forward passes saved by ``deduplicate``
+            (drafts scored from another draft's pass; 0 for a scored row with none), for the
+            row keys whose drafts were scored (not the rows of the returned errors).
 
     Returns:
         row key -> error message for rows where building a verifier input raised; those rows'
@@ -155,7 +167,8 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
     _check_mode(mode)
     tokenizer = engine.tokenizer
     yes_ids, no_ids = word_token_ids(tokenizer, "yes"), word_token_ids(tokenizer, "no")
-    prompts, kept, errors = [], [], {}
+    prompts, groups, errors = [], [], {}  # groups[i]: (row key, drafts scored by prompts[i])
+    first: dict[tuple, int] = {}  # (row key, prompt token ids) -> index in prompts (deduplicate)
     for key, question, draft in items:
         if key in errors:
             continue
@@ -168,20 +181,28 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
         if len(prompt.token_ids) > max_prompt_tokens:
             add_flag(draft.flags, TOO_LONG)
             continue
+        if deduplicate:
+            ident = (key, tuple(prompt.token_ids))
+            if ident in first:
+                groups[first[ident]][1].append(draft)
+                continue
+            first[ident] = len(prompts)
         prompts.append(prompt)
-        kept.append((key, draft))
+        groups.append((key, [draft]))
     outputs = engine.prompt_and_next_logprobs([p.token_ids for p in prompts], TOP_K, desc=desc)
-    for prompt, (key, draft), (prompt_logprobs, top) in zip(prompts, kept, outputs):
+    for prompt, (key, drafts), (prompt_logprobs, top) in zip(prompts, groups, outputs):
         if key in errors:
             continue
         answer_logprob, answer_bad = _sum(prompt_logprobs, prompt.answer_tokens)
         rationale_logprob, rationale_bad = _sum(prompt_logprobs, prompt.rationale_tokens)
-        draft.score_self_consistency = answer_logprob + rationale_logprob
-        draft.tokens_answer, draft.tokens_rationale = len(prompt.answer_tokens), len(prompt.rationale_tokens)
-        draft.score_self_reflection, draft.logprob_yes, draft.logprob_no, flags = reflection_scores(
-            top, yes_ids, no_ids, mode)
-        for flag in flags:
-            add_flag(draft.flags, flag)
-        if answer_bad or rationale_bad:
-            add_flag(draft.flags, NON_FINITE)
+        sr, lp_yes, lp_no, flags = reflection_scores(top, yes_ids, no_ids, mode)
+        flags += [NON_FINITE] if answer_bad or rationale_bad else []
+        for draft in drafts:
+            draft.score_self_consistency = answer_logprob + rationale_logprob
+            draft.tokens_answer, draft.tokens_rationale = len(prompt.answer_tokens), len(prompt.rationale_tokens)
+            draft.score_self_reflection, draft.logprob_yes, draft.logprob_no = sr, lp_yes, lp_no
+            for flag in flags:
+                add_flag(draft.flags, flag)
+        if saved is not None:
+            saved[key] = saved.get(key, 0) + len(drafts) - 1
     return errors

@@ -24,9 +24,10 @@ from ..records import QueryRow
 
 INPUT_FIELDS = ("row_index", "query_id", "query", "task", "documents", "choices", "gold")
 """Row fields set by validation (:func:`specrag_batch.schema.validate_table`)."""
-OPTIONAL_FIELDS = frozenset({"documents", "choices", "gold", "fallback"})
+OPTIONAL_FIELDS = frozenset({"documents", "choices", "gold", "fallback", "verifier_drafts_deduplicated"})
 """Fields that may be None on a valid row (not checked while running; ``fallback`` is set
-only on the rows the fallback pass answers)."""
+only on the rows the fallback pass answers, ``verifier_drafts_deduplicated`` only on rows the
+verifier scored with ``verifier.deduplicate_drafts`` on)."""
 _ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(QueryRow))
 
 

@@ -30,7 +30,8 @@ def output_row(row: QueryRow, result: tuple[list[Draft], Selection] | None, conf
               "error": row.error, "error_reason": row.error_reason, "gold": row.gold, "correct": None, "exact_match": None,
               "f1": None, "draft_rounds": row.draft_rounds, "answer_source": None,
               "first_answer": None, "first_score": None, "first_correct": None,
-              "fallback_error": None, "mode": config.mode,
+              "fallback_error": None, "verifier_drafts_deduplicated": row.verifier_drafts_deduplicated,
+              "mode": config.mode,
               "drafter_model": model_id(config.drafter.model) if config.mode == "speculative" else None,
               "verifier_model": model_id(config.verifier.model), "run_id": info.run_id,
               "source_file": info.source_file}
@@ -75,6 +76,9 @@ def output_record(row: QueryRow, config: RunConfig, info: RunInfo) -> dict:
     if row.fallback is None:
         return record
     again = dataclasses.replace(row.fallback.row, gold=row.gold)
+    if again.verifier_drafts_deduplicated is not None:  # verifier passes saved in both passes
+        record["verifier_drafts_deduplicated"] = ((record["verifier_drafts_deduplicated"] or 0)
+                                                  + again.verifier_drafts_deduplicated)
     if again.error is not None or again.selection is None or again.selection.index is None:
         _add_flags(record["flags"], [Flag.FALLBACK_FAILED])
         record["fallback_error"] = again.error or f"{row.fallback.source} selected no draft"

@@ -26,12 +26,15 @@ class Verification(Stage):
     valid drafts get ``score_self_consistency`` = log ρ_SC = log P(α, β | Q) and
     ``score_self_reflection`` = log ρ_SR (paper §3.3; nats;
     :func:`specrag_batch.verification.verify`) within ``verifier.max_model_len - 1`` tokens.
-    With no verifier, or both verifier terms switched off, only ``consensus`` is set."""
+    With no verifier, or both verifier terms switched off, only ``consensus`` is set.
+    ``verifier.deduplicate_drafts``: a row's drafts with the same verifier input share one
+    forward pass; ``verifier_drafts_deduplicated`` counts the passes saved per scored row."""
 
     name = timer_name = "verification"
     reads = ("task", "query", "choices", "drafts")
     writes = ("consensus", "drafts.score_self_consistency", "drafts.score_self_reflection",
-              "drafts.logprob_yes", "drafts.logprob_no", "drafts.tokens_answer", "drafts.tokens_rationale")
+              "drafts.logprob_yes", "drafts.logprob_no", "drafts.tokens_answer", "drafts.tokens_rationale",
+              "verifier_drafts_deduplicated")
 
     def __init__(self, config: RunConfig, *, verifier: EngineLike | None):
         self.config, self.verifier = config, verifier
@@ -46,7 +49,11 @@ class Verification(Stage):
         items = [(position, question(row, config), draft) for position, row in enumerate(rows)
                  if row.error is None and row.drafts is not None and not row.consensus
                  for draft in row.drafts if draft.valid]
+        dedupe, saved = config.verifier.deduplicate_drafts, {}
         errors = verify(self.verifier, items, config.reflection_question,
-                        config.verifier.max_model_len - 1, mode=selection.self_reflection)
+                        config.verifier.max_model_len - 1, mode=selection.self_reflection,
+                        deduplicate=dedupe, saved=saved)
         for position, message in errors.items():
             rows[position].fail("drafts", message, code=ErrorReason.VERIFIER_INPUT_FAILED)
+        for position, n in saved.items() if dedupe else ():
+            rows[position].verifier_drafts_deduplicated = n

@@ -32,7 +32,9 @@ def summary(data: RunData) -> dict:
     ``errors_by_reason`` counts row errors by their ``error_reason`` code
     (:class:`specrag_batch.records.ErrorReason`), most frequent first (ties by code); a row error without a
     code (an output written before the column existed) counts as :data:`UNRECORDED`.
-    ``answer_source`` / ``draft_rounds``: rows per value, only when the run wrote them."""
+    ``answer_source`` / ``draft_rounds``: rows per value, only when the run wrote them.
+    ``verifier_drafts_deduplicated``: verifier forward passes saved by
+    ``verifier.deduplicate_drafts`` (sum over rows), only when the run wrote a value."""
     df = data.rows
     n = df.height
     answered = df.filter(pl.col("error").is_null() & pl.col("answer").is_not_null()).height
@@ -59,6 +61,8 @@ def summary(data: RunData) -> dict:
         if values is not None and values.len():
             counts = values.cast(pl.String).value_counts(sort=True)
             out[column] = dict(zip(counts[column].to_list(), counts["count"].to_list()))
+    if "verifier_drafts_deduplicated" in df.columns and df["verifier_drafts_deduplicated"].drop_nulls().len():
+        out["verifier_drafts_deduplicated"] = int(df["verifier_drafts_deduplicated"].sum())
     g = calibration.graded_rows(df)
     for task in sorted(g["task"].unique().to_list()):
         t = g.filter(pl.col("task") == task)
@@ -104,6 +108,8 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
     for key, name in (("answer_source", "answer source (rows)"), ("draft_rounds", "drafting rounds (rows)")):
         if key in s:
             lines.append(f"| {name} | " + ", ".join(f"{k}: {v}" for k, v in s[key].items()) + " |")
+    if "verifier_drafts_deduplicated" in s:
+        lines.append(f"| verifier passes saved (repeated drafts) | {s['verifier_drafts_deduplicated']} |")
     lines += ["", "## Accuracy per task (where gold exists)", "",
               "| task | n with gold | accuracy (match for qa) | exact match | F1 |", "|---|---|---|---|---|"]
     lines += [f"| {t} | {m['n_with_gold']} | {_fmt(m['accuracy'])} | {_fmt(m.get('exact_match'))} | "

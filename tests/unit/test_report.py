@@ -69,6 +69,16 @@ def test_fallback_and_adaptive_rows_are_counted_when_the_run_wrote_them(tmp_path
     plain = summary(load_rows(_write_run(tmp_path / "without", {"a.parquet": pa.Table.from_pylist(
         [_row(0)], schema=OUTPUT_SCHEMA)})))
     assert "answer_source" not in plain and "draft_rounds" not in plain
+    assert "verifier_drafts_deduplicated" not in plain
+
+
+def test_verifier_passes_saved_are_summed_when_the_run_deduplicated(tmp_path):
+    # null on rows the verifier did not run on (fast path), a count elsewhere
+    rows = [_row(0, verifier_drafts_deduplicated=2), _row(1, verifier_drafts_deduplicated=0),
+            _row(2, fast_path=True, verifier_drafts_deduplicated=None)]
+    s = write_report(_write_run(tmp_path / "dedup", {"a.parquet": pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA)}))
+    assert s["verifier_drafts_deduplicated"] == 2
+    assert "| verifier passes saved (repeated drafts) | 2 |" in s["markdown"]
 
 
 @pytest.mark.parametrize("rows", [

@@ -194,6 +194,12 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | None = None,
     return RunConfig.model_validate(data)
 
 
+def needs_tuning(arms: list[str]) -> bool:
+    """Whether these arms run the :data:`TUNING_ARM` cells (so their input-tuning shards must
+    be written): ``fallback_standard`` needs their τ_min; ``tuning`` asks for them alone."""
+    return "fallback_standard" in arms or TUNING_ARM in arms
+
+
 def expand_arms(spec: str) -> list[str]:
     """Arm names from a comma-separated list of arms and groups, in the order given, once each."""
     out: list[str] = []
@@ -236,7 +242,7 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
         for ds in datasets:
             if group == "ablations" and ds not in ablation_datasets:
                 continue
-            if group == "fallback" and ("fallback_standard" in arms or TUNING_ARM in arms):
+            if group == "fallback" and needs_tuning(arms):
                 cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
                                   runs / ds / TUNING_ARM))
             for arm in (a for a in arms if a in GROUPS[group] and a != TUNING_ARM):
@@ -486,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     ablation_datasets = [d.strip() for d in a.ablation_datasets.split(",") if d.strip()]
     arms = expand_arms(a.arms)
     data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
-    tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if "fallback_standard" in arms else {}
+    tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if needs_tuning(arms) else {}
     ablation_input = {}
     for ds in datasets:
         write_shards(data[ds], a.runs / ds / "input", a.shard_rows)

@@ -186,6 +186,9 @@ def test_tuning_arm_alone_plans_only_the_tuning_cells(base, tmp_path):
     # second speculative pass that fallback_standard costs
     arms = decision.expand_arms("tuning")
     assert arms == ["tuning"]
+    # main() writes the tuning split's input shards exactly when the plan has tuning cells
+    assert decision.needs_tuning(arms) and decision.needs_tuning(decision.expand_arms("fallback"))
+    assert not decision.needs_tuning(decision.expand_arms("main,ablations"))
     cells, notes = decision.plan_cells(["popqa", "nq_open"], arms, base, tmp_path, tuned_drafter=None,
                                        ablation_datasets=[], ablation_input={})
     assert [c.name for c in cells] == ["popqa/tuning", "nq_open/tuning"] and notes == []

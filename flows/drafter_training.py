@@ -33,7 +33,7 @@ def data_task(input_uri: str, data_uri: str, config_path: str | None, teacher: s
                             DataOptions(teacher=teacher, drafter=drafter, subsets_per_row=subsets_per_row))
     if m["failed_shards"]:
         raise RuntimeError(f"{m['failed_shards']} data shard(s) failed: see {data_uri}/_manifest.json")
-    return {k: m[k] for k in ("rows_in", "examples", "kept", "dropped", "teacher_model", "seconds")}
+    return {k: m[k] for k in ("rows_in", "examples", "kept", "trimmed", "dropped", "teacher_model", "seconds")}
 
 
 @task(name="drafter-training-train")

@@ -57,7 +57,7 @@ DATA_SCHEMA = pa.schema([
     ("prompt", pa.string()), ("prompt_tokens", pa.int32()), ("completion", pa.string()),
     ("rationale", pa.string()), ("answer", pa.string()), ("teacher_text", pa.string()),
     ("drop_reason", pa.string()), ("teacher_model", pa.string()), ("drafter_model", pa.string()),
-    ("source_file", pa.string()), ("source_row", pa.int32()),
+    ("source_file", pa.string()), ("source_row", pa.int32()), ("rationale_trimmed", pa.bool_()),
 ])
 """One row per (input row, subset); rows kept for training have ``drop_reason`` null. Input
 rows that gave no subset at all have one row with ``subset_index`` null and the reason."""
@@ -72,13 +72,17 @@ class DataOptions:
     config's drafter (``specrag-batch drafter train`` re-renders for another base).
     ``subsets_per_row``: examples per input row (the first of the m sampled subsets).
     ``teacher_max_tokens``: rationale budget, tokens. ``min_evidence_words``: see
-    :func:`.filters.check_rationale` (``no_evidence``)."""
+    :func:`.filters.check_rationale` (``no_evidence``). ``trim_truncated``: a rationale cut by
+    the budget keeps its complete sentences instead of being dropped (counted as ``trimmed``
+    in the data manifest, ``rationale_trimmed`` in the data shard). Measured 2026-11-30 with
+    Qwen2.5-Coder-1.5B as teacher at 80 tokens: 9 of 20 rationales were cut by the budget."""
 
     teacher: str | None = None
     drafter: str | None = None
     subsets_per_row: int = 1
     teacher_max_tokens: int = 96
     min_evidence_words: int = 2
+    trim_truncated: bool = True
 
     def key(self, cfg: RunConfig) -> str:
         """sha256 (16 hex) of these options, the teacher/drafter names and the config hash."""
@@ -174,7 +178,7 @@ def generate_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, t
                "documents": [asdict(d) for d in e.docs], "prompt": None, "prompt_tokens": None,
                "completion": None, "rationale": None, "answer": e.answer, "teacher_text": None,
                "drop_reason": e.reason, "teacher_model": tname, "drafter_model": dname,
-               "source_file": source_file, "source_row": r.row_index}
+               "source_file": source_file, "source_row": r.row_index, "rationale_trimmed": None}
         if e.prompt_ids is not None:
             rec["prompt"] = drafter_tok.decode(e.prompt_ids)
             rec["prompt_tokens"] = len(e.prompt_ids)
@@ -182,8 +186,10 @@ def generate_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, t
         if g is not None:
             rec["teacher_text"] = g.text
             rationale, why = check_rationale(r.task, g.text, g.finish_reason, e.docs, r.query, e.answer,
-                                             r.gold, r.choices, cfg.claim_labels, opts.min_evidence_words)
+                                             r.gold, r.choices, cfg.claim_labels, opts.min_evidence_words,
+                                             trim_truncated=opts.trim_truncated)
             rec["rationale"] = rationale
+            rec["rationale_trimmed"] = g.finish_reason == "length" and why != DropReason.TRUNCATED_AT_MAX_TOKENS
             if why is None:
                 rec["completion"], why = check_completion(r.task, rationale, e.answer, r.gold, r.choices,
                                                           cfg.claim_labels)
@@ -196,7 +202,9 @@ def _summary(records: list[dict]) -> dict:
     rows = {(r["source_file"], r["source_row"]) for r in records}
     reasons = Counter(r["drop_reason"] for r in records if r["drop_reason"])
     return {"rows_in": len(rows), "examples": sum(r["prompt"] is not None for r in records),
-            "kept": sum(r["drop_reason"] is None for r in records), "dropped": dict(sorted(reasons.items()))}
+            "kept": sum(r["drop_reason"] is None for r in records),
+            "trimmed": sum(bool(r.get("rationale_trimmed")) and r["drop_reason"] is None for r in records),
+            "dropped": dict(sorted(reasons.items()))}
 
 
 def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
@@ -259,6 +267,7 @@ def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
         "rows_in": sum(r.get("rows_in", 0) for r in results),
         "examples": sum(r.get("examples", 0) for r in results),
         "kept": sum(r.get("kept", 0) for r in results),
+        "trimmed": sum(r.get("trimmed", 0) for r in results),
         "dropped": dict(sorted(total.items())),
         "failed_shards": sum(r["status"] != "ok" for r in results),
         "seconds": round(time.perf_counter() - t0, 2),

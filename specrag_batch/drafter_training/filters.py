@@ -6,7 +6,9 @@ and kept in the data shards with ``drop_reason``; nothing is silently dropped):
 
 * input rows: ``invalid_row`` (validation error), ``no_gold``, ``gold_not_a_label`` /
   ``gold_not_a_choice`` (:func:`answer_text`), ``prompt_too_long``, ``no_documents``;
-* rationales (:func:`check_rationale`): ``empty_rationale``, ``truncated_at_max_tokens``,
+* rationales (:func:`check_rationale`): ``empty_rationale``, ``truncated_at_max_tokens`` (cut
+  by the token budget with no complete sentence to keep; with ``trim_truncated`` a cut
+  rationale keeps its complete sentences instead, :func:`complete_sentences`),
   ``repetition``, ``contradicts_gold`` (the teacher's own answer, or the label/option its
   rationale names, differs from the gold), ``gold_not_mentioned`` (QA: no accepted answer in
   the rationale), ``no_evidence`` (fewer than ``min_evidence_words`` content words shared with
@@ -85,18 +87,37 @@ def evidence_words(rationale: str, docs: list[Document], query: str, answer: str
     return (_words(rationale) & doc_words) - _words(query) - _words(answer)
 
 
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+
+
+def complete_sentences(text: str) -> str:
+    """``text`` up to and including its last sentence end (``.``, ``!`` or ``?``, optionally
+    closed by a quote or bracket, followed by whitespace or the end); ``""`` when it has none.
+    A decimal point (``20.5``) is not a sentence end."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    return text[:ends[-1]].strip() if ends else ""
+
+
 def check_rationale(task: str, teacher_text: str, finish_reason: str | None, docs: list[Document],
                     query: str, answer: str, gold: list[str], choices, labels,
-                    min_evidence_words: int) -> tuple[str, DropReason | None]:
+                    min_evidence_words: int, trim_truncated: bool = False) -> tuple[str, DropReason | None]:
     """(rationale, drop reason or None) for the teacher's generated text (after the prefill).
 
-    The rationale is the text before any ``Answer:`` line the teacher wrote, on one line."""
+    The rationale is the text before any ``Answer:`` line the teacher wrote, on one line.
+    ``finish_reason == "length"`` (the teacher hit its token budget): with ``trim_truncated``
+    and no ``Answer:`` line yet, the rationale keeps its complete sentences
+    (:func:`complete_sentences`) and goes through the other checks, or is
+    ``truncated_at_max_tokens`` when none is complete; without it, always dropped."""
     m = ANSWER_RE.search(teacher_text)
     rationale = " ".join((teacher_text[:m.start()] if m else teacher_text).split()).strip(" *")
     if not rationale:
         return rationale, DropReason.EMPTY_RATIONALE
     if finish_reason == "length":
-        return rationale, DropReason.TRUNCATED_AT_MAX_TOKENS
+        if not trim_truncated or m:
+            return rationale, DropReason.TRUNCATED_AT_MAX_TOKENS
+        rationale = complete_sentences(rationale)
+        if not rationale:
+            return " ".join(teacher_text.split()).strip(" *"), DropReason.TRUNCATED_AT_MAX_TOKENS
     if has_repetition(rationale):
         return rationale, DropReason.REPETITION
     if m:  # the teacher wrote its own answer: it must be the gold

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specrag_batch.drafter_training.filters import (DropReason, answer_text, check_completion,
-                                                    check_rationale, evidence_words)
+                                                    check_rationale, complete_sentences, evidence_words)
 from specrag_batch.schema import Document
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
@@ -43,6 +43,28 @@ def test_each_rationale_drop_reason(text, case, finish, reason):
     rationale, why = _check(text, case, finish)
     assert why == reason
     assert "\n" not in rationale and rationale == rationale.strip()
+
+
+@pytest.mark.parametrize("text,trim,want_rationale,reason", [
+    (" Document [1] says the tower stands in Paris, completed 1889. It was also", True,
+     "Document [1] says the tower stands in Paris, completed 1889.", None),
+    (" Document [1] says the tower stands in Paris, completed 1889. It was also", False, None,
+     DropReason.TRUNCATED_AT_MAX_TOKENS),
+    (" The tower stands in Paris and is 330.5 metres", True, None, DropReason.TRUNCATED_AT_MAX_TOKENS),
+    (" It is Paris. Document [1] says the", True, "It is Paris.", DropReason.NO_EVIDENCE),
+], ids=["trimmed_kept", "trim_off", "no_sentence_end", "trimmed_then_checked"])
+def test_truncated_rationale_keeps_complete_sentences(text, trim, want_rationale, reason):
+    rationale, why = check_rationale("qa", text, "length", DOCS, QA["query"], "Paris", ["Paris"], None, LABELS, 2,
+                                     trim_truncated=trim)
+    assert why == reason
+    if want_rationale is not None:
+        assert rationale == want_rationale
+
+
+def test_complete_sentences():
+    assert complete_sentences('He said "it is 20.5 m tall." Then') == 'He said "it is 20.5 m tall."'
+    assert complete_sentences("No end here 20.5") == ""
+    assert complete_sentences("One. Two? Three") == "One. Two?"
 
 
 def test_evidence_words_leave_out_question_and_answer_words():

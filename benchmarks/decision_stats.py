@@ -677,7 +677,7 @@ the tuned arms besides ``standard`` (:func:`tuned_table`)."""
 
 
 def baselines_of(arm: str, same_base: dict[str, str | None] | None = None) -> list[tuple[str, str]]:
-    """The comparisons (arm, baseline) of ``arm``: :data:`BASELINES`'; a tuned arm
+    """The comparisons (arm, baseline) of ``arm``: its :data:`BASELINES`; a tuned arm
     (:data:`TUNED_PREFIX`) vs ``standard``, ``speculative`` and ``same_base[arm]`` (the untuned
     arm of its base model, when known and not ``speculative``); any other arm but
     ``speculative``/``standard`` vs ``speculative``; plus :data:`ARM_BASELINES`."""
@@ -953,23 +953,25 @@ def tuned_table(res: dict) -> list[str]:
     (:data:`UNTUNED_ARMS`) that ran: n paired rows, the accuracy of each on them, the paired
     difference [bootstrap 95%] with McNemar p, the share of drafts that parse, drafter
     generated tokens per row (:func:`drafter_generated_tokens`), seconds per row of each and
-    the seconds ratio tuned / baseline over the shards both finished. Empty when no tuned arm
+    the seconds ratio tuned / baseline over the shards both finished; then the pooled rows
+    (stratified by dataset; accuracy, difference and time ratio only). Empty when no tuned arm
     was compared."""
     lines = []
-    for ds, e in res["datasets"].items():
+    for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
         for key, cmp in e["comparisons"].items():
             a, _, b = key.partition(" - ")
             if not a.startswith(TUNED_PREFIX) or b not in ("standard", *UNTUNED_ARMS):
                 continue
-            fa, fb = e["arms"][a], e["arms"][b]
-
-            def tok(f):
-                t = drafter_generated_tokens(f)
-                return "n/a" if t is None else f"{t:.0f}"
+            if ds == "pooled":  # per-cell figures are in the dataset rows
+                cells = "| |"
+            else:
+                fa, fb = e["arms"][a], e["arms"][b]
+                ta, tb = drafter_generated_tokens(fa), drafter_generated_tokens(fb)
+                cells = (f"{_pct(fa['drafts']['parsed'])} / {_pct(fb['drafts']['parsed'])} | "
+                         f"{'n/a' if ta is None else f'{ta:.0f}'} / {'n/a' if tb is None else f'{tb:.0f}'} | "
+                         f"{fa['cost']['s_per_row']:.2f} / {fb['cost']['s_per_row']:.2f}")
             lines.append(f"| {ds} | {a} | {b} | {cmp['n']} | {_pct(cmp['accuracy_a'])} | {_pct(cmp['accuracy_b'])} | "
-                         f"{_diff(cmp)} | {_pct(fa['drafts']['parsed'])} / {_pct(fb['drafts']['parsed'])} | "
-                         f"{tok(fa)} / {tok(fb)} | {fa['cost']['s_per_row']:.2f} / {fb['cost']['s_per_row']:.2f} | "
-                         f"{_ratio(cmp.get('seconds'))} |")
+                         f"{_diff(cmp)} | {cells} | {_ratio(cmp.get('seconds'))} |")
     if not lines:
         return []
     return ["", "Tuned vs untuned drafter (issue 12), the same verifier: each tuned arm vs Standard RAG, vs "
@@ -978,7 +980,8 @@ def tuned_table(res: dict) -> list[str]:
             "paired rows; difference tuned - baseline in points [paired bootstrap 95%], McNemar p "
             "(discordant pairs); parsed: share of drafts without a parse flag; drafted tokens: the "
             "drafter's generated tokens per row; s/row of each (all shards) and the ratio tuned / "
-            "baseline over the shards both finished.", "",
+            "baseline over the shards both finished. Pooled: rows of every dataset where both ran, "
+            "resampled within each dataset.", "",
             "| dataset | tuned arm | baseline | n | accuracy % tuned | accuracy % baseline | tuned - baseline | "
             "parsed % tuned / baseline | drafted tokens/row tuned / baseline | s/row tuned / baseline | "
             "s/row ratio tuned / baseline |", "|---|---|---|---|---|---|---|---|---|---|---|", *lines]

@@ -166,3 +166,6 @@ def test_tuned_vs_untuned_table(bench, tmp_path):
     assert ("| popqa | speculative-tuned-qwen | standard | 4 | 100.0 | 25.0 | +75.0 [+25.0, +100.0], "
             "p = 0.25 (3/0) | 100.0 / n/a | 45 / n/a | 6.00 / 2.00 | 3.00 [3.00, 3.00] (n = 2 shards) |") in text
     assert "Speculative RAG, tuned drafter smol, vs Standard RAG" in text
+    # pooled over the one dataset: the same paired figures, no per-cell columns
+    assert ("| pooled | speculative-tuned-smol | speculative-smol | 4 | 75.0 | 25.0 | +50.0 [+0.0, +100.0], "
+            "p = 0.5 (2/0) | | | | 0.60 [0.60, 0.60] (n = 2 shards) |") in text

@@ -225,8 +225,10 @@ def untuned_arm(model: str, base: RunConfig) -> str | None:
     (``drafter_training.train.drafter_identity``): ``speculative`` when that is the config's
     drafter, ``speculative-smol`` when it is :data:`SMOL_DRAFTER`; None when the base is
     unknown (no manifest) or another model."""
-    from specrag_batch.drafter_training.train import drafter_identity
+    from specrag_batch.drafter_training.train import MANIFEST, drafter_identity
 
+    if not (Path(model) / MANIFEST).is_file():  # (drafter_identity would hash its weights)
+        return None
     base_model = drafter_identity(model).get("base_model")
     return {base.drafter.model: "speculative", SMOL_DRAFTER: "speculative-smol"}.get(base_model)
 

@@ -332,12 +332,13 @@ class Cell:
 def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path, *,
                tuned_drafter: str | dict[str, str] | None, ablation_datasets: list[str], ablation_input: dict[str, Path],
                tau_min: dict[str, dict | None] | None = None) -> tuple[list[Cell], list[str]]:
-    """Cells in run order (:data:`RUN_ORDER`: main arms for every dataset, then the tuned
-    drafter, then the ablations, then per dataset its :data:`TUNING_ARM` cell and
-    ``fallback_standard``) and notes on arms skipped (no tuned drafter, config without the
-    option, no τ_min yet). ``tuned_drafter``: as :func:`arm_config`'s; every tuned arm
-    (:func:`is_tuned_arm`) belongs to the ``tuned`` group. ``tau_min``: dataset -> ``selection.tau_min`` from its tuning cell
-    (:func:`calibrate_tuning`); a dataset without one gets its tuning cell only, so plan
+    """Cells in run order (:data:`RUN_ORDER`: main arms for every dataset, then the ``tuned``
+    group (``speculative-smol``, the tuned drafters), then the ablations, then per dataset its
+    :data:`TUNING_ARM` cell and ``fallback_standard``) and notes on arms skipped (no tuned
+    drafter, config without the option, ``speculative-smol`` on a SmolLM2 config, no τ_min
+    yet). ``tuned_drafter``: as :func:`arm_config`'s; every tuned arm (:func:`is_tuned_arm`)
+    belongs to the ``tuned`` group. ``tau_min``: dataset -> ``selection.tau_min`` from its
+    tuning cell (:func:`calibrate_tuning`); a dataset without one gets its tuning cell only, so plan
     again once it has run."""
     cells, notes = [], []
     for group in RUN_ORDER:

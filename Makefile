@@ -52,7 +52,8 @@ test-fast: models-test
 
 # Decision benchmark (issue 13): Speculative vs Standard RAG on >= 100 rows per dataset, paired
 # tests, ablations; hours on 2 cores, needs ../shared/data. Resumable cell by cell: after a stop,
-# run the same command again. TUNED=<model dir> adds the tuned drafter; BENCH_ARGS runs a
+# run the same command again. TUNED=<model dir> adds the tuned drafter (or TUNED=smol=<dir>,qwen=<dir>:
+# one arm speculative-tuned-<label> each, beside speculative-smol); BENCH_ARGS runs a
 # documented subset (benchmarks/README.md, "How to run / resume"), e.g. BENCH_ARGS="--arms main".
 # The previous 16-row benchmark: benchmarks/bench.py + benchmarks/report.py.
 TUNED      ?=

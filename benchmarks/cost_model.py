@@ -304,7 +304,7 @@ def markdown(res: dict) -> str:
 
 
 def load_cells(runs: Path, config: Path, datasets: list[str] | None, arms: list[str],
-               tuned_drafter: str | None = None) -> dict:
+               tuned_drafter: str | dict[str, str] | None = None) -> dict:
     """dataset -> arm -> ``decision.load_cell`` for every finished cell under ``runs``, with
     the run config ``decision.arm_config`` gives the arm (the one its markers were written
     with; a marker of another config is not read)."""
@@ -329,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=ROOT / "benchmarks" / "runs", help="decision.py's --runs")
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "bench.yaml", help="decision.py's --config")
     ap.add_argument("--datasets", default=None, help="comma-separated (default: every dataset under --runs)")
-    ap.add_argument("--arms", default="standard,speculative", help="arms to project (speculative-tuned too)")
-    ap.add_argument("--tuned-drafter", default=None, help="as given to decision.py (speculative-tuned)")
+    ap.add_argument("--arms", default="standard,speculative",
+                    help="arms to project (speculative-smol, speculative-tuned, speculative-tuned-<label> too)")
+    ap.add_argument("--tuned-drafter", default=None,
+                    help="as given to decision.py (one model dir, or comma-separated label=dir pairs)")
     for role in ("drafter", "verifier"):
         for kind in ("prefill", "decode"):
             key = f"{role}_{kind}_tps"
@@ -347,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     rates = {k: getattr(a, k) for k in ("drafter_prefill_tps", "drafter_decode_tps",
                                         "verifier_prefill_tps", "verifier_decode_tps")}
     datasets = [d.strip() for d in a.datasets.split(",") if d.strip()] if a.datasets else None
-    cells = load_cells(a.runs, a.config, datasets, decision.expand_arms(a.arms), a.tuned_drafter)
+    tuned = decision.parse_tuned_drafters(a.tuned_drafter)
+    cells = load_cells(a.runs, a.config, datasets, decision.expand_arms(a.arms, list(tuned)), tuned)
     if not cells:
         print(f"[cost_model] no finished cell under {a.runs}", file=sys.stderr)
         return 1

@@ -14,7 +14,17 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
 
 * ``standard`` - Standard RAG on the verifier model (``mode: standard``);
 * ``speculative`` - the config as it is (its drafter);
-* ``speculative-tuned`` - drafter ``--tuned-drafter`` (a model directory); skipped without it;
+* ``speculative-smol`` (group ``tuned``, issue 12) - the config with the *untuned*
+  :data:`SMOL_DRAFTER` (SmolLM2-135M-Instruct) as drafter, the same verifier: the untuned
+  baseline of a tuned SmolLM2 drafter (``speculative`` is the untuned baseline of a tuned
+  Qwen2.5-Coder-0.5B, the config's drafter); skipped when the config's drafter already is it;
+* ``speculative-tuned`` - drafter ``--tuned-drafter <model dir>``; skipped without it. With
+  several tuned drafters, ``--tuned-drafter smol=<dir>,qwen=<dir>`` (``label=dir`` pairs,
+  :func:`parse_tuned_drafters`) gives one arm ``speculative-tuned-<label>`` per pair instead
+  (group ``tuned``, or named one by one in ``--arms``). ``decision_stats`` compares each tuned
+  arm with ``standard``, with ``speculative`` and with the untuned arm of its own base model
+  (:func:`untuned_arm`, from the drafter's training manifest: ``speculative-smol`` for a tuned
+  SmolLM2) on the same rows, in the table "Tuned vs untuned drafter";
 * ablations, on the first ``--ablation-rows`` rows of ``--ablation-datasets``:
   ``sampling_random``, ``sampling_single_cluster`` (paper Table 3), ``adaptive`` (adaptive
   drafting, when the config has it), ``question_first`` (drafter prompt layout
@@ -44,14 +54,17 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   (no engine run), and states which the tuning split favours, pooled over datasets; the
   reported speculative cells' figures are shown beside, not used for choosing.
 
-Cells run in this order: standard and speculative for every dataset, then the tuned drafter,
-then the ablations, then per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
+Cells run in this order: standard and speculative for every dataset, then the tuned group
+(``speculative-smol`` and the tuned drafters), then the ablations, then per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
 file are the tuning split (prompt work may look at them; never reported); reported rows start
 at :data:`REPORT_START` and stay inside the first ``BENCHMARK_RESERVE`` (300) rows of each file,
 which drafter training never reads (``drafter_training/sources.py``).
 
     python benchmarks/decision.py --config configs/bench.yaml \\
         --tuned-drafter /work/train/smol-tuned --rows 100            # hours; resumable
+    python benchmarks/decision.py --config configs/bench.yaml --rows 100 --datasets climate_fever \
+        --arms speculative-smol,speculative-tuned-smol \
+        --tuned-drafter smol=/work/train/smol-tuned,qwen=/work/train/qwen-tuned
     python benchmarks/decision.py --analyse-only                      # rewrite the summary
     python benchmarks/decision.py --config configs/test-smollm2.yaml --rows 3 \\
         --datasets climate_fever,popqa --arms standard,speculative --runs /tmp/bench-runs
@@ -92,10 +105,19 @@ these files have rows to spare. PopQA (74 rows) and ARC-Challenge (71) report ev
 the 20-row tuning split, which includes rows 20-39 of the earlier tuning split. NQ-open was
 never used before."""
 
+SMOL_DRAFTER = "smollm2-135m-instruct"
+"""The small drafter base of issue 12 (packaged SmolLM2-135M-Instruct): arm ``speculative-smol``
+runs it untuned, beside the tuned drafters trained from it."""
+
+TUNED_ARM = "speculative-tuned"
+"""Arm of the one tuned drafter of ``--tuned-drafter <dir>``; with ``label=dir`` pairs the arms
+are ``speculative-tuned-<label>`` (:func:`parse_tuned_drafters`)."""
+
 ARM_OVERRIDES: dict[str, dict] = {
     "standard": {"mode": "standard"},
     "speculative": {},
-    "speculative-tuned": {},  # drafter.model set from --tuned-drafter
+    "speculative-smol": {"drafter.model": SMOL_DRAFTER},
+    TUNED_ARM: {},  # drafter.model set from --tuned-drafter (also each speculative-tuned-<label>)
     "sampling_random": {"sampling.strategy": "random"},
     "sampling_single_cluster": {"sampling.strategy": "single_cluster"},
     "adaptive": {"sampling.adaptive": True},
@@ -109,7 +131,7 @@ ARM_OVERRIDES: dict[str, dict] = {
     "dedupe_verifier": {"verifier.deduplicate_drafts": True},
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
 }
-GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-tuned",),
+GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-smol", TUNED_ARM),
           "ablations": ("sampling_random", "sampling_single_cluster", "adaptive", "question_first",
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
                         "draft48", "draft160", "one_sentence", "dedupe_verifier"),
@@ -158,25 +180,85 @@ def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
     return list(benchmark_converters()[name](shared))[start:start + rows]
 
 
-def arm_config(base: RunConfig, arm: str, tuned_drafter: str | None = None,
-               tau_min: float | dict[str, float] | None = None) -> RunConfig:
-    """The run config of an arm: ``base`` with :data:`ARM_OVERRIDES` (dotted keys) applied; a
-    mapping value is merged into the base's mapping (``engine_kwargs``). ``tau_min``
-    (``fallback_standard`` only): ``selection.tau_min``, one value or task -> value, from
-    :func:`calibrate_tuning`.
+def parse_tuned_drafters(spec: str | None) -> dict[str, str]:
+    """Tuned drafters of ``--tuned-drafter``: arm name -> model directory. One directory (no
+    ``=``, no ``,``) -> ``{"speculative-tuned": dir}`` (the arm of earlier run directories);
+    comma-separated ``label=dir`` pairs -> ``{"speculative-tuned-<label>": dir}`` each, in the
+    order given; None or empty -> ``{}``. The directory is not opened here (``arm_config``
+    passes it to the drafter as ``drafter.model``).
 
     Raises:
-        ValueError: unknown arm, ``speculative-tuned`` without a drafter, ``fallback_standard``
-            without ``tau_min``, or an override the config does not have (e.g. ``adaptive``
-            before adaptive drafting exists)."""
-    if arm not in ARM_OVERRIDES:
+        ValueError: naming the item: an item that is not ``label=dir`` when there are several
+            (or any ``=``), an empty label or directory, a label other than letters, digits,
+            ``.``, ``_``, ``-`` (it names the arm and its run directory), a label given twice."""
+    import re
+
+    spec = (spec or "").strip()
+    if not spec:
+        return {}
+    if "=" not in spec and "," not in spec:
+        return {TUNED_ARM: spec}
+    out: dict[str, str] = {}
+    for i, item in enumerate((p.strip() for p in spec.split(",")), 1):
+        label, sep, path = (x.strip() for x in item.partition("="))
+        if not sep or not path:
+            raise ValueError(f"--tuned-drafter item {i} {item!r}: expected label=<model dir> "
+                             "(several tuned drafters are comma-separated label=dir pairs)")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", label):
+            raise ValueError(f"--tuned-drafter item {i} {item!r}: label {label!r} must be letters, digits, "
+                             "'.', '_' or '-' (it names the arm speculative-tuned-<label> and its run directory)")
+        arm = f"{TUNED_ARM}-{label}"
+        if arm in out:
+            raise ValueError(f"--tuned-drafter item {i} {item!r}: label {label!r} given twice")
+        out[arm] = path
+    return out
+
+
+def is_tuned_arm(arm: str) -> bool:
+    """Whether ``arm`` runs a tuned drafter: ``speculative-tuned`` or ``speculative-tuned-<label>``."""
+    return arm == TUNED_ARM or arm.startswith(TUNED_ARM + "-")
+
+
+def untuned_arm(model: str, base: RunConfig) -> str | None:
+    """The arm running the untuned base model of the tuned drafter ``model`` (a model
+    directory), from its training manifest's ``base_model``
+    (``drafter_training.train.drafter_identity``): ``speculative`` when that is the config's
+    drafter, ``speculative-smol`` when it is :data:`SMOL_DRAFTER`; None when the base is
+    unknown (no manifest) or another model."""
+    from specrag_batch.drafter_training.train import MANIFEST, drafter_identity
+
+    if not (Path(model) / MANIFEST).is_file():  # (drafter_identity would hash its weights)
+        return None
+    base_model = drafter_identity(model).get("base_model")
+    return {base.drafter.model: "speculative", SMOL_DRAFTER: "speculative-smol"}.get(base_model)
+
+
+def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | None = None,
+               tau_min: float | dict[str, float] | None = None) -> RunConfig:
+    """The run config of an arm: ``base`` with :data:`ARM_OVERRIDES` (dotted keys) applied; a
+    mapping value is merged into the base's mapping (``engine_kwargs``). ``tuned_drafter``:
+    the ``--tuned-drafter`` text or its :func:`parse_tuned_drafters` mapping (tuned arms set
+    ``drafter.model`` from it). ``tau_min`` (``fallback_standard`` only):
+    ``selection.tau_min``, one value or task -> value, from :func:`calibrate_tuning`.
+
+    Raises:
+        ValueError: unknown arm, a tuned arm without its drafter, ``speculative-smol`` when
+            the config's drafter already is :data:`SMOL_DRAFTER` (the same cells as
+            ``speculative``), ``fallback_standard`` without ``tau_min``, or an override the
+            config does not have (e.g. ``adaptive`` before adaptive drafting exists)."""
+    drafters = parse_tuned_drafters(tuned_drafter) if not isinstance(tuned_drafter, dict) else tuned_drafter
+    if arm not in ARM_OVERRIDES and not is_tuned_arm(arm):
         raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(ARM_OVERRIDES)} or a group "
                          f"{', '.join(GROUPS)})")
-    over = dict(ARM_OVERRIDES[arm])
-    if arm == "speculative-tuned":
-        if not tuned_drafter:
-            raise ValueError("arm speculative-tuned needs --tuned-drafter <model dir>")
-        over["drafter.model"] = str(tuned_drafter)
+    over = dict(ARM_OVERRIDES.get(arm, {}))
+    if is_tuned_arm(arm):
+        if not drafters.get(arm):
+            label = arm.removeprefix(TUNED_ARM).lstrip("-")
+            raise ValueError(f"arm {arm} needs --tuned-drafter " + (f"{label}=<model dir>" if label else "<model dir>"))
+        over["drafter.model"] = str(drafters[arm])
+    if arm == "speculative-smol" and base.drafter.model == SMOL_DRAFTER:
+        raise ValueError(f"arm speculative-smol: the config's drafter already is {SMOL_DRAFTER} "
+                         "(the same cells as speculative)")
     if arm == "fallback_standard":
         if not tau_min:
             raise ValueError("arm fallback_standard needs selection.tau_min: its dataset's tuning cell "
@@ -200,14 +282,33 @@ def needs_tuning(arms: list[str]) -> bool:
     return "fallback_standard" in arms or TUNING_ARM in arms
 
 
-def expand_arms(spec: str) -> list[str]:
-    """Arm names from a comma-separated list of arms and groups, in the order given, once each."""
+def group_arms(group: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The arms of a group (:data:`GROUPS`); ``tuned`` and ``all`` hold the arms of
+    ``tuned_arms`` (keys of :func:`parse_tuned_drafters`) in place of ``speculative-tuned``
+    when there are any."""
+    arms = GROUPS[group]
+    if tuned_arms and TUNED_ARM in arms:
+        i = arms.index(TUNED_ARM)
+        arms = arms[:i] + tuple(tuned_arms) + arms[i + 1:]
+    return arms
+
+
+def expand_arms(spec: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Arm names from a comma-separated list of arms and groups, in the order given, once each.
+    ``tuned_arms``: the tuned drafters' arms (keys of :func:`parse_tuned_drafters`); a
+    ``speculative-tuned-<label>`` arm must be one of them.
+
+    Raises:
+        ValueError: an unknown arm or group, or a labelled tuned arm without its ``label=dir``."""
     out: list[str] = []
+    known = [*ARM_OVERRIDES, *(a for a in tuned_arms if a not in ARM_OVERRIDES)]
     for part in (p.strip() for p in spec.split(",") if p.strip()):
-        for arm in GROUPS.get(part, (part,)):
-            if arm not in ARM_OVERRIDES and arm != TUNING_ARM:
-                raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(ARM_OVERRIDES)} or a group "
-                                 f"{', '.join(GROUPS)})")
+        for arm in group_arms(part, tuned_arms) if part in GROUPS else (part,):
+            if arm not in known and arm != TUNING_ARM:
+                hint = (f"; give --tuned-drafter {arm.removeprefix(TUNED_ARM + '-')}=<model dir>"
+                        if arm.startswith(TUNED_ARM + "-") else "")
+                raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(known)} or a group "
+                                 f"{', '.join(GROUPS)}){hint}")
             if arm not in out:
                 out.append(arm)
     return out
@@ -229,13 +330,15 @@ class Cell:
 
 
 def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path, *,
-               tuned_drafter: str | None, ablation_datasets: list[str], ablation_input: dict[str, Path],
+               tuned_drafter: str | dict[str, str] | None, ablation_datasets: list[str], ablation_input: dict[str, Path],
                tau_min: dict[str, dict | None] | None = None) -> tuple[list[Cell], list[str]]:
-    """Cells in run order (:data:`RUN_ORDER`: main arms for every dataset, then the tuned
-    drafter, then the ablations, then per dataset its :data:`TUNING_ARM` cell and
-    ``fallback_standard``) and notes on arms skipped (no tuned drafter, config without the
-    option, no τ_min yet). ``tau_min``: dataset -> ``selection.tau_min`` from its tuning cell
-    (:func:`calibrate_tuning`); a dataset without one gets its tuning cell only, so plan
+    """Cells in run order (:data:`RUN_ORDER`: main arms for every dataset, then the ``tuned``
+    group (``speculative-smol``, the tuned drafters), then the ablations, then per dataset its
+    :data:`TUNING_ARM` cell and ``fallback_standard``) and notes on arms skipped (no tuned
+    drafter, config without the option, ``speculative-smol`` on a SmolLM2 config, no τ_min
+    yet). ``tuned_drafter``: as :func:`arm_config`'s; every tuned arm (:func:`is_tuned_arm`)
+    belongs to the ``tuned`` group. ``tau_min``: dataset -> ``selection.tau_min`` from its
+    tuning cell (:func:`calibrate_tuning`); a dataset without one gets its tuning cell only, so plan
     again once it has run."""
     cells, notes = [], []
     for group in RUN_ORDER:
@@ -245,7 +348,9 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
             if group == "fallback" and needs_tuning(arms):
                 cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
                                   runs / ds / TUNING_ARM))
-            for arm in (a for a in arms if a in GROUPS[group] and a != TUNING_ARM):
+            in_group = [a for a in arms if (a in GROUPS[group] or (group == "tuned" and is_tuned_arm(a)))
+                        and a != TUNING_ARM]
+            for arm in in_group:
                 try:
                     cfg = arm_config(base, arm, tuned_drafter, (tau_min or {}).get(ds))
                 except ValueError as e:
@@ -434,8 +539,9 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
             loaded.setdefault(c.dataset, {})[c.arm] = got
     choices = {ds: {r["query_id"]: r["choices"] for r in rows + (tuning_data or {}).get(ds, [])}
                for ds, rows in data.items()}
+    same_base = {c.arm: untuned_arm(c.config.drafter.model, base) for c in cells if is_tuned_arm(c.arm)}
     summary = decision_stats.summarise(loaded, choices, base.claim_labels, seed=base.seed, reps=reps,
-                                       tuning=tuning)
+                                       tuning=tuning, same_base=same_base)
     if calibration:
         summary["calibration"] = calibration
     results = _finite({**meta, "cells_loaded": {ds: {arm: {"complete": v["complete"], "shards": len(v["shards"]),
@@ -475,8 +581,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (all remaining when fewer)")
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, fallback, all; "
-                    "'tuning' = only the tuning-split cells)")
-    ap.add_argument("--tuned-drafter", default=None, help="model dir of the tuned drafter (speculative-tuned)")
+                    "'tuning' = only the tuning-split cells; tuned = speculative-smol and the tuned drafters, "
+                    "each also by name: speculative-smol, speculative-tuned, speculative-tuned-<label>)")
+    ap.add_argument("--tuned-drafter", default=None,
+                    help="model dir of the tuned drafter (arm speculative-tuned), or comma-separated "
+                    "label=dir pairs, one arm speculative-tuned-<label> each (e.g. "
+                    "smol=/work/train/smol-tuned,qwen=/work/train/qwen-tuned)")
     ap.add_argument("--ablation-datasets", default="popqa")
     ap.add_argument("--ablation-rows", type=int, default=50, help="first rows of the reported rows")
     ap.add_argument("--shard-rows", type=int, default=10)
@@ -490,7 +600,11 @@ def main(argv: list[str] | None = None) -> int:
     base = load_config(a.config)
     datasets = [d.strip() for d in a.datasets.split(",") if d.strip()]
     ablation_datasets = [d.strip() for d in a.ablation_datasets.split(",") if d.strip()]
-    arms = expand_arms(a.arms)
+    try:
+        tuned = parse_tuned_drafters(a.tuned_drafter)
+        arms = expand_arms(a.arms, list(tuned))
+    except ValueError as e:
+        ap.error(str(e))
     data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
     tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if needs_tuning(arms) else {}
     ablation_input = {}
@@ -507,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     def plan() -> tuple[list[Cell], list[str], dict[str, dict]]:
         """Cells with the τ_min of every tuning cell finished so far (fallback_standard waits
         for its dataset's tuning cell: plan again after one has run)."""
-        kw = dict(tuned_drafter=a.tuned_drafter, ablation_datasets=ablation_datasets,
+        kw = dict(tuned_drafter=tuned, ablation_datasets=ablation_datasets,
                   ablation_input=ablation_input)
         first, _ = plan_cells(datasets, arms, base, a.runs, **kw)
         calib = calibrate_all(first)

@@ -7,7 +7,8 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
 * accuracy of each arm (the product's metric: match for QA, accuracy for claims and multiple
   choice; a row that came out with an error counts as wrong) with a bootstrap 95% interval;
 * the **paired** difference of two arms on the same rows (speculative - standard,
-  tuned - standard, tuned - speculative, each ablation - speculative) with a paired bootstrap
+  tuned - standard, tuned - speculative, tuned - the untuned arm of its base model
+  (``same_base``), each ablation - speculative) with a paired bootstrap
   95% interval and McNemar's exact p-value (two-sided binomial test on the discordant pairs);
 * **oracle** accuracy (a row counts when any of its drafts is right, scored with the
   product's :func:`specrag_batch.evaluation.score_row`) and the share of oracle rows the
@@ -20,6 +21,8 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
 * the fast-path share;
 * Table 3 selection ablations re-selected from the speculative cell's scored drafts with the
   product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same);
+* tuned vs untuned drafters (issue 12, :func:`tuned_table`): per tuned arm and baseline,
+  paired accuracy, parse share, drafter tokens per row, seconds per row and their ratio;
 * shorter drafts (:data:`DRAFT_LENGTH_ARMS`): generated tokens per row and per draft, share of
   drafts cut at the token budget, beside accuracy and seconds per row;
 * repeated drafts (:func:`verifier_duplicates`, :func:`dedupe_table`): per cell, the verified
@@ -660,9 +663,31 @@ def flagged_outcomes(flagged: Sequence[dict], choices: dict, labels: Sequence[st
 
 # --- the whole benchmark -----------------------------------------------------------------
 
-BASELINES = (("speculative", "standard"), ("speculative-tuned", "standard"),
-             ("speculative-tuned", "speculative"))
-"""The headline comparisons (arm a - arm b); every other arm is compared with ``speculative``."""
+BASELINES = (("speculative", "standard"), ("speculative-smol", "standard"), ("speculative-smol", "speculative"))
+"""The headline comparisons (arm a - arm b); tuned arms: :func:`baselines_of`; every other arm
+is compared with ``speculative``."""
+
+TUNED_PREFIX = "speculative-tuned"
+"""Arms running a tuned drafter: ``speculative-tuned`` and ``speculative-tuned-<label>``
+(``benchmarks/decision.py``)."""
+
+UNTUNED_ARMS = ("speculative", "speculative-smol")
+"""Arms running an untuned drafter (the config's, the untuned SmolLM2-135M): the baselines of
+the tuned arms besides ``standard`` (:func:`tuned_table`)."""
+
+
+def baselines_of(arm: str, same_base: dict[str, str | None] | None = None) -> list[tuple[str, str]]:
+    """The comparisons (arm, baseline) of ``arm``: its :data:`BASELINES`; a tuned arm
+    (:data:`TUNED_PREFIX`) vs ``standard``, ``speculative`` and ``same_base[arm]`` (the untuned
+    arm of its base model, when known and not ``speculative``); any other arm but
+    ``speculative``/``standard`` vs ``speculative``; plus :data:`ARM_BASELINES`."""
+    if arm.startswith(TUNED_PREFIX):
+        own = (same_base or {}).get(arm)
+        pairs = [(arm, "standard"), (arm, "speculative")] + ([(arm, own)] if own and own != "speculative" else [])
+    else:
+        pairs = [(x, y) for x, y in BASELINES if x == arm] or (
+            [(arm, "speculative")] if arm not in ("speculative", "standard") else [])
+    return pairs + ([(arm, ARM_BASELINES[arm])] if arm in ARM_BASELINES else [])
 
 ARM_BASELINES = {"question_first_block32": "block32"}
 """Arms also compared with another arm than ``speculative``: the prompt layout at the same
@@ -702,7 +727,7 @@ def compare_cells(a: dict, b: dict, choices: dict, labels: Sequence[str], *, rep
 
 
 def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 0,
-              reps: int = REPS, tuning: dict | None = None) -> dict:
+              reps: int = REPS, tuning: dict | None = None, same_base: dict[str, str | None] | None = None) -> dict:
     """All figures of the benchmark.
 
     Args:
@@ -714,6 +739,7 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         tuning: dataset -> the speculative cell on its tuning split (``{"rows", ...}``;
             its choices in ``choices``): used only for the choice of
             ``selection.self_reflection`` and ``selection.rule``, never reported as an arm.
+        same_base: tuned arm -> the arm of its untuned base model (:func:`baselines_of`).
 
     Returns ``{"datasets": {dataset: {"arms": {arm: cell_figures}, "comparisons":
     {"a - b": compare_cells}, "fallback": {arm: fallback_figures}}}, "pooled": {"arms":
@@ -750,10 +776,7 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
                                        "ci95": bootstrap_ci([float(c) for c in graded], reps=reps),
                                        "derived_from": "speculative"}
         for a_name in list(entry["arms"]):
-            pairs = [(x, y) for x, y in BASELINES if x == a_name] or (
-                [(a_name, "speculative")] if a_name not in ("speculative", "standard") else [])
-            pairs += [(a_name, ARM_BASELINES[a_name])] if a_name in ARM_BASELINES else []
-            for x, y in pairs:
+            for x, y in baselines_of(a_name, same_base):
                 if y not in arms:
                     continue
                 if x in derived:
@@ -907,12 +930,61 @@ def tables(res: dict) -> str:
                 "|---|---|---|---|---|---|"]
         for ds, k, v in others:
             out.append(f"| {ds} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
+    out += tuned_table(res)
     out += draft_length_table(res)
     out += dedupe_table(res)
     out += fallback_table(res)
     out += self_reflection_table(res)
     out += rule_table(res)
     return "\n".join(out) + "\n"
+
+
+def drafter_generated_tokens(f: dict) -> float | None:
+    """Generated tokens per row of a cell's models whose role includes the drafter (from
+    :func:`cell_cost`; a model serving drafter and verifier counts the verifier's generated
+    tokens too); None when no model drafted (Standard RAG)."""
+    got = [v["generated_tokens_per_row"] for v in f["cost"]["models"].values() if "drafter" in v["role"]]
+    return sum(got) if got else None
+
+
+def tuned_table(res: dict) -> list[str]:
+    """Markdown lines "Tuned vs untuned drafter" (issue 12): per dataset, each comparison of a
+    tuned arm (:data:`TUNED_PREFIX`) with ``standard`` or an untuned drafter arm
+    (:data:`UNTUNED_ARMS`) that ran: n paired rows, the accuracy of each on them, the paired
+    difference [bootstrap 95%] with McNemar p, the share of drafts that parse, drafter
+    generated tokens per row (:func:`drafter_generated_tokens`), seconds per row of each and
+    the seconds ratio tuned / baseline over the shards both finished; then the pooled rows
+    (stratified by dataset; accuracy, difference and time ratio only). Empty when no tuned arm
+    was compared."""
+    lines = []
+    for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
+        for key, cmp in e["comparisons"].items():
+            a, _, b = key.partition(" - ")
+            if not a.startswith(TUNED_PREFIX) or b not in ("standard", *UNTUNED_ARMS):
+                continue
+            if ds == "pooled":  # per-cell figures are in the dataset rows
+                cells = "| |"
+            else:
+                fa, fb = e["arms"][a], e["arms"][b]
+                ta, tb = drafter_generated_tokens(fa), drafter_generated_tokens(fb)
+                cells = (f"{_pct(fa['drafts']['parsed'])} / {_pct(fb['drafts']['parsed'])} | "
+                         f"{'n/a' if ta is None else f'{ta:.0f}'} / {'n/a' if tb is None else f'{tb:.0f}'} | "
+                         f"{fa['cost']['s_per_row']:.2f} / {fb['cost']['s_per_row']:.2f}")
+            lines.append(f"| {ds} | {a} | {b} | {cmp['n']} | {_pct(cmp['accuracy_a'])} | {_pct(cmp['accuracy_b'])} | "
+                         f"{_diff(cmp)} | {cells} | {_ratio(cmp.get('seconds'))} |")
+    if not lines:
+        return []
+    return ["", "Tuned vs untuned drafter (issue 12), the same verifier: each tuned arm vs Standard RAG, vs "
+            "`speculative` (the config's drafter, untuned) and vs the untuned arm of its own base model "
+            "(`speculative-smol` for a tuned SmolLM2-135M), on the same rows. Accuracy of each on the "
+            "paired rows; difference tuned - baseline in points [paired bootstrap 95%], McNemar p "
+            "(discordant pairs); parsed: share of drafts without a parse flag; drafted tokens: the "
+            "drafter's generated tokens per row; s/row of each (all shards) and the ratio tuned / "
+            "baseline over the shards both finished. Pooled: rows of every dataset where both ran, "
+            "resampled within each dataset.", "",
+            "| dataset | tuned arm | baseline | n | accuracy % tuned | accuracy % baseline | tuned - baseline | "
+            "parsed % tuned / baseline | drafted tokens/row tuned / baseline | s/row tuned / baseline | "
+            "s/row ratio tuned / baseline |", "|---|---|---|---|---|---|---|---|---|---|---|", *lines]
 
 
 DRAFT_LENGTH_ARMS = ("speculative", "draft48", "draft160", "one_sentence")
@@ -1179,17 +1251,19 @@ def verdict_variant_line(res: dict, key: str, head: str) -> str:
 
 def verdicts(res: dict) -> str:
     """The generated answer to "is Speculative RAG more accurate? faster?" per dataset and
-    pooled (and for the tuned drafter where it ran), each with its interval and p-value, and
+    pooled (and for each tuned drafter where it ran), each with its interval and p-value, and
     the self-reflection variant and selection rule the tuning cells favour
     (:func:`verdict_variant_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
-        for a in ("speculative", "speculative-tuned"):
+        for a in ["speculative", *(x for x in e["arms"] if x.startswith(TUNED_PREFIX))]:
             cmp = e["comparisons"].get(f"{a} - standard")
             if not cmp:
                 continue
             m, sec = cmp["mcnemar"], cmp.get("seconds")
-            who = "Speculative RAG" if a == "speculative" else "Speculative RAG, tuned drafter,"
+            label = a.removeprefix(TUNED_PREFIX).lstrip("-")
+            who = ("Speculative RAG" if a == "speculative" else
+                   f"Speculative RAG, tuned drafter{' ' + label if label else ''},")
             line = (f"- **{ds}** ({who} vs Standard RAG, n = {cmp['n']} rows): more accurate? "
                     f"**{verdict_accuracy(cmp)}** ({_pct(cmp['accuracy_a'])} vs {_pct(cmp['accuracy_b'])}, "
                     f"difference {100 * cmp['diff']:+.1f} points [{100 * cmp['ci95'][0]:+.1f}, "

@@ -53,7 +53,7 @@ import numpy as np
 from scipy.stats import binomtest
 
 from specrag_batch.engines import EngineUsage, prefix_cache_hit_rate
-from specrag_batch.evaluation import score_row
+from specrag_batch.evaluation import score_row, token_f1
 from specrag_batch.records import Draft, Flag, is_valid_draft
 from specrag_batch.sampling import row_seed
 from specrag_batch.selection import RULES, consensus, select
@@ -531,18 +531,26 @@ argmax)."""
 DIAGNOSIS_MEASURES = ("draft", "self_consistency", "self_reflection", "self_reflection_contrast",
                       "draft_per_token", "self_consistency_per_token", "draft+self_consistency",
                       "self_consistency+self_reflection", "draft+self_reflection", "log_rho",
-                      "mean_logprob", "shorter")
+                      "mean_logprob", "shorter", "rationale_not_query")
 """Per-draft measures of :func:`draft_measures` whose AUROC :func:`selection_diagnosis_auroc`
 reports (higher = the draft looks better)."""
 
+RESTATES_QUERY = 0.8
+"""Token F1 (:func:`specrag_batch.evaluation.token_f1`) of a rationale with the row's query
+at or above which the rationale is counted as restating the query (:func:`restated_query`):
+the verifier has just read Q, so copying it is likely under log ρ_SC, but it cites no
+evidence."""
 
-def draft_measures(d: dict) -> tuple[float, ...] | None:
+
+def draft_measures(d: dict, query: str) -> tuple[float, ...] | None:
     """The :data:`DIAGNOSIS_MEASURES` of one stored draft (an output row's ``drafts`` entry),
     natural log-probs: log ρ_draft, log ρ_SC, log ρ_SR (``paper``: log P(Yes)), log ρ_SR
     (``contrast``), log ρ_draft per drafter token (``tokens_draft``), log ρ_SC per verifier
     token of α and β (``tokens_answer + tokens_rationale``), the three sums of two terms, log ρ
     (all three, paper §3.3), :func:`~specrag_batch.selection.mean_logprob` (each term per
-    token) and ``shorter`` = -(verifier tokens of α and β), the length alone.
+    token), ``shorter`` = -(verifier tokens of α and β), the length alone, and
+    ``rationale_not_query`` = 1 - token F1 of β with ``query`` (the row's query; 0: β
+    restates it).
 
     Returns None for a draft that was not fully verified (a score, log P(Yes), log P(No) or a
     token count missing or zero)."""
@@ -558,7 +566,8 @@ def draft_measures(d: dict) -> tuple[float, ...] | None:
     draft = Draft.from_record({**d, "score_self_reflection": sr})
     return (dr, sc, sr, self_reflection_score(d["logprob_yes"], d["logprob_no"], "contrast"),
             dr / d["tokens_draft"], sc / verifier_tokens, dr + sc, sc + sr, dr + sr, dr + sc + sr,
-            mean_logprob(draft, True, True, True), -float(verifier_tokens))
+            mean_logprob(draft, True, True, True), -float(verifier_tokens),
+            1.0 - token_f1(d.get("rationale") or "", query or ""))
 
 
 def selection_diagnosis_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *,
@@ -578,7 +587,7 @@ def selection_diagnosis_rows(rows: Sequence[dict], choices: dict, labels: Sequen
         u["random_expected"] = (sum(valid) / len(valid)) if u["reselected"] and valid else float(u["paper"])
         u["drafts"] = [] if not u["reselected"] else [
             (m, ok, d.get("answer"), i) for i, (d, ok) in enumerate(zip(r["drafts"], right))
-            if is_valid_draft(d.get("flags") or []) and (m := draft_measures(d)) is not None]
+            if is_valid_draft(d.get("flags") or []) and (m := draft_measures(d, r.get("query"))) is not None]
     return units
 
 
@@ -692,6 +701,28 @@ def answer_bias(units: Sequence[dict], variant: str = "paper") -> dict:
         a["mean"] = {n: t / a["drafts"] for n, t in zip(names[:3], sums)}
         a["mean"]["verifier_tokens"] = -sums[3] / a["drafts"]
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["drafts"]))
+
+def restated_query(units: Sequence[dict], variant: str = "paper", threshold: float = RESTATES_QUERY) -> dict:
+    """Verified drafts whose rationale restates the query (token F1 with it >= ``threshold``,
+    :data:`RESTATES_QUERY`) vs the others, over :func:`selection_diagnosis_rows` units: drafts,
+    right drafts, rows where ``variant`` selects one, of which right, and the mean log ρ_SC
+    per verifier token (nats). Returns ``{"restates": {...}, "other": {...}}`` with keys
+    ``"drafts", "right", "selected", "selected_right", "self_consistency_per_token"``."""
+    f1 = DIAGNOSIS_MEASURES.index("rationale_not_query")
+    per_token = DIAGNOSIS_MEASURES.index("self_consistency_per_token")
+    out = {k: {"drafts": 0, "right": 0, "selected": 0, "selected_right": 0, "sum": 0.0} for k in ("restates", "other")}
+    for u in units:
+        for m, ok, _, i in u["drafts"]:
+            g = out["restates" if 1.0 - m[f1] >= threshold else "other"]
+            g["drafts"] += 1
+            g["right"] += bool(ok)
+            g["selected"] += i == u["picked"].get(variant)
+            g["selected_right"] += bool(ok and i == u["picked"].get(variant))
+            g["sum"] += m[per_token]
+    for g in out.values():
+        total = g.pop("sum")
+        g["self_consistency_per_token"] = (total / g["drafts"]) if g["drafts"] else None
+    return out
 
 # --- cells -------------------------------------------------------------------------------
 

@@ -21,24 +21,28 @@ LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]
 K = len(ds.DIAGNOSIS_MEASURES)
 
 
-def draft(answer, sd, sc, yes, no=-1.0, *, tokens=(10, 2, 8), flags=()):
+def draft(answer, sd, sc, yes, no=-1.0, *, tokens=(10, 2, 8), flags=(), rationale="because"):
     """A verified output draft: log ρ_draft ``sd``, log ρ_SC ``sc``, log P(Yes) ``yes`` (= log
     ρ_SR, paper), log P(No) ``no`` (nats); ``tokens`` = (drafter tokens of β+α, verifier
     tokens of α, of β)."""
-    return {"doc_ids": ["d"], "answer": answer, "written_answer": answer, "rationale": "because",
+    return {"doc_ids": ["d"], "answer": answer, "written_answer": answer, "rationale": rationale,
             "flags": list(flags), "score": None, "score_draft": sd, "score_self_consistency": sc,
             "score_self_reflection": yes, "logprob_yes": yes, "logprob_no": no,
             "tokens_draft": tokens[0], "tokens_answer": tokens[1], "tokens_rationale": tokens[2]}
 
 
 def row(qid, gold, drafts, *, correct=None, fast_path=False, task="claim"):
-    return {"query_id": qid, "task": task, "gold": gold, "answer": None, "correct": correct,
+    return {"query_id": qid, "task": task, "query": CLAIM, "gold": gold, "answer": None, "correct": correct,
             "drafts": drafts, "error": None, "fast_path": fast_path}
+
+
+CLAIM = "The IPCC no longer includes the hockey stick chart in its reports."
 
 
 def test_draft_measures_are_the_terms_their_sums_and_per_token_values():
     m = dict(zip(ds.DIAGNOSIS_MEASURES, ds.draft_measures(draft("SUPPORTS", -4.0, -10.0, math.log(0.6),
-                                                                  math.log(0.2), tokens=(8, 2, 3)))))
+                                                                  math.log(0.2), tokens=(8, 2, 3)),
+                                                            "the sky is blue")))
     assert m["draft"] == -4.0 and m["self_consistency"] == -10.0
     assert m["self_reflection"] == pytest.approx(math.log(0.6))
     assert m["self_reflection_contrast"] == pytest.approx(math.log(0.6 / 0.8))
@@ -47,9 +51,13 @@ def test_draft_measures_are_the_terms_their_sums_and_per_token_values():
     assert m["draft+self_consistency"] == -14.0
     assert m["mean_logprob"] == pytest.approx(-0.5 - 2.0 + math.log(0.6))
     assert m["shorter"] == -5.0
+    # rationale "because" vs query "the sky is blue": no shared token; a restated query: 0
+    assert m["rationale_not_query"] == 1.0
+    assert dict(zip(ds.DIAGNOSIS_MEASURES, ds.draft_measures(draft("x", -1.0, -1.0, -0.1, rationale=CLAIM),
+                                                             CLAIM)))["rationale_not_query"] == 0.0
     # not fully verified (no log P(No); no verifier tokens): no measures
-    assert ds.draft_measures({**draft("x", -1.0, -1.0, -0.1), "logprob_no": None}) is None
-    assert ds.draft_measures(draft("x", -1.0, -1.0, -0.1, tokens=(3, 0, 0))) is None
+    assert ds.draft_measures({**draft("x", -1.0, -1.0, -0.1), "logprob_no": None}, "q") is None
+    assert ds.draft_measures(draft("x", -1.0, -1.0, -0.1, tokens=(3, 0, 0)), "q") is None
 
 
 def unit(scores_right, qid="q"):
@@ -82,7 +90,7 @@ def test_within_row_auroc_only_compares_drafts_of_the_same_row():
 # Claim rows built like the Climate-FEVER failure: a short SUPPORTS draft out-scores longer
 # NOT_ENOUGH_INFO drafts in every term although NOT_ENOUGH_INFO is the gold and the majority.
 ROWS = [
-    row("nei", ["NOT_ENOUGH_INFO"], [draft("SUPPORTS", -5.0, -10.0, -0.5, tokens=(12, 2, 10)),
+    row("nei", ["NOT_ENOUGH_INFO"], [draft("SUPPORTS", -5.0, -10.0, -0.5, tokens=(12, 2, 10), rationale=CLAIM),
                                      draft("NOT_ENOUGH_INFO", -9.0, -20.0, -0.9, tokens=(20, 4, 16)),
                                      draft("NOT_ENOUGH_INFO", -8.0, -30.0, -0.9, tokens=(20, 4, 16))],
         correct=False),
@@ -144,3 +152,13 @@ def test_reselect_with_a_lower_consensus_threshold_takes_the_fast_path():
     assert ds.reselect_index(r, seed=0, consensus_min=3) == 2     # 3 agree: best ρ_draft of them
     assert ds.reselect_index(r, seed=0, consensus_min=4) == 1     # only 3 agree: argmax again
     assert np.isclose(ds.reselect_correct([r], {}, LABELS, seed=0, consensus_min=3), [1.0]).all()
+
+
+def test_restated_query_splits_drafts_by_rationale_overlap_with_the_query():
+    units = ds.selection_diagnosis_rows(ROWS, {}, LABELS, seed=0)
+    got = ds.restated_query(units)
+    # one verified draft restates the claim (the wrong SUPPORTS draft the paper picks on "nei")
+    assert {k: (v["drafts"], v["right"], v["selected"], v["selected_right"]) for k, v in got.items()} == {
+        "restates": (1, 0, 1, 0), "other": (4, 3, 1, 1)}
+    assert got["restates"]["self_consistency_per_token"] == pytest.approx(-10.0 / 12)
+    assert got["other"]["self_consistency_per_token"] == pytest.approx((-1 - 30 / 20 - 12 / 10 - 25 / 20) / 4)

@@ -39,6 +39,11 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   stored log P(Yes), log P(No); also the AUROC of log ρ_SR for right vs wrong drafts) and the
   selection rules (``selection.rule``: the paper's ``argmax`` vs this product's
   ``answer_vote`` and ``length_normalised``).
+* selection diagnosis (:func:`selection_diagnosis_rows`, :func:`selection_diagnosis`, not in
+  the generated tables; ``benchmarks/selection_diagnosis.md``): AUROC of each term of log ρ
+  pooled and within-row, one-term / two-term / per-token / majority-vote re-selections vs the
+  paper's argmax, the expected accuracy of random selection, the per-answer bias of the terms
+  (:func:`answer_bias`) and rationales that restate the query (:func:`restated_query`).
 
 Bootstrap: ``reps`` resamples (default 2000) with a fixed seed; pooled figures resample rows
 within each dataset (stratified), so every resample keeps each dataset's n.

@@ -42,6 +42,11 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   stored log P(Yes), log P(No); also the AUROC of log ρ_SR for right vs wrong drafts) and the
   selection rules (``selection.rule``: the paper's ``argmax`` vs this product's
   ``answer_vote`` and ``length_normalised``).
+* selection diagnosis (:func:`selection_diagnosis_rows`, :func:`selection_diagnosis`, not in
+  the generated tables; ``benchmarks/selection_diagnosis.md``): AUROC of each term of log ρ
+  pooled and within-row, one-term / two-term / per-token / majority-vote re-selections vs the
+  paper's argmax, the expected accuracy of random selection, the per-answer bias of the terms
+  (:func:`answer_bias`) and rationales that restate the query (:func:`restated_query`).
 
 Bootstrap: ``reps`` resamples (default 2000) with a fixed seed; pooled figures resample rows
 within each dataset (stratified), so every resample keeps each dataset's n.
@@ -56,10 +61,10 @@ import numpy as np
 from scipy.stats import binomtest
 
 from specrag_batch.engines import EngineUsage, prefix_cache_hit_rate
-from specrag_batch.evaluation import score_row
+from specrag_batch.evaluation import score_row, token_f1
 from specrag_batch.records import Draft, Flag, is_valid_draft
 from specrag_batch.sampling import row_seed
-from specrag_batch.selection import RULES, select
+from specrag_batch.selection import RULES, consensus, select
 from specrag_batch.verification import SELF_REFLECTION_MODES, self_reflection_score
 
 PARSE_FLAGS = frozenset({Flag.NO_ANSWER_FIELD, Flag.EMPTY_DRAFT, Flag.EMPTY_ANSWER,
@@ -227,7 +232,7 @@ def tokens_per_draft(rows: Sequence[dict]) -> float | None:
 
 def reselect_index(row: dict, *, seed: int, use_draft: bool = True, use_sc: bool = True,
                    use_sr: bool = True, random: bool = False, self_reflection: str | None = None,
-                   rule: str = "argmax") -> int | None:
+                   rule: str = "argmax", consensus_min: int | None = None) -> int | None:
     """Index into ``row["drafts"]`` of the draft the product's selection picks when the row's
     scored drafts are selected again with other switches (paper Table 3: w/o ρ_draft, w/o
     ρ_SC, w/o ρ_SR, random; :func:`~specrag_batch.selection.select` with the seed rule of its
@@ -242,6 +247,12 @@ def reselect_index(row: dict, *, seed: int, use_draft: bool = True, use_sc: bool
     only reads that score); a draft missing either log-prob gets no ρ_SR and ranks after
     every fully scored draft, as in a run. None keeps the stored scores.
 
+    ``consensus_min``: a lower ``selection.consensus_min`` c than the run's: when
+    :func:`~specrag_batch.selection.consensus` finds at least c' valid drafts with one
+    normalised answer, the row takes the fast path (that answer's draft with the highest
+    log ρ_draft, no verifier term), as a run with that c would; otherwise it is selected as
+    the other switches say.
+
     Returns None for rows that keep their outcome: with an error, without drafts, or taken by
     the consensus fast path (every valid draft gives the same normalised answer, so any
     selection rule returns it; the verifier never scored them).
@@ -255,7 +266,8 @@ def reselect_index(row: dict, *, seed: int, use_draft: bool = True, use_sc: bool
     if self_reflection is not None:
         for d in drafts:
             d.score_self_reflection = self_reflection_score(d.logprob_yes, d.logprob_no, self_reflection)
-    return select(drafts, use_draft=use_draft, use_sc=use_sc, use_sr=use_sr, rule=rule,
+    fast = consensus(drafts, consensus_min) if consensus_min else None
+    return select(drafts, use_draft=use_draft, use_sc=use_sc, use_sr=use_sr, rule=rule, fast_path=fast,
                   random_seed=row_seed(seed + 1, row["query_id"]) if random else None).index
 
 
@@ -355,6 +367,14 @@ def auroc_resamples(scores: np.ndarray, right: np.ndarray, weights: np.ndarray) 
     return np.divide(num, den, out=np.full(len(den), math.nan), where=den > 0)
 
 
+def _resample_counts(n: int, reps: int, seed: int, strata: Sequence | None = None) -> np.ndarray:
+    """(reps, n) how often each of n units is drawn in each bootstrap resample
+    (:func:`_resample_index`, stratified by ``strata``): weights for statistics that are
+    sums over units (:func:`auroc_resamples`, :func:`selection_diagnosis_auroc`)."""
+    idx = _resample_index(n, reps, np.random.default_rng(seed), strata)
+    return np.bincount((np.arange(reps)[:, None] * n + idx).ravel(), minlength=reps * n).reshape(reps, n)
+
+
 def self_reflection_auroc(units: Sequence[dict], *, reps: int = REPS, seed: int = 0,
                           strata: Sequence | None = None) -> dict:
     """AUROC of log ρ_SR alone as a score for a verified draft being right, per
@@ -378,10 +398,7 @@ def self_reflection_auroc(units: Sequence[dict], *, reps: int = REPS, seed: int 
     point = [auroc(scores[:, k], right) for k in range(modes)]
     b = np.empty((0, modes))
     if None not in point:
-        idx = _resample_index(len(keep), reps, np.random.default_rng(seed),
-                              [strata[i] for i in keep] if strata is not None else None)
-        counts = np.bincount((np.arange(reps)[:, None] * len(keep) + idx).ravel(),
-                             minlength=reps * len(keep)).reshape(reps, len(keep))
+        counts = _resample_counts(len(keep), reps, seed, [strata[i] for i in keep] if strata is not None else None)
         b = np.stack([auroc_resamples(scores[:, k], right, counts[:, row_of]) for k in range(modes)], axis=1)
         b = b[~np.isnan(b).any(axis=1)]
 
@@ -485,6 +502,235 @@ def verdict_variant(figures: dict) -> str:
         return figures["baseline"]
     return "undecided"
 
+
+# --- selection diagnosis: which term of log ρ separates right from wrong drafts -----------
+
+_NO_TERMS = {"use_draft": False, "use_sc": False, "use_sr": False}
+DIAGNOSIS_VARIANTS = {
+    "paper": {},
+    "random": {"random": True},
+    "first_draft": dict(_NO_TERMS),
+    "majority_vote": {**_NO_TERMS, "rule": "answer_vote"},
+    "draft": {"use_sc": False, "use_sr": False},
+    "self_consistency": {"use_draft": False, "use_sr": False},
+    "self_reflection": {"use_draft": False, "use_sc": False},
+    "draft+self_consistency": {"use_sr": False},
+    "draft+self_reflection": {"use_sc": False},
+    "self_consistency+self_reflection": {"use_draft": False},
+    "draft_per_token": {"use_sc": False, "use_sr": False, "rule": "length_normalised"},
+    "self_consistency_per_token": {"use_draft": False, "use_sr": False, "rule": "length_normalised"},
+    "length_normalised": {"rule": "length_normalised"},
+    "answer_vote": {"rule": "answer_vote"},
+    "contrast": {"self_reflection": "contrast"},
+    "consensus_min_3": {"consensus_min": 3},
+}
+"""Post-hoc selections of :func:`selection_diagnosis_rows` as :func:`reselect_index`
+switches, each the product's :func:`~specrag_batch.selection.select` over the stored drafts:
+``paper`` (argmax of log ρ = log ρ_draft + log ρ_SC + log ρ_SR, §3.3) is the baseline; one
+term or two terms of log ρ (argmax); one term per token (``rule: length_normalised`` with
+the other terms off: log ρ_draft / drafter tokens, log ρ_SC / verifier tokens of α and β);
+``first_draft`` (every term off: ties, the first valid draft); ``majority_vote`` (every
+term off and ``rule: answer_vote``: the most frequent normalised answer); ``random`` (the
+seeded random selection of Table 3); the product's ``length_normalised``, ``answer_vote``
+and ``contrast`` self-reflection; ``consensus_min_3`` (``selection.consensus_min: 3``: a
+row where 3 valid drafts agree takes the consensus fast path, the others the paper's
+argmax)."""
+
+DIAGNOSIS_MEASURES = ("draft", "self_consistency", "self_reflection", "self_reflection_contrast",
+                      "draft_per_token", "self_consistency_per_token", "draft+self_consistency",
+                      "self_consistency+self_reflection", "draft+self_reflection", "log_rho",
+                      "mean_logprob", "shorter", "rationale_not_query")
+"""Per-draft measures of :func:`draft_measures` whose AUROC :func:`selection_diagnosis_auroc`
+reports (higher = the draft looks better)."""
+
+RESTATES_QUERY = 0.8
+"""Token F1 (:func:`specrag_batch.evaluation.token_f1`) of a rationale with the row's query
+at or above which the rationale is counted as restating the query (:func:`restated_query`):
+the verifier has just read Q, so copying it is likely under log ρ_SC, but it cites no
+evidence."""
+
+
+def draft_measures(d: dict, query: str) -> tuple[float, ...] | None:
+    """The :data:`DIAGNOSIS_MEASURES` of one stored draft (an output row's ``drafts`` entry),
+    natural log-probs: log ρ_draft, log ρ_SC, log ρ_SR (``paper``: log P(Yes)), log ρ_SR
+    (``contrast``), log ρ_draft per drafter token (``tokens_draft``), log ρ_SC per verifier
+    token of α and β (``tokens_answer + tokens_rationale``), the three sums of two terms, log ρ
+    (all three, paper §3.3), :func:`~specrag_batch.selection.mean_logprob` (each term per
+    token), ``shorter`` = -(verifier tokens of α and β), the length alone, and
+    ``rationale_not_query`` = 1 - token F1 of β with ``query`` (the row's query; 0: β
+    restates it).
+
+    Returns None for a draft that was not fully verified (a score, log P(Yes), log P(No) or a
+    token count missing or zero)."""
+    from specrag_batch.selection import mean_logprob
+
+    keys = ("score_draft", "score_self_consistency", "logprob_yes", "logprob_no", "tokens_draft",
+            "tokens_answer", "tokens_rationale")
+    if any(d.get(k) is None for k in keys) or not d["tokens_draft"] or not d["tokens_answer"] + d["tokens_rationale"]:
+        return None
+    dr, sc = float(d["score_draft"]), float(d["score_self_consistency"])
+    sr = self_reflection_score(d["logprob_yes"], d["logprob_no"], "paper")
+    verifier_tokens = d["tokens_answer"] + d["tokens_rationale"]
+    draft = Draft.from_record({**d, "score_self_reflection": sr})
+    return (dr, sc, sr, self_reflection_score(d["logprob_yes"], d["logprob_no"], "contrast"),
+            dr / d["tokens_draft"], sc / verifier_tokens, dr + sc, sc + sr, dr + sr, dr + sc + sr,
+            mean_logprob(draft, True, True, True), -float(verifier_tokens),
+            1.0 - token_f1(d.get("rationale") or "", query or ""))
+
+
+def selection_diagnosis_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *,
+                             seed: int) -> list[dict]:
+    """:func:`variant_rows` of :data:`DIAGNOSIS_VARIANTS`, each unit also with
+    ``"random_expected"`` (the expected correctness of a uniformly random valid draft: the
+    share of the row's valid drafts that are right, for rows selected again; else the row's
+    outcome) and ``"drafts"``: [(:func:`draft_measures`, right, answer, index into the row's drafts)] of each valid, fully
+    verified draft of a row selected again (consensus fast-path rows have none: the verifier
+    did not score them), for :func:`selection_diagnosis_auroc`."""
+    units = variant_rows(rows, choices, labels, seed=seed, variants=DIAGNOSIS_VARIANTS)
+    by_id = {r["query_id"]: r for r in rows}
+    for u in units:
+        r = by_id[u["query_id"]]
+        right = draft_correct(r, choices.get(u["query_id"]), labels)
+        valid = [ok for d, ok in zip(r.get("drafts") or [], right) if is_valid_draft(d.get("flags") or [])]
+        u["random_expected"] = (sum(valid) / len(valid)) if u["reselected"] and valid else float(u["paper"])
+        u["drafts"] = [] if not u["reselected"] else [
+            (m, ok, d.get("answer"), i) for i, (d, ok) in enumerate(zip(r["drafts"], right))
+            if is_valid_draft(d.get("flags") or []) and (m := draft_measures(d, r.get("query"))) is not None]
+    return units
+
+
+def selection_diagnosis_auroc(units: Sequence[dict], *, reps: int = REPS, seed: int = 0,
+                              strata: Sequence | None = None) -> dict:
+    """How well each of :data:`DIAGNOSIS_MEASURES` separates right from wrong verified drafts
+    (:func:`selection_diagnosis_rows` units), two ways, each with a percentile bootstrap 95%
+    interval over rows (stratified by ``strata``, one label per unit):
+
+    * ``pooled``: AUROC over all drafts of all rows (scikit-learn's, via
+      :func:`auroc_resamples`): a confidence measure across rows and questions;
+    * ``within_row``: over the pairs (right draft, wrong draft) *of the same row*, the share
+      the measure ranks right above wrong (ties 1/2): what selection needs, since it only
+      compares a row's drafts with each other; rows whose drafts are all right or all wrong
+      hold no pair. A pooled AUROC can fall below 0.5 from differences between rows (e.g.
+      between datasets with different base rates and score levels) while the within-row one
+      does not, and the reverse.
+
+    Returns ``{"n_rows", "n_drafts", "n_right", "n_mixed_rows", "n_pairs", measure:
+    {"pooled": {"auroc", "ci95"}, "within_row": {"auroc", "ci95"}}}``; AUROC None (interval
+    [nan, nan]) without both classes / without a pair."""
+    from specrag_batch.calibration import auroc
+
+    keep = [i for i, u in enumerate(units) if u["drafts"]]
+    k = len(DIAGNOSIS_MEASURES)
+    scores = np.asarray([m for i in keep for m, *_ in units[i]["drafts"]], dtype=float).reshape(-1, k)
+    right = np.asarray([ok for i in keep for _, ok, *_ in units[i]["drafts"]], dtype=bool)
+    row_of = np.repeat(np.arange(len(keep)), [len(units[i]["drafts"]) for i in keep])
+    # per row and measure: concordant (right above wrong, ties 1/2) and all (right, wrong) pairs
+    conc, pairs = np.zeros((len(keep), k)), np.zeros(len(keep))
+    for j in range(len(keep)):
+        s, ok = scores[row_of == j], right[row_of == j]
+        pos, neg = s[ok], s[~ok]
+        pairs[j] = len(pos) * len(neg)
+        conc[j] = ((pos[:, None, :] > neg[None, :, :]) + 0.5 * (pos[:, None, :] == neg[None, :, :])).sum(axis=(0, 1))
+    counts = _resample_counts(len(keep), reps, seed, [strata[i] for i in keep] if strata is not None else None)
+
+    def ci(x):
+        x = x[~np.isnan(x)]
+        return [float(np.percentile(x, 2.5)), float(np.percentile(x, 97.5))] if len(x) else [math.nan, math.nan]
+    out = {"n_rows": len(keep), "n_drafts": int(len(right)), "n_right": int(right.sum()),
+           "n_mixed_rows": int((pairs > 0).sum()), "n_pairs": int(pairs.sum())}
+    within_b = (counts @ conc) / np.maximum(counts @ pairs, 1e-12)[:, None]
+    within_b[(counts @ pairs) == 0] = math.nan
+    for m, name in enumerate(DIAGNOSIS_MEASURES):
+        point = auroc(scores[:, m], right) if len(right) else None
+        pooled = auroc_resamples(scores[:, m], right, counts[:, row_of]) if point is not None else np.array([])
+        out[name] = {"pooled": {"auroc": point, "ci95": ci(pooled)},
+                     "within_row": {"auroc": float(conc[:, m].sum() / pairs.sum()) if pairs.sum() else None,
+                                    "ci95": ci(within_b[:, m]) if pairs.sum() else [math.nan, math.nan]}}
+    return out
+
+
+def selection_diagnosis(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | None = None) -> dict:
+    """Figures of :func:`selection_diagnosis_rows` units: :func:`variant_figures` of every
+    :data:`DIAGNOSIS_VARIANTS` entry against ``paper``, the expected accuracy of random
+    selection (``random_expected``, with its bootstrap interval and its paired difference to
+    ``paper``), :func:`selection_diagnosis_auroc` (``auroc``), and the length dependence of
+    each term (``length``: Spearman's ρ of log ρ_draft with drafter tokens, of log ρ_SC and of
+    log ρ_SR with verifier tokens of α and β, over the verified drafts, with n)."""
+    from scipy.stats import spearmanr
+
+    out = variant_figures(units, tuple(DIAGNOSIS_VARIANTS), reps=reps, strata=strata)
+    expected = [u["random_expected"] for u in units]
+    out["random_expected"] = {"accuracy": (sum(expected) / len(expected)) if expected else None,
+                              "ci95": bootstrap_ci(expected, reps=reps, strata=strata),
+                              "vs_baseline": paired_bootstrap(expected, [float(u["paper"]) for u in units],
+                                                              reps=reps, strata=strata)}
+    out["auroc"] = selection_diagnosis_auroc(units, reps=reps, strata=strata)
+    ms = [m for u in units for m, *_ in u["drafts"]]
+    idx = {n: DIAGNOSIS_MEASURES.index(n) for n in ("draft", "self_consistency", "self_reflection",
+                                                     "draft_per_token", "shorter")}
+    # tokens_draft = log ρ_draft / (log ρ_draft per token); verifier tokens = -shorter
+    drafter_tokens = [m[idx["draft"]] / m[idx["draft_per_token"]] if m[idx["draft_per_token"]] else math.nan
+                      for m in ms]
+    verifier_tokens = [-m[idx["shorter"]] for m in ms]
+
+    def rho(x, y):
+        ok = [(a, b) for a, b in zip(x, y) if math.isfinite(a) and math.isfinite(b)]
+        r = spearmanr(*zip(*ok)).statistic if len(ok) > 2 else math.nan
+        return {"n": len(ok), "spearman": float(r)}
+    out["length"] = {"draft_vs_drafter_tokens": rho([m[idx["draft"]] for m in ms], drafter_tokens),
+                     "self_consistency_vs_verifier_tokens": rho([m[idx["self_consistency"]] for m in ms], verifier_tokens),
+                     "self_reflection_vs_verifier_tokens": rho([m[idx["self_reflection"]] for m in ms], verifier_tokens)}
+    return out
+
+def answer_bias(units: Sequence[dict], variant: str = "paper") -> dict:
+    """Per answer (as the drafts give it, e.g. a claim label) over the verified drafts of
+    :func:`selection_diagnosis_rows` units: how many drafts give it and how many of those are
+    right, the mean log ρ_draft, log ρ_SC, log ρ_SR (nats) and verifier tokens of α and β, and
+    how often ``variant`` selects it (rows selected again). Shows a term that prefers one
+    answer whatever the gold (e.g. ρ_SR after "does the explanation support ..." preferring
+    ``SUPPORTS``). Meant for claim rows (few distinct answers).
+
+    Returns ``{answer: {"drafts", "right", "selected", "selected_right", "mean": {term:
+    value}}}``, answers by number of drafts (descending)."""
+    names = ("draft", "self_consistency", "self_reflection", "shorter")
+    cols = [DIAGNOSIS_MEASURES.index(n) for n in names]
+    out: dict = {}
+    for u in units:
+        picked = u["picked"].get(variant)
+        for m, ok, answer, i in u["drafts"]:
+            a = out.setdefault(answer, {"drafts": 0, "right": 0, "selected": 0, "selected_right": 0, "sums": [0.0] * 4})
+            a["drafts"] += 1
+            a["right"] += bool(ok)
+            a["selected"] += i == picked
+            a["selected_right"] += bool(i == picked and ok)
+            a["sums"] = [t + m[c] for t, c in zip(a["sums"], cols)]
+    for a in out.values():
+        sums = a.pop("sums")
+        a["mean"] = {n: t / a["drafts"] for n, t in zip(names[:3], sums)}
+        a["mean"]["verifier_tokens"] = -sums[3] / a["drafts"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["drafts"]))
+
+def restated_query(units: Sequence[dict], variant: str = "paper", threshold: float = RESTATES_QUERY) -> dict:
+    """Verified drafts whose rationale restates the query (token F1 with it >= ``threshold``,
+    :data:`RESTATES_QUERY`) vs the others, over :func:`selection_diagnosis_rows` units: drafts,
+    right drafts, rows where ``variant`` selects one, of which right, and the mean log ρ_SC
+    per verifier token (nats). Returns ``{"restates": {...}, "other": {...}}`` with keys
+    ``"drafts", "right", "selected", "selected_right", "self_consistency_per_token"``."""
+    f1 = DIAGNOSIS_MEASURES.index("rationale_not_query")
+    per_token = DIAGNOSIS_MEASURES.index("self_consistency_per_token")
+    out = {k: {"drafts": 0, "right": 0, "selected": 0, "selected_right": 0, "sum": 0.0} for k in ("restates", "other")}
+    for u in units:
+        for m, ok, _, i in u["drafts"]:
+            g = out["restates" if 1.0 - m[f1] >= threshold else "other"]
+            g["drafts"] += 1
+            g["right"] += bool(ok)
+            g["selected"] += i == u["picked"].get(variant)
+            g["selected_right"] += bool(ok and i == u["picked"].get(variant))
+            g["sum"] += m[per_token]
+    for g in out.values():
+        total = g.pop("sum")
+        g["self_consistency_per_token"] = (total / g["drafts"]) if g["drafts"] else None
+    return out
 
 # --- cells -------------------------------------------------------------------------------
 

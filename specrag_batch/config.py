@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import string
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,8 +44,16 @@ class ModelConfig(_Strict):
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
+DEFAULT_DRAFTER = "qwen2.5-coder-0.5b-instruct"
+DEFAULT_VERIFIER = "qwen2.5-coder-1.5b-instruct"
+
+
 class DrafterConfig(ModelConfig):
-    """The drafter's model (:class:`ModelConfig`), its prompt layout and rationale instruction."""
+    """The drafter's model (:class:`ModelConfig`; default the packaged Qwen2.5-Coder-0.5B, so a
+    ``drafter:`` section that sets only other keys keeps it), its prompt layout and rationale
+    instruction."""
+
+    model: str = Field(DEFAULT_DRAFTER, description=ModelConfig.model_fields["model"].description)
 
     prompt_layout: Literal["documents_first", "question_first"] = Field(
         "documents_first", description="order of the drafter prompt's user turn: "
@@ -62,7 +71,11 @@ class DrafterConfig(ModelConfig):
 
 
 class VerifierConfig(ModelConfig):
-    """The verifier's model (:class:`ModelConfig`) and how its forward passes are spent."""
+    """The verifier's model (:class:`ModelConfig`; default the packaged Qwen2.5-Coder-1.5B, so a
+    ``verifier:`` section that sets only other keys keeps it) and how its forward passes are
+    spent."""
+
+    model: str = Field(DEFAULT_VERIFIER, description=ModelConfig.model_fields["model"].description)
 
     deduplicate_drafts: bool = Field(
         False, description="score each distinct verifier input of a row once: drafts of one "
@@ -110,6 +123,25 @@ class SamplingConfig(_Strict):
         description="text embedded for a query-conditioned document embedding; "
         "placeholders {query} and {document}")
     kmeans_n_init: int = Field(10, ge=1)
+
+    @field_validator("query_instruction")
+    @classmethod
+    def _instruction(cls, v: str) -> str:
+        """A format string with ``{document}`` and optionally ``{query}``, nothing else: checked
+        here, not first in the sampling stage after the engines have loaded.
+
+        Raises:
+            ValueError: another placeholder, no ``{document}``, or a malformed format string."""
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(v) if name is not None}
+        except ValueError as e:
+            raise ValueError(f"not a valid format string ({e}); write a literal brace as {{{{ or }}}}") from None
+        if names - {"query", "document"}:
+            raise ValueError(f"unknown placeholder(s) {sorted(names - {'query', 'document'})}; "
+                             "allowed: {query}, {document}")
+        if "document" not in names:
+            raise ValueError("needs {document} (the passage embedded with the query)")
+        return v
     adaptive: bool = Field(
         False, description="adaptive drafting: draft ``first_round`` subsets of every row "
         "first; a row whose drafts meet the consensus rule (``selection.consensus_min``) stops "
@@ -178,11 +210,10 @@ class RunConfig(_Strict):
 
     mode: Mode = Field("speculative", description="speculative (drafter + verifier) or standard "
                        "(verifier answers from all N documents)")
-    seed: int = Field(0, description="random seed (sampling, K-Means, vLLM)")
-    drafter: DrafterConfig = Field(
-        default_factory=lambda: DrafterConfig(model="qwen2.5-coder-0.5b-instruct"))
-    verifier: VerifierConfig = Field(
-        default_factory=lambda: VerifierConfig(model="qwen2.5-coder-1.5b-instruct", max_tokens=160))
+    seed: int = Field(0, ge=0, lt=2**32, description="random seed (sampling, K-Means, vLLM); "
+                      "0 <= seed < 2**32, what vLLM's engine (numpy's seeding) takes")
+    drafter: DrafterConfig = Field(default_factory=DrafterConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
@@ -277,7 +308,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
 
     Raises:
         FileNotFoundError: the YAML file does not exist.
-        ValueError: both ``path`` and ``base`` given, or the file's top level is not a mapping.
+        ValueError: both ``path`` and ``base`` given, the file is not valid YAML, or its top
+            level is not a mapping.
         pydantic.ValidationError: a field is unknown or out of range (message names the field).
     """
     if path is not None and base is not None:
@@ -290,7 +322,12 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             text = read_bytes(str(path)).decode()
         else:
             text = Path(path).read_text()
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:  # a usage error (exit 2) naming the file, not a traceback
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ValueError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: top level of a config file must be a mapping")
     for key, value in (overrides or {}).items():

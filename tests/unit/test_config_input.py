@@ -1,0 +1,62 @@
+"""Run configs as a new user writes them (found by trying the README on a fresh clone): a
+partial model section, a YAML syntax error, a seed the engines cannot take, a typo in the
+sampling instruction's placeholders. Each is a clear error at load time (CLI exit 2), or is
+accepted as the README documents, never a failure after the engines have loaded."""
+
+import pytest
+from pydantic import ValidationError
+
+from specrag_batch.cli_options import USAGE_ERRORS
+from specrag_batch.config import RunConfig, load_config
+
+
+@pytest.mark.parametrize("yaml_text, field, value", [
+    ("drafter:\n  max_tokens: 64\n", "drafter", "qwen2.5-coder-0.5b-instruct"),
+    ("verifier:\n  engine_kwargs: {dtype: float32}\n", "verifier", "qwen2.5-coder-1.5b-instruct"),
+])
+def test_partial_model_section_keeps_the_default_model(tmp_path, yaml_text, field, value):
+    """README's table: drafter.model / verifier.model default to the packaged Qwen models, so a
+    section that only sets another key keeps them (it used to fail: 'drafter.model Field
+    required')."""
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml_text)
+    cfg = load_config(path)
+    assert getattr(cfg, field).model == value
+    assert load_config(None, {f"{field}.max_model_len": 4096}).model_dump()[field]["model"] == value
+
+
+def test_default_model_keeps_the_config_hash():
+    """Runs started before the model defaults moved into the sections resume under the same hash."""
+    assert RunConfig().config_hash() == RunConfig.model_validate(
+        {"drafter": {"model": "qwen2.5-coder-0.5b-instruct"},
+         "verifier": {"model": "qwen2.5-coder-1.5b-instruct", "max_tokens": 160}}).config_hash()
+
+
+def test_yaml_syntax_error_names_the_file_and_is_a_usage_error(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("sampling: {num_drafts: 3\n")
+    with pytest.raises(ValueError, match=r"broken\.yaml: not valid YAML.*line 2") as e:
+        load_config(path)
+    assert isinstance(e.value, USAGE_ERRORS)  # CLI exit 2, no traceback
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_seed_outside_what_the_engines_take_is_refused(seed):
+    """vLLM seeds numpy (``np.random.seed``: 0 <= seed < 2**32) when the engine is created: a
+    seed outside that range passed the config and failed only once the engines loaded."""
+    with pytest.raises(ValidationError, match="seed"):
+        load_config(None, {"seed": seed})
+    assert load_config(None, {"seed": 2**32 - 1}).seed == 2**32 - 1
+
+
+@pytest.mark.parametrize("instruction, reason", [
+    ("{quer}\n{document}", "unknown placeholder"),
+    ("Query: {query}", "needs {document}"),
+    ("{query} {document} {", "not a valid format string"),
+])
+def test_query_instruction_placeholders_checked_at_load(instruction, reason):
+    """A typo in ``sampling.query_instruction`` raised KeyError inside the sampling stage of
+    every shard, after the engines loaded; it is refused when the config is read."""
+    with pytest.raises(ValidationError, match=reason):
+        load_config(None, {"sampling.query_instruction": instruction})
+    assert load_config(None, {"sampling.query_instruction": "Q: {query}\nP: {document}"})

@@ -135,7 +135,8 @@ class SamplingConfig(_Strict):
         try:
             names = {name for _, name, _, _ in string.Formatter().parse(v) if name is not None}
         except ValueError as e:
-            raise ValueError(f"not a valid format string ({e}); write a literal brace as {{{{ or }}}}") from None
+            raise ValueError(f"not a valid format string ({e}); "
+                             "write a literal brace as {{ or }}") from None
         if names - {"query", "document"}:
             raise ValueError(f"unknown placeholder(s) {sorted(names - {'query', 'document'})}; "
                              "allowed: {query}, {document}")

@@ -148,7 +148,8 @@ def mark_done(output_uri: str, shard_out_uri: str, config_hash: str, fingerprint
 
 
 def remove_stale_temporaries(output_uri: str) -> int:
-    """Delete temporary files left by a killed local writer (``.<name>.<hex>.tmp``)."""
+    """Delete temporary files left by a killed local writer (``.<hex>.tmp``,
+    :func:`storage.write_bytes_atomic`)."""
     fs, path = storage.filesystem(output_uri)
     if not fs.exists(path):
         return 0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 import pyarrow.parquet as pq
 
-from . import intermediate, storage
+from . import intermediate, resume, storage
 from .config import RunConfig
 from .drafter_training.train import drafter_identity
 from .engines import EngineUsage
@@ -72,8 +72,11 @@ def check_layout(input_uri: str, output_uri: str, shards: list[str]) -> None:
     """Refuse layouts where outputs could overwrite each other or be read back as input.
 
     Raises:
-        InputLayoutError: output inside input (or the reverse), or two shards mapping to the
-            same output name (``a/b.parquet`` and ``a__b.parquet``), naming the files."""
+        InputLayoutError: output inside input (or the reverse), two shards mapping to the
+            same output name (``a/b.parquet`` and ``a__b.parquet``), or an output name the
+            storage cannot hold (the longest object written per shard, its draft done marker
+            ``_drafts/_shards/<name>.json``, over 255 bytes of file name locally or 1024 bytes
+            of S3 key), naming the files; checked here, before any shard is computed."""
     if storage.is_within(output_uri, input_uri) or storage.is_within(input_uri, output_uri):
         raise InputLayoutError(f"output {output_uri!r} and input {input_uri!r} overlap: outputs "
                                "would be read back as input; use separate prefixes")
@@ -84,6 +87,11 @@ def check_layout(input_uri: str, output_uri: str, shards: list[str]) -> None:
             raise InputLayoutError(f"input shards {seen[out]!r} and {s!r} would both be written "
                                    f"to {out!r}; rename one of them")
         seen[out] = s
+        longest = resume.marker_uri(storage.join(output_uri, intermediate.DRAFTS_DIR), out)
+        if (why := storage.name_too_long(longest)) is not None:
+            raise InputLayoutError(f"input shard {s!r}: output name too long, its done marker "
+                                   f"{longest!r} would need a {why}; shorten the shard's path "
+                                   "below the input prefix (or the output prefix)")
 
 
 def shard_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:

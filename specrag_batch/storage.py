@@ -106,7 +106,8 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
     if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
         parent = os.path.dirname(path)
         os.makedirs(parent, exist_ok=True)
-        tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        # a short name of its own: the target's name may already use the whole NAME_MAX
+        tmp = os.path.join(parent, f".{uuid.uuid4().hex}.tmp")
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
@@ -115,6 +116,25 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
     else:
         fs.pipe_file(path, data)
         fs.invalidate_cache(path)
+
+
+NAME_MAX_BYTES = 255
+"""Longest file name (one path component, UTF-8 bytes) on common local file systems."""
+S3_KEY_MAX_BYTES = 1024
+"""Longest S3 object key (UTF-8 bytes)."""
+
+
+def name_too_long(uri: str) -> str | None:
+    """Why an object at ``uri`` cannot be written (its file name over :data:`NAME_MAX_BYTES` on a
+    local file system, its key over :data:`S3_KEY_MAX_BYTES` on S3), or None when it can."""
+    proto, path = split_uri(uri)
+    if proto == "file":
+        n = len(path.rstrip("/").rsplit("/", 1)[-1].encode())
+        return f"file name of {n} bytes (limit {NAME_MAX_BYTES} bytes)" if n > NAME_MAX_BYTES else None
+    if proto in ("s3", "s3a"):
+        n = len(path.split("/", 1)[-1].encode())
+        return f"S3 key of {n} bytes (limit {S3_KEY_MAX_BYTES} bytes)" if n > S3_KEY_MAX_BYTES else None
+    return None
 
 
 def read_parquet(uri: str) -> pa.Table:

@@ -27,6 +27,8 @@ the field; the other rows are answered.
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -130,7 +132,8 @@ def conform(table: pa.Table, file: str, task: str | None = None) -> pa.Table:
     Missing ``doc_id``/``title`` struct fields come out null.
 
     Raises:
-        InputSchemaError: see :func:`check_schema`.
+        InputSchemaError: see :func:`check_schema`; also a string that is not valid UTF-8
+            (naming the column, and the row of a top-level string column).
     """
     check_schema(table.schema, file, task)
     cols = {}
@@ -145,7 +148,28 @@ def conform(table: pa.Table, file: str, task: str | None = None) -> pa.Table:
             cols[name] = col.cast(CANONICAL[name])
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise InputSchemaError(file, name, f"cannot read {col.type} as {CANONICAL[name]}: {e}") from e
+        _check_utf8(cols[name], file, name)
     return pa.table(cols)
+
+
+_STRING_INDEX = re.compile(r"Invalid UTF8 sequence at string index (\d+)")
+
+
+def _check_utf8(col: pa.ChunkedArray, file: str, name: str) -> None:
+    """Every string in ``col`` (nested ones too) is UTF-8: bytes of another encoding stored under
+    a string type would otherwise fail later as a bare ``UnicodeDecodeError``.
+
+    Raises:
+        InputSchemaError: naming the column and, for a top-level string column, the row."""
+    offset = 0
+    for chunk in col.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid as e:
+            m = _STRING_INDEX.search(str(e))
+            at = f"row {offset + int(m.group(1))}: " if m and pa.types.is_string(col.type) else ""
+            raise InputSchemaError(file, name, f"{at}not valid UTF-8 (Arrow: {e})") from None
+        offset += len(chunk)
 
 
 def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,

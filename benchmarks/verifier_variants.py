@@ -38,7 +38,9 @@ consensus fast-path rows keep their outcome), with a paired bootstrap interval a
 exact p (:func:`decision_stats.variant_figures`). Markdown on stdout and in
 ``<out>/verifier_variants.md``, figures in ``<out>/verifier_variants.json``.
 
-Run (one engine; about 3 x 138 verifier passes, ~15-25 min on 2 CPU cores)::
+Run (one verifier engine, nothing else running: 3 x 138 = 414 verifier passes, ~25 min on 2
+CPU cores at the reported cell's ~3.8 s per verified draft, plus ~1 min engine load;
+``--limit-drafts 10`` is a ~2 min check)::
 
     python benchmarks/verifier_variants.py --config configs/bench.yaml --out /tmp/vv
 """
@@ -82,7 +84,7 @@ MEASURES = ("draft",
 SELECTIONS = ("paper", "rationale_first", "neutral_reflection")
 """Variants whose log ρ re-selects each row (argmax); compared with the stored pick."""
 
-BATCH = 16
+BATCH = 32
 """Prompts per engine call (progress granularity; each prompt is one forward pass)."""
 
 

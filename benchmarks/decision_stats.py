@@ -600,7 +600,8 @@ def selection_diagnosis_rows(rows: Sequence[dict], choices: dict, labels: Sequen
 
 
 def selection_diagnosis_auroc(units: Sequence[dict], *, reps: int = REPS, seed: int = 0,
-                              strata: Sequence | None = None) -> dict:
+                              strata: Sequence | None = None,
+                              measures: Sequence[str] = DIAGNOSIS_MEASURES) -> dict:
     """How well each of :data:`DIAGNOSIS_MEASURES` separates right from wrong verified drafts
     (:func:`selection_diagnosis_rows` units), two ways, each with a percentile bootstrap 95%
     interval over rows (stratified by ``strata``, one label per unit):
@@ -616,11 +617,13 @@ def selection_diagnosis_auroc(units: Sequence[dict], *, reps: int = REPS, seed: 
 
     Returns ``{"n_rows", "n_drafts", "n_right", "n_mixed_rows", "n_pairs", measure:
     {"pooled": {"auroc", "ci95"}, "within_row": {"auroc", "ci95"}}}``; AUROC None (interval
-    [nan, nan]) without both classes / without a pair."""
+    [nan, nan]) without both classes / without a pair. ``measures`` names the entries of each
+    draft's measure tuple (another tuple than :func:`draft_measures`', e.g. the verifier
+    re-scorings of benchmarks/verifier_variants.py)."""
     from specrag_batch.calibration import auroc
 
     keep = [i for i, u in enumerate(units) if u["drafts"]]
-    k = len(DIAGNOSIS_MEASURES)
+    k = len(measures)
     scores = np.asarray([m for i in keep for m, *_ in units[i]["drafts"]], dtype=float).reshape(-1, k)
     right = np.asarray([ok for i in keep for _, ok, *_ in units[i]["drafts"]], dtype=bool)
     row_of = np.repeat(np.arange(len(keep)), [len(units[i]["drafts"]) for i in keep])
@@ -640,7 +643,7 @@ def selection_diagnosis_auroc(units: Sequence[dict], *, reps: int = REPS, seed: 
            "n_mixed_rows": int((pairs > 0).sum()), "n_pairs": int(pairs.sum())}
     within_b = (counts @ conc) / np.maximum(counts @ pairs, 1e-12)[:, None]
     within_b[(counts @ pairs) == 0] = math.nan
-    for m, name in enumerate(DIAGNOSIS_MEASURES):
+    for m, name in enumerate(measures):
         point = auroc(scores[:, m], right) if len(right) else None
         pooled = auroc_resamples(scores[:, m], right, counts[:, row_of]) if point is not None else np.array([])
         out[name] = {"pooled": {"auroc": point, "ci95": ci(pooled)},

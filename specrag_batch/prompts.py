@@ -239,20 +239,35 @@ class VerifierPrompt:
     rationale_tokens: range
 
 
+VERIFIER_ORDERS = ("answer_first", "rationale_first")
+"""Orders of α and β in the verifier's assistant turn (:func:`verifier_prompt`):
+``answer_first`` is the paper's [Q, α, β, R] (§3.3); ``rationale_first`` (β then α, the order
+the drafter writes them) is a diagnostic of benchmarks/verifier_variants.py, not a run option."""
+
+
 def verifier_prompt(tokenizer, question: Question, answer: str, rationale: str,
-                    reflection_question: str) -> VerifierPrompt:
+                    reflection_question: str, order: str = "answer_first") -> VerifierPrompt:
     """Build the verifier's single forward-pass input (paper §3.3).
 
     Messages: user = question block (no documents), assistant = ``Answer: α\\nRationale: β``,
     user = R; then the template's assistant opening, where the verifier's next token answers
     R. α and β are data values (placeholders, see module docstring), so their token ranges
     are known exactly whatever the query or the draft contains.
+
+    ``order`` (:data:`VERIFIER_ORDERS`): ``rationale_first`` renders the assistant turn as
+    ``Rationale: β\\nAnswer: α``; the spans still name α and β.
+
+    Raises:
+        ValueError: unknown ``order``.
     """
+    if order not in VERIFIER_ORDERS:
+        raise ValueError(f"verifier order {order!r}: choose one of {', '.join(VERIFIER_ORDERS)}")
     slot = Slots()
     q = task_instruction(question.task, question.query, question.choices, question.labels, slot)
     a_s, b_s = slot(answer), slot(rationale)
+    turn = f"Answer: {a_s}\nRationale: {b_s}" if order == "answer_first" else f"Rationale: {b_s}\nAnswer: {a_s}"
     msgs = [{"role": "user", "content": q},
-            {"role": "assistant", "content": f"Answer: {a_s}\nRationale: {b_s}"},
+            {"role": "assistant", "content": turn},
             {"role": "user", "content": reflection_question}]
     ids, spans = encode_template(tokenizer, render_chat(tokenizer, msgs, True), slot.values)
     n = len(slot.values)

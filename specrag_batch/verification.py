@@ -30,7 +30,7 @@ from collections.abc import Hashable
 from typing import Sequence
 
 from .engines import Engine, clean_logprob
-from .prompts import Question, encode_plain, verifier_prompt
+from .prompts import Question, VerifierPrompt, encode_plain, verifier_prompt
 from .records import Draft, Flag, add_flag
 
 NON_FINITE = Flag.NON_FINITE_LOGPROB
@@ -127,6 +127,30 @@ def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int]
     return self_reflection_score(lp_yes, lp_no, mode), lp_yes, lp_no, flags
 
 
+def prompt_scores(prompt: VerifierPrompt, prompt_logprobs: Sequence[float | None], top: dict[int, float],
+                  yes_ids: set[int], no_ids: set[int], mode: str
+                  ) -> tuple[float, float, float | None, float | None, float | None, list[str]]:
+    """The verifier's terms from one forward pass over ``prompt`` (paper §3.3; natural log):
+    (log-prob of α's tokens, log-prob of β's tokens, log ρ_SR, log P(Yes), log P(No), flags).
+    The two sums are over ``prompt.answer_tokens`` / ``prompt.rationale_tokens``, each token
+    given everything before it, so their sum is log ρ_SC = log P(α, β | Q) in either order
+    of :data:`~specrag_batch.prompts.VERIFIER_ORDERS`. Flags: :func:`reflection_scores`'s,
+    plus ``non_finite_logprob`` when a summed log-prob was not finite (cleaned as
+    :func:`~specrag_batch.engines.clean_logprob` does).
+
+    Args:
+        prompt_logprobs: per prompt token, its log-prob (None at position 0), as the engine's
+            ``prompt_and_next_logprobs`` returns it; top: the next token's top-k log-probs.
+
+    Raises:
+        ValueError: unknown ``mode``."""
+    answer_logprob, answer_bad = _sum(prompt_logprobs, prompt.answer_tokens)
+    rationale_logprob, rationale_bad = _sum(prompt_logprobs, prompt.rationale_tokens)
+    sr, lp_yes, lp_no, flags = reflection_scores(top, yes_ids, no_ids, mode)
+    flags += [NON_FINITE] if answer_bad or rationale_bad else []
+    return answer_logprob, rationale_logprob, sr, lp_yes, lp_no, flags
+
+
 def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], reflection_question: str,
            max_prompt_tokens: int, mode: str = "paper", desc: str = "verification", *,
            deduplicate: bool = False, saved: dict[Hashable, int] | None = None) -> dict[Hashable, str]:
@@ -193,10 +217,8 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
     for prompt, (key, drafts), (prompt_logprobs, top) in zip(prompts, groups, outputs):
         if key in errors:
             continue
-        answer_logprob, answer_bad = _sum(prompt_logprobs, prompt.answer_tokens)
-        rationale_logprob, rationale_bad = _sum(prompt_logprobs, prompt.rationale_tokens)
-        sr, lp_yes, lp_no, flags = reflection_scores(top, yes_ids, no_ids, mode)
-        flags += [NON_FINITE] if answer_bad or rationale_bad else []
+        answer_logprob, rationale_logprob, sr, lp_yes, lp_no, flags = prompt_scores(
+            prompt, prompt_logprobs, top, yes_ids, no_ids, mode)
         for draft in drafts:
             draft.score_self_consistency = answer_logprob + rationale_logprob
             draft.tokens_answer, draft.tokens_rationale = len(prompt.answer_tokens), len(prompt.rationale_tokens)

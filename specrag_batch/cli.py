@@ -100,6 +100,8 @@ def run(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of a different "
                                    "input/config already in --output (default: refuse)."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON instead of a table."),
+    allow_empty: bool = typer.Option(False, "--allow-empty", help="An input without any .parquet "
+                                     "shard is a run of 0 shards (default: exit 2)."),
     task_runner: str = TASK_RUNNER,
     ray_address: Optional[str] = RAY_ADDRESS,
     stages: str = STAGES_OPT,
@@ -117,7 +119,7 @@ def run(
     with exit_codes(_fail):
         cfg = load_config(config, config_overrides)
         manifest = run_batch(input, output, config=cfg, execution=execution, run_id=run_id,
-                             overwrite=overwrite)
+                             overwrite=overwrite, allow_empty=allow_empty)
     if json_out:
         print(json.dumps(manifest, indent=2, default=str))
     else:

@@ -25,7 +25,15 @@ from .config import RunConfig, load_config
 from .engines import EngineUsage, get_engine
 from .execution import ExecutionConfig
 from .redaction import install_log_filter
-from .run import build_manifest, check_layout, new_run_id, write_manifest
+from .run import (
+    build_manifest,
+    check_layout,
+    new_run_id,
+    plan_run,
+    plan_shards,
+    require_shards,
+    write_manifest,
+)
 from .shard import ShardJob, ShardResult, draft_shard, process_shard, verify_shard
 from .storage_tasks import PrefectIO, list_shards
 
@@ -35,9 +43,17 @@ IO = PrefectIO()
 
 def _already_done(job: ShardJob, prefix: str, file: str) -> dict | None:
     """``file``'s recorded result when it is marked done under ``prefix`` for this config and
-    input version (resume), else None."""
+    input version (resume), else None. Never for a shard the plan recomputes
+    (``job.recompute``), nor for a draft shard made with other duplicate ids than the plan's
+    (``job.claims_digest``)."""
+    if job.recompute and prefix == job.output_prefix:
+        return None
     done = resume.completed_shard(prefix, file, job.config.config_hash(), job.fingerprint)
     if done is None:
+        return None
+    if prefix == job.drafts_prefix and done["result"].get("claims_digest") != job.claims_digest:
+        get_run_logger().info("%s: drafts in %s were made with other duplicate ids, drafted again",
+                              job.shard_file, file)
         return None
     get_run_logger().info("%s: %s already written by run %s, skipped", job.shard_file, file, done["run_id"])
     return {**done["result"], "engines": {}}
@@ -174,10 +190,31 @@ def _run_shards(jobs: list[ShardJob], ex: ExecutionConfig) -> list[ShardResult]:
     return results
 
 
+def _plan(input_uri: str, output_uri: str, cfg: RunConfig, run_id: str, shards: list[str],
+          ids: dict, fingerprints: list[dict]) -> tuple[list[ShardJob], dict[str, ShardResult], int]:
+    """(jobs to submit, shards failed while planning with their result, shards to compute):
+    which shard answers each query id (:func:`run.plan_run`), after the output is claimed."""
+    fps = dict(zip(shards, fingerprints))
+    jobs, failed, pending = [], {}, 0
+    for p in plan_run(input_uri, output_uri, cfg.config_hash(), shards, ids, fingerprints):
+        if p.error is not None:
+            failed[p.shard] = ShardResult(p.shard, None, "failed", error=p.error)
+            get_run_logger().error("%s: shard failed before the engines load: %s", p.shard, p.error)
+            continue
+        jobs.append(ShardJob(input_uri, output_uri, p.shard, cfg.model_dump_json(), run_id,
+                             fps[p.shard], p.seen_before, p.recompute))
+        pending += not p.done
+        if p.recompute:
+            get_run_logger().info("%s: done, but recomputed: ids it left to other shards are no "
+                                  "longer answered there, or another finished shard answers its "
+                                  "ids", p.shard)
+    return jobs, failed, pending
+
+
 @flow(name="specrag-batch", task_runner=ThreadPoolTaskRunner(max_workers=1), log_prints=True)
 def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = None,
                          run_id: str | None = None, overwrite: bool = False,
-                         execution: ExecutionConfig | None = None) -> dict:
+                         execution: ExecutionConfig | None = None, allow_empty: bool = False) -> dict:
     """Speculative RAG (or Standard RAG, ``config.mode``) over every shard under ``input_uri``.
 
     Resumable: re-running with the same input, output and config skips finished shards (and,
@@ -185,6 +222,11 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     different config in ``output_uri`` (else the run refuses with
     :class:`resume.RunConflictError`). ``execution`` picks fused or disaggregated stages and the
     Ray options per task; the task runner itself is chosen by :func:`run_flow`.
+
+    Every shard's footer and ``query_id`` column are read first: a shard whose columns or types
+    are wrong, or that is not Parquet, fails then, before the engines load; the query ids decide
+    which shard answers each id (:func:`run.plan_ids`). An input without shards raises
+    :class:`run.NoShardsError` unless ``allow_empty``.
 
     Returns the run manifest, also written to ``<output_uri>/_manifest.json``."""
     t0 = time.perf_counter()
@@ -194,22 +236,22 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     input_uri, output_uri = storage.normalize_uri(input_uri), storage.normalize_uri(output_uri)
     run_id = run_id or new_run_id()
     log = get_run_logger()
-    shards, skipped, seen, fingerprints = list_shards(input_uri)
+    shards, skipped, ids, fingerprints = list_shards(input_uri, cfg.task)
+    require_shards(input_uri, shards, skipped, allow_empty)
     check_layout(input_uri, output_uri, shards)
     resume.claim_output(output_uri, input_uri, cfg.config_hash(), cfg.model_dump(mode="json"),
                         run_id, overwrite)
     resume.remove_stale_temporaries(output_uri)
     for s in skipped:
         log.warning("skipping %s: %s", s["input"], s["reason"])
-    jobs = [ShardJob(input_uri, output_uri, s, cfg.model_dump_json(), run_id, fp, frozenset(seen[s]))
-            for s, fp in zip(shards, fingerprints)]
-    pending = [j for j in jobs if resume.completed_shard(
-        output_uri, j.output_file, cfg.config_hash(), j.fingerprint) is None]
-    log.info("run %s: %d shards (%d to compute), mode=%s, stages=%s, task runner=%s, config %s",
-             run_id, len(shards), len(pending), cfg.mode, ex.stages, ex.task_runner, cfg.config_hash())
+    jobs, failed, pending = _plan(input_uri, output_uri, cfg, run_id, shards, ids, fingerprints)
+    log.info("run %s: %d shards (%d to compute, %d failed before the engines load), mode=%s, "
+             "stages=%s, task runner=%s, config %s", run_id, len(shards), pending, len(failed),
+             cfg.mode, ex.stages, ex.task_runner, cfg.config_hash())
     before = EngineUsage.snapshot()
-    engine_load = _load_engines(cfg, ex, len(pending))
-    results = _run_shards(jobs, ex)
+    engine_load = _load_engines(cfg, ex, pending)
+    ran = iter(_run_shards(jobs, ex) if jobs else [])
+    results = [failed[s] if s in failed else next(ran) for s in shards]
     usage = (EngineUsage.total([r.engines for r in results]) if ex.distributed
              else EngineUsage.snapshot().since(before))
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
@@ -221,30 +263,33 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
 
 
 def run_flow(input_uri: str, output_uri: str, config: dict | None = None, run_id: str | None = None,
-             overwrite: bool = False, execution: ExecutionConfig | dict | None = None) -> dict:
+             overwrite: bool = False, execution: ExecutionConfig | dict | None = None,
+             allow_empty: bool = False) -> dict:
     """Run :func:`speculative_rag_flow` on the task runner ``execution`` names (threads here,
     or a Ray cluster). Called inside another flow, it runs as a subflow. Returns the manifest."""
     ex = ExecutionConfig.coerce(execution)
     runner = ex.task_runner_instance()
     return speculative_rag_flow.with_options(task_runner=runner)(
-        input_uri, output_uri, config, run_id, overwrite, ex)
+        input_uri, output_uri, config, run_id, overwrite, ex, allow_empty)
 
 
 def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str | Path | None = None,
               execution: ExecutionConfig | dict | None = None, run_id: str | None = None,
-              overwrite: bool = False) -> dict:
+              overwrite: bool = False, allow_empty: bool = False) -> dict:
     """Python API: run the pipeline over ``input_uri`` (a Parquet file or a prefix of shards)
     into the prefix ``output_uri``; returns the run manifest (dict, as in ``_manifest.json``).
 
     ``config`` is a :class:`RunConfig`, a dict, a YAML path, or None (defaults). Re-running
     the same call resumes (finished shards are skipped). ``execution`` is an
     :class:`ExecutionConfig` or dict (task runner: threads or Ray; fused or disaggregated
-    stages); it never changes results. ``run_id`` defaults to time + random.
+    stages); it never changes results. ``run_id`` defaults to time + random. ``allow_empty``:
+    an input without any ``.parquet`` shard is a finished run of 0 shards, not an error.
 
     Raises:
         resume.RunConflictError: ``output_uri`` holds results of another input/config and
             ``overwrite`` is false.
         FileNotFoundError: ``input_uri`` does not exist.
+        run.NoShardsError: ``input_uri`` holds no ``.parquet`` shard and not ``allow_empty``.
         run.InputLayoutError: output inside input, or two shards sharing an output name."""
     if isinstance(config, (str, Path)):
         config = load_config(config)
@@ -254,4 +299,5 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     # callers that start it directly): a clean error, no failed flow run with a traceback
     resume.check_output(storage.normalize_uri(output_uri), storage.normalize_uri(input_uri),
                         RunConfig.model_validate(config or {}).config_hash(), overwrite)
-    return run_flow(input_uri, output_uri, config, run_id, overwrite, execution)
+    require_shards(input_uri, *plan_shards(storage.normalize_uri(input_uri)), allow_empty)
+    return run_flow(input_uri, output_uri, config, run_id, overwrite, execution, allow_empty)

@@ -8,10 +8,12 @@ output Parquet per shard under the output URI, and finally a run manifest
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import platform
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import pyarrow.parquet as pq
@@ -22,7 +24,8 @@ from .drafter_training.train import drafter_identity
 from .engines import EngineUsage
 from .pipeline import STAGES
 from .redaction import redact
-from .schema import validate_table
+from .records import ErrorReason
+from .schema import check_schema, validate_table
 
 if TYPE_CHECKING:
     from .shard import ShardResult
@@ -103,22 +106,180 @@ def shard_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:
     return storage.join(output_uri, rel.replace("/", "__"))
 
 
-def duplicate_ids(shards: list[str]) -> dict[str, set[str]]:
-    """query ids seen in shards *before* each shard (sorted order), for cross-shard duplicate
-    detection: the first occurrence is answered, later ones get a row error. Unreadable shards
-    are skipped here (their own task reports them)."""
-    seen: set[str] = set()
-    before: dict[str, set[str]] = {}
+class NoShardsError(FileNotFoundError):
+    """The input holds no Parquet shard (an empty prefix, only other files, or one file that is
+    not ``.parquet``): a run over it would succeed with nothing done."""
+
+
+def require_shards(input_uri: str, shards: list[str], skipped: list[dict], allow_empty: bool) -> None:
+    """Refuse a run without shards unless ``allow_empty``.
+
+    Raises:
+        NoShardsError: no shard, naming the input and how many other files it holds."""
+    if not shards and not allow_empty:
+        what = (f"{len(skipped)} file(s) skipped, e.g. {skipped[0]['input']!r}: {skipped[0]['reason']}"
+                if skipped else "no other file")
+        raise NoShardsError(f"input {input_uri!r} holds no .parquet shard ({what}); check the "
+                            "path, or allow an empty input (--allow-empty, allow_empty=True)")
+
+
+def file_error(file: str, cause: Exception) -> str:
+    """A failed shard's ``error``: ``<exception type>: <file>: <cause>`` (the file named once)."""
+    msg = str(cause) if str(cause).startswith(file) else f"{file}: {cause}"
+    return f"{type(cause).__name__}: {msg}"
+
+
+PLAN_ERRORS = (ValueError, OSError)
+"""File-level errors found while planning (an :class:`InputSchemaError`, Arrow's errors on a
+file that is not Parquet): they fail the shard before any engine loads."""
+
+
+def read_ids(shard_uri: str, task: str | None = None) -> list[str | None]:
+    """The ``query_id`` column of a shard, after checking the columns and types of its footer
+    (:func:`schema.check_schema`, ``task``: the run's fixed task). Reads the footer and that one
+    column, not the whole file.
+
+    Raises:
+        InputSchemaError: a missing column or a type the input schema does not accept.
+        OSError, pyarrow.ArrowInvalid: the file cannot be read as Parquet."""
+    fs, path = storage.filesystem(shard_uri)
+    with fs.open(path, "rb") as f:
+        pf = pq.ParquetFile(f)
+        check_schema(pf.schema_arrow, shard_uri, task)
+        return pf.read(columns=["query_id"]).column("query_id").to_pylist()
+
+
+def read_all_ids(shards: list[str], task: str | None = None) -> dict[str, list[str | None] | str]:
+    """Per shard: its query ids (:func:`read_ids`), or, when a file-level problem shows in its
+    footer or id column, the shard's error (:func:`file_error`)."""
+    out: dict[str, list[str | None] | str] = {}
     for s in shards:
-        before[s] = set(seen)
         try:
-            fs, path = storage.filesystem(s)
-            with fs.open(path, "rb") as f:
-                ids = pq.read_table(f, columns=["query_id"]).column("query_id").to_pylist()
-            seen.update(i for i in ids if i is not None)
-        except Exception:  # noqa: BLE001 - reported by the shard's own task
+            out[s] = read_ids(s, task)
+        except PLAN_ERRORS as e:
+            out[s] = file_error(s, e)
+    return out
+
+
+def _real_ids(ids: list[str | None]) -> set[str]:
+    """Ids that can be answered (null and blank ids get ``empty_query_id`` wherever they are)."""
+    return {i for i in ids if i is not None and i.strip()}
+
+
+def answered_ids(output_file: str) -> set[str]:
+    """Query ids a finished shard's output answers: every row's id except rows whose
+    ``error_reason`` is ``duplicate_query_id`` or ``empty_query_id`` (a row with another error
+    still holds its id: the id came out once, with its reason). Outputs written before
+    ``error_reason`` existed: rows whose ``error`` names field ``query_id``. Reads two columns."""
+    fs, path = storage.filesystem(output_file)
+    with fs.open(path, "rb") as f:
+        pf = pq.ParquetFile(f)
+        has_reason = "error_reason" in pf.schema_arrow.names
+        t = pf.read(columns=["query_id", "error_reason" if has_reason else "error"])
+    ids, why = t.column(0).to_pylist(), t.column(1).to_pylist()
+    if has_reason:
+        skip = {ErrorReason.DUPLICATE_QUERY_ID.value, ErrorReason.EMPTY_QUERY_ID.value}
+        return {q for q, r in zip(ids, why) if q is not None and r not in skip}
+    return {q for q, e in zip(ids, why) if q is not None and (e is None or "field 'query_id'" not in e)}
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """One input shard's part in a run (:func:`plan_ids`).
+
+    ``error``: a file-level problem found while planning; the shard fails with it before any
+    engine loads and claims no id. ``done``: its done marker stands, the shard is skipped.
+    ``recompute``: its done marker matches config and input but is set aside because the ids
+    it left to other shards are no longer answered there (or it answered an id a finished
+    shard before it also answered). ``seen_before``: its query ids that another shard answers
+    in this run: its rows with them get ``duplicate_query_id``."""
+
+    shard: str
+    error: str | None = None
+    done: bool = False
+    recompute: bool = False
+    seen_before: frozenset[str] = frozenset()
+
+
+def plan_ids(shards: list[str], ids: dict[str, list[str | None] | str],
+             finished: dict[str, dict]) -> list[ShardPlan]:
+    """Which shard answers each query id, so that every id is answered exactly once across
+    failures and re-runs (README "Duplicate ids").
+
+    Rules, in this order: (1) a shard that failed planning (``ids[s]`` is an error string)
+    claims nothing; (2) finished shards (done marker valid for this config and input) keep the
+    ids their outputs answer (:func:`answered_ids`, read only for shards with a row error or an
+    id another shard holds too), in sorted order; a finished shard that answered an id an earlier finished shard answered, or
+    that left an id to a shard that no longer holds it (deleted, or failing planning), is
+    recomputed; (3) the other shards, in sorted order: the first occurrence of an id not yet
+    answered is answered, later ones get ``duplicate_query_id``.
+
+    A shard that fails while it runs (after planning) has claimed its ids for this run: their
+    other occurrences come out as duplicates, and the next run recomputes those shards if the
+    failed shard is gone or still cannot be read (rule 2).
+
+    Args:
+        shards: input shards, sorted. ids: per shard, :func:`read_all_ids`.
+        finished: shards whose done marker stands (:func:`resume.completed_shard`): the
+            marker, holding ``output`` and ``result.errors``.
+    Returns one :class:`ShardPlan` per shard, in the order of ``shards``."""
+    real = {s: _real_ids(v) for s, v in ids.items() if not isinstance(v, str)}
+    count: dict[str, int] = defaultdict(int)
+    for s in real.values():
+        for i in s:
+            count[i] += 1
+    answered: dict[str, str] = {}  # id -> the finished shard answering it
+    left: dict[str, set[str]] = {}  # finished shard -> ids it left to other shards
+    recompute: set[str] = set()
+    for s in shards:
+        if s not in finished:
             continue
-    return before
+        marker = finished[s]
+        if s not in real:  # unreadable now, yet finished: its output says what it answers
+            mine = answered_ids(marker["output"])
+        elif any(count[i] > 1 for i in real[s]) or marker.get("result", {}).get("errors", 1):
+            mine = answered_ids(marker["output"]) & real[s]
+        else:  # no row error and no id held elsewhere: it answers all its ids
+            mine = real[s]
+        if any(i in answered for i in mine):  # answered twice (outputs written before this rule)
+            recompute.add(s)
+            continue
+        answered.update(dict.fromkeys(mine, s))
+        left[s] = real.get(s, set()) - mine
+    to_run = {s for s in real if s not in finished or s in recompute}
+    held = set().union(*(real[s] for s in to_run)) if to_run else set()
+    for s, ids_left in left.items():
+        if any(i not in answered and i not in held for i in ids_left) and s in real:
+            recompute.add(s)
+            to_run.add(s)
+            held |= real[s]
+            for i in [i for i, owner in answered.items() if owner == s]:
+                del answered[i]
+    seen = set(answered)
+    plans = []
+    for s in shards:
+        if s not in to_run and s in finished:
+            plans.append(ShardPlan(s, done=True))
+        elif s not in real:
+            plans.append(ShardPlan(s, error=ids[s]))
+        else:
+            plans.append(ShardPlan(s, recompute=s in recompute, seen_before=frozenset(real[s] & seen)))
+            seen |= real[s]
+    return plans
+
+
+def plan_run(input_uri: str, output_uri: str, config_hash: str, shards: list[str],
+             ids: dict[str, list[str | None] | str], fingerprints: list[dict]) -> list[ShardPlan]:
+    """:func:`plan_ids` of a run, its finished shards being those whose done marker under
+    ``output_uri`` matches ``config_hash`` and the input's fingerprint
+    (:func:`resume.completed_shard`). Called once the output is claimed."""
+    finished = {}
+    for s, fp in zip(shards, fingerprints):
+        marker = resume.completed_shard(output_uri, shard_output_uri(input_uri, s, output_uri),
+                                        config_hash, fp)
+        if marker is not None:
+            finished[s] = marker
+    return plan_ids(shards, ids, finished)
 
 
 def read_validated(shard_uri: str, seen_before: set[str], task: str | None = None):

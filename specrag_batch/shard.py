@@ -22,7 +22,7 @@ from . import intermediate, resume, storage
 from .config import RunConfig
 from .evaluation import summarize
 from .pipeline import RunInfo, StageTimer, draft_stage, process_rows, verify_stage
-from .run import draft_output_uri, read_validated, shard_output_uri
+from .run import draft_output_uri, file_error, read_validated, shard_output_uri
 from .schema import OUTPUT_SCHEMA, InputSchemaError, QueryRow
 
 FILE_ERRORS = (InputSchemaError, OSError, pa.ArrowInvalid, ValueError)
@@ -35,8 +35,10 @@ class ShardJob:
 
     ``config_json`` is the run config as JSON (tasks receive it, never frames; see
     :attr:`config`); ``fingerprint`` is the input file's version
-    (:func:`resume.input_fingerprint`); ``seen_before`` the query ids of earlier shards
-    (cross-shard duplicates, :func:`run.duplicate_ids`)."""
+    (:func:`resume.input_fingerprint`); ``seen_before`` the shard's query ids that another
+    shard answers in this run (their rows get ``duplicate_query_id``, :func:`run.plan_ids`);
+    ``recompute``: compute the shard even if its done marker matches (the plan set the marker
+    aside)."""
 
     input_prefix: str
     output_prefix: str
@@ -45,6 +47,7 @@ class ShardJob:
     run_id: str
     fingerprint: dict
     seen_before: frozenset[str] = frozenset()
+    recompute: bool = False
 
     @property
     def config(self) -> RunConfig:
@@ -55,6 +58,12 @@ class ShardJob:
     def output_file(self) -> str:
         """The shard's output Parquet (:func:`run.shard_output_uri`)."""
         return shard_output_uri(self.input_prefix, self.shard_file, self.output_prefix)
+
+    @property
+    def claims_digest(self) -> str:
+        """sha256 of :attr:`seen_before`, sorted: a draft shard made with other duplicates
+        than this run's plan is drafted again."""
+        return intermediate.ids_digest(sorted(self.seen_before))
 
     @property
     def drafts_prefix(self) -> str:
@@ -126,6 +135,7 @@ class ShardResult:
     worker: str | None = None  # host:pid of the process that ran it (verification if split)
     draft_worker: str | None = None  # disaggregated: host:pid of the drafting process
     digest: str | None = None  # draft shards: sha256 of their query ids in order (integrity)
+    claims_digest: str | None = None  # draft shards: ShardJob.claims_digest they were made with
 
     def as_dict(self) -> dict:
         """The fields as a plain dict (a shallow copy): what a shard task returns, a done marker and
@@ -157,8 +167,7 @@ def _run_guarded(file: str, body) -> ShardResult:
     try:
         res = body()
     except ShardFileError as e:
-        msg = str(e.cause) if str(e.cause).startswith(e.file) else str(e)
-        return ShardResult(file, None, "failed", error=f"{type(e.cause).__name__}: {msg}",
+        return ShardResult(file, None, "failed", error=file_error(e.file, e.cause),
                            seconds=time.perf_counter() - t0)
     res.seconds = time.perf_counter() - t0
     return res
@@ -215,6 +224,7 @@ def draft_shard(job: ShardJob, io: ShardIO, *, drafter) -> ShardResult:
                            rows_in=len(rows), rows_out=table.num_rows,
                            errors=sum(r.error is not None for r in rows),
                            digest=intermediate.ids_digest(r.query_id for r in rows),
+                           claims_digest=job.claims_digest,
                            stage_seconds=_timings(timer))
     return _run_guarded(job.shard_file, body)
 

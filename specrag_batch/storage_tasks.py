@@ -10,7 +10,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from . import resume, storage
-from .run import duplicate_ids, plan_shards, read_validated
+from .run import plan_shards, read_all_ids, read_validated
 from .schema import InputSchemaError, QueryRow
 
 IO_RETRIES = 3
@@ -34,10 +34,11 @@ def _io_task(name: str):
 
 
 @_io_task("list-shards")
-def list_shards(input_uri: str):
-    """(shard files, skipped files, query ids seen before each shard, input fingerprints)."""
+def list_shards(input_uri: str, task: str | None = None):
+    """(shard files, skipped files, per shard its query ids or its file-level error
+    (:func:`run.read_all_ids`: footer and ``query_id`` column only), input fingerprints)."""
     shards, skipped = plan_shards(input_uri)
-    return shards, skipped, duplicate_ids(shards), [resume.input_fingerprint(s) for s in shards]
+    return shards, skipped, read_all_ids(shards, task), [resume.input_fingerprint(s) for s in shards]
 
 
 @_io_task("read-shard")

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from specrag_batch import resume, storage
-from specrag_batch.run import check_layout, duplicate_ids, plan_shards, read_validated, shard_output_uri
+from specrag_batch.run import check_layout, plan_ids, plan_shards, read_all_ids, read_validated, shard_output_uri
 
 ODD_NAMES = ["ns::part-0.parquet", "ns::part-1.parquet", "a#frag.parquet", "q?x=1&y.parquet",
              "100%25 %.parquet", "star*.parquet", "br[0-9].parquet", "with space.parquet",
@@ -38,9 +38,9 @@ def check_round_trip(inp: str, out: str) -> None:
     assert shards == sorted(storage.join(inp, n) for n in ODD_NAMES)
     assert skipped == [{"input": storage.join(inp, DECOY), "reason": "not a .parquet file"}]
     check_layout(inp, out, shards)
-    seen = duplicate_ids(shards)
-    assert set().union(*seen.values()) == {f"{n}#{i}" for n in ODD_NAMES for i in range(2)} - {
-        f"{sorted(ODD_NAMES)[-1]}#{i}" for i in range(2)}  # ids of every shard but the last
+    ids = read_all_ids(shards)  # each odd name opened as listed: its footer and query_id column
+    assert ids == {s: [f"{s[len(inp) + 1:]}#{i}" for i in range(2)] for s in shards}
+    assert all(p.error is None and not p.seen_before for p in plan_ids(shards, ids, {}))
     outputs = set()
     for s in shards:
         name = s[len(inp) + 1:]

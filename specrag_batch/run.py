@@ -283,8 +283,9 @@ def plan_run(input_uri: str, output_uri: str, config_hash: str, shards: list[str
 
 
 def read_validated(shard_uri: str, seen_before: set[str], task: str | None = None):
-    """Read and validate a shard (``task``: the run's fixed task, see ``RunConfig.task``):
-    one :class:`QueryRow` per input row, in order (:func:`schema.validate_table`).
+    """Read and validate a shard (``task``: the run's fixed task, see ``RunConfig.task``;
+    ``seen_before``: its ids another shard answers, :attr:`ShardPlan.seen_before`): one
+    :class:`QueryRow` per input row, in order (:func:`schema.validate_table`).
 
     Raises:
         InputSchemaError: a file-level schema problem.

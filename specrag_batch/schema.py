@@ -179,8 +179,9 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
     Args:
         table: the shard as read from Parquet.
         file: its URI, used in messages.
-        seen_ids: query ids already seen in earlier shards of this run; updated in place.
-            A repeated id (within or across shards) gets a row error, never a silent drop.
+        seen_ids: query ids another shard of this run answers (:func:`run.plan_ids`);
+            updated in place. A repeated id (within or across shards) gets a row error
+            (``duplicate_query_id``), never a silent drop.
         task: the run's fixed task (config ``task``, e.g. ``claim`` for bulk claim
             verification): a missing ``task`` column means every row has it, and a row naming
             another task gets a row error.

@@ -48,12 +48,9 @@ def _already_done(job: ShardJob, prefix: str, file: str) -> dict | None:
     (``job.claims_digest``)."""
     if job.recompute and prefix == job.output_prefix:
         return None
-    done = resume.completed_shard(prefix, file, job.config.config_hash(), job.fingerprint)
+    done = resume.completed_shard(prefix, file, job.config.config_hash(), job.fingerprint,
+                                  job.claims_digest if prefix == job.drafts_prefix else None)
     if done is None:
-        return None
-    if prefix == job.drafts_prefix and done["result"].get("claims_digest") != job.claims_digest:
-        get_run_logger().info("%s: drafts in %s were made with other duplicate ids, drafted again",
-                              job.shard_file, file)
         return None
     get_run_logger().info("%s: %s already written by run %s, skipped", job.shard_file, file, done["run_id"])
     return {**done["result"], "engines": {}}

@@ -129,11 +129,15 @@ def clear_previous(output_uri: str) -> None:
         _remove(storage.join(output_uri, name))
 
 
-def completed_shard(output_uri: str, shard_out_uri: str, config_hash: str, fingerprint: dict) -> dict | None:
-    """The done marker of a shard when it matches this config and input version, else None."""
+def completed_shard(output_uri: str, shard_out_uri: str, config_hash: str, fingerprint: dict,
+                    claims_digest: str | None = None) -> dict | None:
+    """The done marker of a shard when it matches this config and input version (and, given
+    ``claims_digest``, the duplicate ids it was made with: draft shards,
+    ``ShardJob.claims_digest``), else None."""
     m = _read_json(marker_uri(output_uri, shard_out_uri))
     if (m and m.get("config_hash") == config_hash and m.get("fingerprint") == fingerprint
-            and m.get("result", {}).get("status") == "ok" and storage.exists(shard_out_uri)):
+            and m.get("result", {}).get("status") == "ok" and storage.exists(shard_out_uri)
+            and (claims_digest is None or m["result"].get("claims_digest") == claims_digest)):
         return m
     return None
 

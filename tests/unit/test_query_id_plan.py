@@ -22,7 +22,7 @@ from specrag_batch.run import (
     require_shards,
     shard_output_uri,
 )
-from specrag_batch.shard import ShardJob, StorageIO, process_shard
+from specrag_batch.shard import ShardJob, StorageIO, draft_shard, process_shard
 
 from ..conftest import small_config
 from ..fakes import FakeEngine
@@ -178,6 +178,24 @@ def test_two_finished_shards_answering_one_id_are_repaired(tmp_path, verifier):
     assert run(inp, out, verifier) == {"0.parquet": ("done", None), "b.parquet": ("ok", None)}
     got = outcomes(inp, out)
     assert answered(got, "x") == ["0.parquet"] and answered(got, "y") == ["b.parquet"]
+
+
+def test_drafts_made_with_other_duplicates_are_not_reused(tmp_path, verifier):
+    """Disaggregated: a draft shard holds its rows' errors, ``duplicate_query_id`` among them.
+    When the plan changed since it was drafted (the shard that held ``x`` is gone), its done
+    marker no longer counts and the shard is drafted again."""
+    inp, out, spec = tmp_path / "in", tmp_path / "out", small_config()
+    write(inp, "b.parquet", shard("x", "y"))
+    fp = resume.input_fingerprint(str(inp / "b.parquet"))
+    then = ShardJob(str(inp), str(out), str(inp / "b.parquet"), spec.model_dump_json(), "r", fp,
+                    frozenset({"x"}))
+    res = draft_shard(then, StorageIO(), drafter=verifier)
+    resume.mark_done(then.drafts_prefix, res.output, spec.config_hash(), fp, "r", res.as_dict())
+    now = ShardJob(**{**then.__dict__, "seen_before": frozenset()})
+    assert resume.completed_shard(then.drafts_prefix, then.draft_file, spec.config_hash(), fp,
+                                  then.claims_digest) is not None
+    assert resume.completed_shard(now.drafts_prefix, now.draft_file, spec.config_hash(), fp,
+                                  now.claims_digest) is None
 
 
 @pytest.mark.parametrize("layout", ["empty", "only_csv", "csv_file"])

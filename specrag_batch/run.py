@@ -13,8 +13,8 @@ import json
 import platform
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import pyarrow.parquet as pq
 
@@ -192,13 +192,14 @@ class ShardPlan:
     ``recompute``: its done marker matches config and input but is set aside because the ids
     it left to other shards are no longer answered there (or it answered an id a finished
     shard before it also answered). ``seen_before``: its query ids that another shard answers
-    in this run: its rows with them get ``duplicate_query_id``."""
+    in this run, each with that shard's URI: its rows with them get ``duplicate_query_id``
+    naming that shard."""
 
     shard: str
     error: str | None = None
     done: bool = False
     recompute: bool = False
-    seen_before: frozenset[str] = frozenset()
+    seen_before: dict[str, str] = field(default_factory=dict)
 
 
 def plan_ids(shards: list[str], ids: dict[str, list[str | None] | str],
@@ -255,7 +256,7 @@ def plan_ids(shards: list[str], ids: dict[str, list[str | None] | str],
             held |= real[s]
             for i in [i for i, owner in answered.items() if owner == s]:
                 del answered[i]
-    seen = set(answered)
+    seen = dict(answered)
     plans = []
     for s in shards:
         if s not in to_run and s in finished:
@@ -263,8 +264,10 @@ def plan_ids(shards: list[str], ids: dict[str, list[str | None] | str],
         elif s not in real:
             plans.append(ShardPlan(s, error=ids[s]))
         else:
-            plans.append(ShardPlan(s, recompute=s in recompute, seen_before=frozenset(real[s] & seen)))
-            seen |= real[s]
+            plans.append(ShardPlan(s, recompute=s in recompute,
+                                   seen_before={i: seen[i] for i in sorted(real[s] & seen.keys())}))
+            for i in real[s]:
+                seen.setdefault(i, s)
     return plans
 
 
@@ -282,7 +285,7 @@ def plan_run(input_uri: str, output_uri: str, config_hash: str, shards: list[str
     return plan_ids(shards, ids, finished)
 
 
-def read_validated(shard_uri: str, seen_before: set[str], task: str | None = None):
+def read_validated(shard_uri: str, seen_before: Mapping[str, str] | set[str], task: str | None = None):
     """Read and validate a shard (``task``: the run's fixed task, see ``RunConfig.task``;
     ``seen_before``: its ids another shard answers, :attr:`ShardPlan.seen_before`): one
     :class:`QueryRow` per input row, in order (:func:`schema.validate_table`).
@@ -291,7 +294,7 @@ def read_validated(shard_uri: str, seen_before: set[str], task: str | None = Non
         InputSchemaError: a file-level schema problem.
         OSError, pyarrow.ArrowInvalid: the file cannot be read as Parquet."""
     table = storage.read_parquet(shard_uri)
-    return validate_table(table, shard_uri, seen_ids=set(seen_before), task=task)
+    return validate_table(table, shard_uri, seen_ids=seen_before, task=task)
 
 
 def draft_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:

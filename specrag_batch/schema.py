@@ -28,6 +28,7 @@ the field; the other rows are answered.
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -172,16 +173,17 @@ def _check_utf8(col: pa.ChunkedArray, file: str, name: str) -> None:
         offset += len(chunk)
 
 
-def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
+def validate_table(table: pa.Table, file: str, seen_ids: Mapping[str, str] | set[str] | None = None,
                    task: str | None = None) -> list[QueryRow]:
     """Validate a shard and return one :class:`QueryRow` per input row, in input order.
 
     Args:
         table: the shard as read from Parquet.
         file: its URI, used in messages.
-        seen_ids: query ids another shard of this run answers (:func:`run.plan_ids`);
-            updated in place. A repeated id (within or across shards) gets a row error
-            (``duplicate_query_id``), never a silent drop.
+        seen_ids: query ids another shard of this run answers (:func:`run.plan_ids`), each
+            with that shard's URI when a mapping (named in the error). A repeated id (within
+            or across shards) gets a row error (``duplicate_query_id``, ``error`` naming where
+            the id is held), never a silent drop.
         task: the run's fixed task (config ``task``, e.g. ``claim`` for bulk claim
             verification): a missing ``task`` column means every row has it, and a row naming
             another task gets a row error.
@@ -191,7 +193,7 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
             types are cast once to :data:`CANONICAL` (:func:`conform`).
     """
     table = conform(table, file, task)
-    seen = seen_ids if seen_ids is not None else set()
+    seen = dict(seen_ids) if isinstance(seen_ids, Mapping) else dict.fromkeys(seen_ids or (), "")
     cols = {c: table.column(c).to_pylist() for c in (*REQUIRED, *OPTIONAL) if c in table.schema.names}
     if "task" not in cols:
         cols["task"] = [task] * table.num_rows
@@ -206,7 +208,8 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
         if qid is None or not str(qid).strip():
             err, code = row_error(i, None, "query_id", "null or empty", where=file), ErrorReason.EMPTY_QUERY_ID
         elif qid in seen:
-            err = row_error(i, None, "query_id", f"duplicate id {qid!r}", where=file)
+            where = f", held by {seen[qid]}" if seen[qid] else ""
+            err = row_error(i, None, "query_id", f"duplicate id {qid!r}{where}", where=file)
             code = ErrorReason.DUPLICATE_QUERY_ID
         elif cols["query"][i] is None or not cols["query"][i].strip():
             err, code = row_error(i, qid, "query", "null or empty", where=file), ErrorReason.EMPTY_QUERY
@@ -219,7 +222,7 @@ def validate_table(table: pa.Table, file: str, seen_ids: set[str] | None = None,
                             f"{task!r} rows (config 'task')", where=file)
             code = ErrorReason.TASK_NOT_IN_RUN
         if qid is not None:
-            seen.add(qid)
+            seen.setdefault(qid, f"row {i} of this shard")
         docs = cols.get("documents", [None] * table.num_rows)[i]
         if docs is not None:
             row.documents = [

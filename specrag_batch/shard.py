@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Mapping, Protocol
 
 import pyarrow as pa
 
@@ -36,7 +36,8 @@ class ShardJob:
     ``config_json`` is the run config as JSON (tasks receive it, never frames; see
     :attr:`config`); ``fingerprint`` is the input file's version
     (:func:`resume.input_fingerprint`); ``seen_before`` the shard's query ids that another
-    shard answers in this run (their rows get ``duplicate_query_id``, :func:`run.plan_ids`);
+    shard answers in this run, each with that shard's URI (their rows get
+    ``duplicate_query_id`` naming it, :func:`run.plan_ids`);
     ``recompute``: compute the shard even if its done marker matches (the plan set the marker
     aside)."""
 
@@ -46,7 +47,7 @@ class ShardJob:
     config_json: str
     run_id: str
     fingerprint: dict
-    seen_before: frozenset[str] = frozenset()
+    seen_before: Mapping[str, str] = field(default_factory=dict)
     recompute: bool = False
 
     @property
@@ -61,9 +62,9 @@ class ShardJob:
 
     @property
     def claims_digest(self) -> str:
-        """sha256 of :attr:`seen_before`, sorted: a draft shard made with other duplicates
-        than this run's plan is drafted again."""
-        return intermediate.ids_digest(sorted(self.seen_before))
+        """sha256 of :attr:`seen_before` (ids and the shards answering them), sorted: a draft
+        shard made with other duplicates than this run's plan is drafted again."""
+        return intermediate.ids_digest(f"{i}\0{s}" for i, s in sorted(self.seen_before.items()))
 
     @property
     def drafts_prefix(self) -> str:
@@ -80,7 +81,7 @@ class ShardIO(Protocol):
     """Storage I/O of a shard; :class:`StorageIO` does it directly, the orchestration layer
     with Prefect task retries on transient errors."""
 
-    def read_rows(self, shard_file: str, seen_before: frozenset[str], task: str | None) -> list[QueryRow]:
+    def read_rows(self, shard_file: str, seen_before: Mapping[str, str], task: str | None) -> list[QueryRow]:
         """Validated rows of an input shard (raises one of :data:`FILE_ERRORS`)."""
 
     def read_drafts(self, draft_file: str) -> pa.Table:
@@ -97,9 +98,9 @@ class ShardIO(Protocol):
 class StorageIO:
     """:class:`ShardIO` straight on :mod:`storage` and :mod:`resume` (no retries here)."""
 
-    def read_rows(self, shard_file: str, seen_before: frozenset[str], task: str | None) -> list[QueryRow]:
+    def read_rows(self, shard_file: str, seen_before: Mapping[str, str], task: str | None) -> list[QueryRow]:
         """:func:`run.read_validated`."""
-        return read_validated(shard_file, set(seen_before), task)
+        return read_validated(shard_file, seen_before, task)
 
     def read_drafts(self, draft_file: str) -> pa.Table:
         """:func:`storage.read_parquet`."""

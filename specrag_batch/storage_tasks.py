@@ -5,6 +5,8 @@ shard tasks use. Task names (``read-shard``, ``read-drafts``, ``write-shard``,
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -42,7 +44,7 @@ def list_shards(input_uri: str, task: str | None = None):
 
 
 @_io_task("read-shard")
-def read_shard(shard_uri: str, seen_before: set[str], task: str | None = None) -> list[QueryRow]:
+def read_shard(shard_uri: str, seen_before: dict[str, str], task: str | None = None) -> list[QueryRow]:
     """Validated rows of an input shard (:func:`run.read_validated`); bad data is not retried."""
     return read_validated(shard_uri, seen_before, task)
 
@@ -70,9 +72,9 @@ class PrefectIO:
     """:class:`~specrag_batch.shard.ShardIO` whose calls are the retrying tasks above (called
     inside a shard task, each is a task run of its own)."""
 
-    def read_rows(self, shard_file: str, seen_before: frozenset[str], task: str | None) -> list[QueryRow]:
+    def read_rows(self, shard_file: str, seen_before: Mapping[str, str], task: str | None) -> list[QueryRow]:
         """:func:`read_shard` as a task run."""
-        return read_shard(shard_file, set(seen_before), task)
+        return read_shard(shard_file, dict(seen_before), task)
 
     def read_drafts(self, draft_file: str) -> pa.Table:
         """:func:`read_drafts` as a task run."""

@@ -95,7 +95,8 @@ def test_one_record_per_input_row_in_order_with_errors(reference):
     assert [r["query_id"] for r in reference] == ids
     by_pos = dict(enumerate(reference))
     dup = ids.index(ids[1], 2)  # the second row with that id
-    assert by_pos[dup]["error"].endswith(f"row {dup}: field 'query_id': duplicate id {ids[1]!r}")
+    assert by_pos[dup]["error"].endswith(f"row {dup}: field 'query_id': duplicate id {ids[1]!r}, "
+                                         "held by row 1 of this shard")
     assert by_pos[dup]["error_reason"] == "duplicate_query_id"
     for pos, rec in by_pos.items():
         reason = ERRORS.get(rec["query_id"])

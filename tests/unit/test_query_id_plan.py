@@ -159,6 +159,8 @@ def test_a_new_shard_sorting_first_does_not_answer_a_finished_id_again(tmp_path,
     assert answered(got, "x") == ["b.parquet"] and got["x"] == [("0.parquet", "duplicate_query_id"),
                                                               ("b.parquet", None)]
     assert answered(got, "z") == ["0.parquet"]
+    dup = pq.read_table(out / "0.parquet").to_pylist()[0]["error"]
+    assert dup.endswith(f"field 'query_id': duplicate id 'x', held by {inp / 'b.parquet'}")
     assert run(inp, out, verifier) == {"0.parquet": ("done", None), "b.parquet": ("done", None)}
 
 
@@ -188,10 +190,10 @@ def test_drafts_made_with_other_duplicates_are_not_reused(tmp_path, verifier):
     write(inp, "b.parquet", shard("x", "y"))
     fp = resume.input_fingerprint(str(inp / "b.parquet"))
     then = ShardJob(str(inp), str(out), str(inp / "b.parquet"), spec.model_dump_json(), "r", fp,
-                    frozenset({"x"}))
+                    {"x": str(inp / "a.parquet")})
     res = draft_shard(then, StorageIO(), drafter=verifier)
     resume.mark_done(then.drafts_prefix, res.output, spec.config_hash(), fp, "r", res.as_dict())
-    now = ShardJob(**{**then.__dict__, "seen_before": frozenset()})
+    now = ShardJob(**{**then.__dict__, "seen_before": {}})
     assert resume.completed_shard(then.drafts_prefix, then.draft_file, spec.config_hash(), fp,
                                   then.claims_digest) is not None
     assert resume.completed_shard(now.drafts_prefix, now.draft_file, spec.config_hash(), fp,

@@ -40,7 +40,7 @@ def test_row_errors_name_row_and_field_and_keep_other_rows():
     assert len(rows) == 6
     assert rows[0].error is None
     assert rows[1].error == "f.parquet: row 1 (query_id='q2'): field 'query': null or empty"
-    assert rows[2].error == "f.parquet: row 2: field 'query_id': duplicate id 'q1'"
+    assert rows[2].error == "f.parquet: row 2: field 'query_id': duplicate id 'q1', held by row 0 of this shard"
     assert rows[3].error == "f.parquet: row 3: field 'query_id': null or empty"
     assert rows[4].error == ("f.parquet: row 4 (query_id='q5'): field 'task': unknown value 'poem' "
                              "(expected one of qa, claim, choice)")
@@ -50,10 +50,11 @@ def test_row_errors_name_row_and_field_and_keep_other_rows():
 
 
 def test_duplicate_across_shards_via_seen_ids():
-    seen = {"q2"}
-    rows = validate_table(table(), "g.parquet", seen_ids=seen)
-    assert rows[0].error is None and "duplicate id 'q2'" in rows[1].error
-    assert seen == {"q1", "q2"}
+    rows = validate_table(table(), "g.parquet", seen_ids={"q2"})
+    assert rows[0].error is None and rows[1].error.endswith("duplicate id 'q2'")
+    rows = validate_table(table(), "g.parquet", seen_ids={"q2": "s3://b/in/a.parquet"})
+    assert rows[0].error is None
+    assert rows[1].error.endswith("duplicate id 'q2', held by s3://b/in/a.parquet")
 
 
 def test_choice_needs_choices():

@@ -83,6 +83,10 @@ def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     assert m["dropped"] == {k: reasons.count(k) for k in set(reasons)}
     assert m["dropped"].get("no_gold") == 1
     assert m["kept"] == sum(r["drop_reason"] is None for r in out) and m["kept"] + len(reasons) == len(out)
+    # a rationale cut by the token budget is kept only as complete sentences, and counted
+    trimmed = [r for r in out if r["rationale_trimmed"] and r["drop_reason"] is None]
+    assert m["trimmed"] == len(trimmed)
+    assert all(r["rationale"].endswith((".", "!", "?", '."', ".)")) for r in trimmed)
 
     # the prompt is exactly what the inference drafter is given for that subset
     rec = PromptRecorder(tokenizer=get_engine(cfg.drafter, cfg.seed).tokenizer)

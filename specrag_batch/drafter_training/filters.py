@@ -113,11 +113,10 @@ def check_rationale(task: str, teacher_text: str, finish_reason: str | None, doc
     if not rationale:
         return rationale, DropReason.EMPTY_RATIONALE
     if finish_reason == "length":
-        if not trim_truncated or m:
+        kept = complete_sentences(rationale) if trim_truncated and not m else ""
+        if not kept:
             return rationale, DropReason.TRUNCATED_AT_MAX_TOKENS
-        rationale = complete_sentences(rationale)
-        if not rationale:
-            return " ".join(teacher_text.split()).strip(" *"), DropReason.TRUNCATED_AT_MAX_TOKENS
+        rationale = kept
     if has_repetition(rationale):
         return rationale, DropReason.REPETITION
     if m:  # the teacher wrote its own answer: it must be the gold

@@ -61,6 +61,7 @@ class PromptRecorder(FakeEngine):
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
 def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     from specrag_batch.drafter_training.data import answer_text, build_training_data
+    from specrag_batch.drafter_training.filters import complete_sentences
     from specrag_batch.drafter_training.sources import make_samples, training_rows
     from specrag_batch.engines import get_engine
     from specrag_batch.parsing import parse_draft
@@ -83,6 +84,10 @@ def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     assert m["dropped"] == {k: reasons.count(k) for k in set(reasons)}
     assert m["dropped"].get("no_gold") == 1
     assert m["kept"] == sum(r["drop_reason"] is None for r in out) and m["kept"] + len(reasons) == len(out)
+    # a rationale cut by the token budget is kept only as complete sentences, and counted
+    trimmed = [r for r in out if r["rationale_trimmed"] and r["drop_reason"] is None]
+    assert m["trimmed"] == len(trimmed)
+    assert all(complete_sentences(r["rationale"]) == r["rationale"] for r in trimmed)
 
     # the prompt is exactly what the inference drafter is given for that subset
     rec = PromptRecorder(tokenizer=get_engine(cfg.drafter, cfg.seed).tokenizer)

@@ -17,6 +17,7 @@ This module imports nothing from the package, so every other module can import i
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -113,6 +114,14 @@ class ErrorReason(StrEnum):
     DRAFT_PROCESSING_ERROR = "draft_processing_error"
     # verification
     VERIFIER_INPUT_FAILED = "verifier_input_failed"
+
+
+def visible_text(text: str) -> str:
+    """``text`` as a reader sees it, for comparing passages: NFKC-normalised, Unicode format
+    characters (category Cf: zero-width space/joiners, BOM, invisible separators, soft hyphen)
+    dropped, whitespace runs collapsed, lower case."""
+    text = unicodedata.normalize("NFKC", text)
+    return " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split()).lower()
 
 
 def row_error(row_index: int, query_id: str | None, field_name: str, reason: str,

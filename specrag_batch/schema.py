@@ -33,13 +33,14 @@ from typing import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .records import Document, ErrorReason, QueryRow, row_error
+from .records import Document, ErrorReason, QueryRow, row_error, visible_text
 
 __all__ = ["Document", "QueryRow"]  # re-exported: the row types live in records
 
 TASKS = ("qa", "claim", "choice")
 REQUIRED = ("query_id", "query", "task")
 OPTIONAL = ("documents", "choices", "gold")
+SYNTHETIC_ID = re.compile(r"<row \d+>")  # output id of a row whose query_id is null; refused as a real id
 
 
 class InputSchemaError(ValueError):
@@ -205,13 +206,17 @@ def validate_table(table: pa.Table, file: str, seen_ids: Mapping[str, str] | set
         row = QueryRow(row_index=i, query_id=qid if qid is not None else f"<row {i}>",
                        query=cols["query"][i] or "", task=cols["task"][i] or "")
         err = code = None
-        if qid is None or not str(qid).strip():
+        if qid is None or not visible_text(qid):
             err, code = row_error(i, None, "query_id", "null or empty", where=file), ErrorReason.EMPTY_QUERY_ID
+        elif SYNTHETIC_ID.fullmatch(qid):  # the form a null id is given in the output
+            err = row_error(i, qid, "query_id", f"{qid!r} has the reserved form '<row N>' "
+                            "given to rows with a null id", where=file)
+            code = ErrorReason.EMPTY_QUERY_ID
         elif qid in seen:
             where = f", held by {seen[qid]}" if seen[qid] else ""
             err = row_error(i, None, "query_id", f"duplicate id {qid!r}{where}", where=file)
             code = ErrorReason.DUPLICATE_QUERY_ID
-        elif cols["query"][i] is None or not cols["query"][i].strip():
+        elif cols["query"][i] is None or not visible_text(cols["query"][i]):
             err, code = row_error(i, qid, "query", "null or empty", where=file), ErrorReason.EMPTY_QUERY
         elif cols["task"][i] not in TASKS:
             err = row_error(i, qid, "task", f"unknown value {cols['task'][i]!r} "
@@ -232,7 +237,7 @@ def validate_table(table: pa.Table, file: str, seen_ids: Mapping[str, str] | set
         row.choices = cols.get("choices", [None] * table.num_rows)[i]
         row.gold = cols.get("gold", [None] * table.num_rows)[i]
         if err is None and row.task == "choice":
-            opts = [c for c in (row.choices or []) if c is not None and c.strip()]
+            opts = [c for c in (row.choices or []) if c is not None and visible_text(c)]
             if not opts:
                 err = row_error(i, qid, "choices", "missing or empty for task 'choice'", where=file)
                 code = ErrorReason.NO_CHOICES

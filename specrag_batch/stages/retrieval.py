@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Sequence
 
 from ..config import RunConfig
-from ..records import Document, ErrorReason, Flag, QueryRow, add_flag
+from ..records import Document, ErrorReason, Flag, QueryRow, add_flag, visible_text
 from ..retrieval import get_retriever
 from .base import Stage
-
-
-def visible_text(text: str) -> str:
-    """``text`` as a reader sees it, for comparing passages: NFKC-normalised, Unicode format
-    characters (category Cf: zero-width space/joiners, BOM, invisible separators, soft hyphen)
-    dropped, whitespace runs collapsed, lower case."""
-    text = unicodedata.normalize("NFKC", text)
-    return " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split()).lower()
 
 
 def prepare_documents(row: QueryRow, documents: list[Document] | None, top_n: int) -> list[Document]:

@@ -280,7 +280,8 @@ def index_build(
     """Embed a corpus and write a FAISS index for `run --index`."""
     from .retrieval import build_index
 
-    meta = build_index(corpus, output, embedding_model, batch_size)
+    with exit_codes(_fail):  # a missing corpus or column: exit 2, one line, as `run`
+        meta = build_index(corpus, output, embedding_model, batch_size)
     console.print(f"index: {meta['documents']} documents, dim {meta['dimension']}, "
                   f"{meta['seconds']}s -> {output}")
 

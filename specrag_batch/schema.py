@@ -54,8 +54,9 @@ class InputSchemaError(ValueError):
 STRING_TYPES = "string, large_string, string_view, dictionary<_, string> (or all null)"
 LIST_TYPES = "list, large_list, list_view, large_list_view"
 DOC_FIELDS = ("doc_id", "title", "text")
-_DOCS_ACCEPTED = (f"a list ({LIST_TYPES}) of struct with a string field 'text' and optional string "
-                  f"fields 'doc_id', 'title', in any order, other fields ignored; strings: {STRING_TYPES}")
+_DOCS_ACCEPTED = (f"a list ({LIST_TYPES}) of struct with a string field 'text' and optional "
+                  f"fields 'doc_id' (string or integer) and 'title' (string), in any order, other fields ignored; "
+                  f"strings: {STRING_TYPES}")
 _STRINGS_ACCEPTED = f"a list ({LIST_TYPES}) of strings ({STRING_TYPES})"
 _STRING = pa.string()
 _DOCUMENT = pa.struct([(n, _STRING) for n in DOC_FIELDS])
@@ -86,7 +87,8 @@ def _is_document_struct(t: pa.DataType) -> bool:
     if not pa.types.is_struct(t):
         return False
     names = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
-    return "text" in names and all(_is_string(names[n]) for n in DOC_FIELDS if n in names)
+    return ("text" in names and all(_is_string(names[n]) for n in DOC_FIELDS if n in names
+                                    and not (n == "doc_id" and pa.types.is_integer(names[n]))))
 
 
 _ACCEPTS = {"query_id": (_is_string, STRING_TYPES), "query": (_is_string, STRING_TYPES),
@@ -131,7 +133,8 @@ def _list_from_view(arr: pa.Array) -> pa.Array:
 def conform(table: pa.Table, file: str, task: str | None = None) -> pa.Table:
     """The input columns of ``table`` (``query_id``, ``query``, ``task``, ``documents``,
     ``choices``, ``gold``, those present) cast once to :data:`CANONICAL`; other columns dropped.
-    Missing ``doc_id``/``title`` struct fields come out null.
+    Missing ``doc_id``/``title`` struct fields come out null; integer ``doc_id`` values (DPR or
+    Wikipedia ids) are cast to their decimal strings.
 
     Raises:
         InputSchemaError: see :func:`check_schema`; also a string that is not valid UTF-8

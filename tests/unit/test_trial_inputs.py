@@ -1,0 +1,24 @@
+"""Inputs a fresh-clone trial found refused or unclear: integer passage ids, duplicate column
+names, and `index build` on a bad corpus (exit 2, one line)."""
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from specrag_batch.cli import app
+from specrag_batch.schema import InputSchemaError, validate_table
+
+
+def test_integer_doc_ids_are_read_as_strings():
+    docs = pa.array([[{"doc_id": 7, "title": "t", "text": "x"}, {"doc_id": None, "title": "", "text": "y"}]],
+                    pa.list_(pa.struct([("doc_id", pa.int64()), ("title", pa.string()), ("text", pa.string())])))
+    row = validate_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"], "documents": docs}), "f")[0]
+    assert row.error is None and [d.doc_id for d in row.documents] == ["7", "1"]
+
+
+def test_index_build_bad_corpus_exits_2_with_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "none.parquet"),
+                                      "-o", str(tmp_path / "idx")])
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.output and "Traceback" not in result.output

@@ -22,3 +22,10 @@ def test_index_build_bad_corpus_exits_2_with_one_line(tmp_path):
                                       "-o", str(tmp_path / "idx")])
     assert result.exit_code == 2, result.output
     assert "error:" in result.output and "Traceback" not in result.output
+
+
+def test_tau_min_flag_help_says_it_takes_one_number():
+    from specrag_batch.cli_options import config_parameters
+
+    help_text = next(p.default.help for p in config_parameters() if p.name == "cfg__selection__tau_min")
+    assert "one number" in help_text and "config-file only" in help_text

@@ -107,10 +107,15 @@ def check_schema(schema: pa.Schema, file: str, task: str | None = None) -> None:
     an all-null column of any of these.
 
     Raises:
-        InputSchemaError: a required column is missing, or a known column has a type that
-            means something else, naming the column, the type found and the types accepted.
+        InputSchemaError: a required column is missing, a known column appears more than
+            once, or a known column has a type that means something else, naming the column,
+            the type found and the types accepted.
     """
     names = set(schema.names)
+    for col in (*REQUIRED, *OPTIONAL):
+        if schema.names.count(col) > 1:
+            raise InputSchemaError(file, col, f"appears {schema.names.count(col)} times; "
+                                   "a column name must be unique")
     for col in REQUIRED:
         if col == "task" and task is not None and col not in names:
             continue

@@ -29,3 +29,15 @@ def test_tau_min_flag_help_says_it_takes_one_number():
 
     help_text = next(p.default.help for p in config_parameters() if p.name == "cfg__selection__tau_min")
     assert "one number" in help_text and "config-file only" in help_text
+
+
+def test_duplicate_column_names_name_the_file_and_column(tmp_path):
+    from specrag_batch.run import read_ids
+
+    path = tmp_path / "dup.parquet"
+    pq.write_table(pa.table([["q1"], ["A?"], ["B?"], ["qa"]], names=["query_id", "query", "query", "task"]),
+                   path)
+    with pytest.raises(InputSchemaError) as e:
+        read_ids(str(path))
+    assert "dup.parquet" in str(e.value) and "column 'query'" in str(e.value)
+    assert "appears 2 times" in str(e.value) and "FieldRef" not in str(e.value)

@@ -6,6 +6,7 @@ retrieved documents, m = 5 drafts, k = 2 documents per draft (TriviaQA, PubHealt
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -25,6 +26,21 @@ REFLECTION_QUESTION = "Do you think the explanation supports the answers? (Yes o
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        """Refuse an unknown key naming the closest known one (``num_draft`` -> ``num_drafts``).
+
+        Raises:
+            ValueError: a key that is not a field of this section."""
+        if isinstance(data, dict):
+            for key in data:
+                if isinstance(key, str) and key not in cls.model_fields:
+                    near = difflib.get_close_matches(key, list(cls.model_fields), n=1)
+                    raise ValueError(f"unknown key {key!r}" + (f"; did you mean {near[0]!r}?" if near else
+                                     f"; known keys: {', '.join(cls.model_fields)}"))
+        return data
+
 
 class ModelConfig(_Strict):
     """One LLM role (drafter or verifier).
@@ -35,7 +51,7 @@ class ModelConfig(_Strict):
     ``vllm.LLM`` (e.g. ``tensor_parallel_size``, ``gpu_memory_utilization``, ``dtype``).
     """
 
-    model: str = Field(description="packaged model name (`specrag-batch models list`) or a "
+    model: str = Field(min_length=1, description="packaged model name (`specrag-batch models list`) or a "
                        "Hugging Face id / local path that vLLM can load")
     max_tokens: int = Field(160, ge=1, description="generation budget per draft, tokens")
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy (default)")
@@ -53,7 +69,7 @@ class DrafterConfig(ModelConfig):
     ``drafter:`` section that sets only other keys keeps it), its prompt layout and rationale
     instruction."""
 
-    model: str = Field(DEFAULT_DRAFTER, description=ModelConfig.model_fields["model"].description)
+    model: str = Field(DEFAULT_DRAFTER, min_length=1, description=ModelConfig.model_fields["model"].description)
 
     prompt_layout: Literal["documents_first", "question_first"] = Field(
         "documents_first", description="order of the drafter prompt's user turn: "
@@ -75,7 +91,7 @@ class VerifierConfig(ModelConfig):
     ``verifier:`` section that sets only other keys keeps it) and how its forward passes are
     spent."""
 
-    model: str = Field(DEFAULT_VERIFIER, description=ModelConfig.model_fields["model"].description)
+    model: str = Field(DEFAULT_VERIFIER, min_length=1, description=ModelConfig.model_fields["model"].description)
 
     deduplicate_drafts: bool = Field(
         False, description="score each distinct verifier input of a row once: drafts of one "
@@ -95,7 +111,7 @@ class RetrievalConfig(_Strict):
 
     top_n: int = Field(10, ge=1, description="N: documents per query kept for sampling")
     index: str | None = Field(
-        None, description="URI of a FAISS index built by `specrag-batch index build`; used "
+        None, min_length=1, description="URI of a FAISS index built by `specrag-batch index build`; used "
         "for rows without pre-retrieved `documents`")
     embedding_model: str = Field(
         "all-MiniLM-L6-v2",
@@ -182,6 +198,16 @@ class SelectionConfig(_Strict):
         "below it the row is flagged `low_confidence`. One value for every task or a mapping "
         "task -> value (a task not in it is never flagged); None disables the flag. "
         "`specrag-batch calibrate` chooses it from a labelled run")
+
+    @field_validator("tau_min")
+    @classmethod
+    def _tau_is_log(cls, v: float | dict | None) -> float | dict | None:
+        """Raises ValueError for a positive value: both measures are log-probabilities (<= 0),
+        so a positive threshold would flag every row."""
+        if any(0 < x < math.inf for x in ([] if v is None else v.values() if isinstance(v, dict) else [v])):
+            raise ValueError(f"tau_min {v} is positive, but the confidence it is compared with is a "
+                             "log-probability (<= 0): every row would be flagged low_confidence")
+        return v
     confidence: Literal["score", "mean_logprob"] = Field(
         "score", description="measure ``tau_min`` is compared with: score = log ρ (paper "
         "§3.3); mean_logprob = each enabled term per token (log ρ_draft / drafter tokens of "
@@ -223,7 +249,16 @@ class RunConfig(_Strict):
         "verification): the input's `task` column becomes optional and a row naming another "
         "task gets a row error; None = per-row `task` column")
     claim_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_CLAIM_LABELS))
-    reflection_question: str = REFLECTION_QUESTION
+    reflection_question: str = Field(REFLECTION_QUESTION, min_length=1)
+
+    @field_validator("claim_labels", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, v: Any) -> Any:
+        """Raises ValueError for a boolean label: YAML 1.1 reads unquoted YES/NO/on/off as one."""
+        if isinstance(v, list) and any(isinstance(x, bool) for x in v):
+            raise ValueError("a label is a boolean: YAML reads unquoted YES/NO/on/off as true/false; "
+                             "quote the labels ('YES')")
+        return v
     chunk_rows: int = Field(
         256, ge=1, description="rows handed to the engines at once within a shard")
 

@@ -60,3 +60,19 @@ def test_query_instruction_placeholders_checked_at_load(instruction, reason):
     with pytest.raises(ValidationError, match=reason):
         load_config(None, {"sampling.query_instruction": instruction})
     assert load_config(None, {"sampling.query_instruction": "Q: {query}\nP: {document}"})
+
+
+@pytest.mark.parametrize("override, reason", [
+    ({"sampling.num_draft": 3}, "did you mean 'num_drafts'"),
+    ({"claim_labels": [True, False]}, "quote the labels"),
+    ({"selection.tau_min": 5.0}, "log-probability"),
+    ({"selection.tau_min": {"qa": 0.5}}, "log-probability"),
+    ({"reflection_question": ""}, "at least 1 character"),
+    ({"drafter.model": ""}, "at least 1 character"),
+    ({"retrieval.index": ""}, "at least 1 character"),
+])
+def test_unclear_or_silently_wrong_config_values_refused_with_a_hint(override, reason):
+    """A typo'd key named no alternative, YAML's YES read as a boolean said only 'valid string',
+    and a positive tau_min or empty model/index/question were accepted (fresh-clone trial)."""
+    with pytest.raises(ValidationError, match=reason):
+        load_config(None, override)

@@ -287,7 +287,8 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
             ``overwrite`` is false.
         FileNotFoundError: ``input_uri`` does not exist.
         run.NoShardsError: ``input_uri`` holds no ``.parquet`` shard and not ``allow_empty``.
-        run.InputLayoutError: output inside input, or two shards sharing an output name."""
+        run.InputLayoutError: output inside input, or two shards sharing an output name
+            (these, like a missing input, are refused before the flow starts: one clear line)."""
     if isinstance(config, (str, Path)):
         config = load_config(config)
     if isinstance(config, RunConfig):
@@ -296,5 +297,7 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     # callers that start it directly): a clean error, no failed flow run with a traceback
     resume.check_output(storage.normalize_uri(output_uri), storage.normalize_uri(input_uri),
                         RunConfig.model_validate(config or {}).config_hash(), overwrite)
-    require_shards(input_uri, *plan_shards(storage.normalize_uri(input_uri)), allow_empty)
+    shards, skipped = plan_shards(storage.normalize_uri(input_uri))
+    require_shards(input_uri, shards, skipped, allow_empty)
+    check_layout(storage.normalize_uri(input_uri), storage.normalize_uri(output_uri), shards)
     return run_flow(input_uri, output_uri, config, run_id, overwrite, execution, allow_empty)

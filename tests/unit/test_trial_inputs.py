@@ -41,3 +41,25 @@ def test_duplicate_column_names_name_the_file_and_column(tmp_path):
         read_ids(str(path))
     assert "dup.parquet" in str(e.value) and "column 'query'" in str(e.value)
     assert "appears 2 times" in str(e.value) and "FieldRef" not in str(e.value)
+
+
+@pytest.mark.parametrize("output", ["in", "in/sub"])
+def test_overlapping_input_output_refused_before_the_flow_starts(tmp_path, monkeypatch, output):
+    """Before, the overlap was found inside the flow: a Prefect server start, failed task and
+    flow runs and a traceback came before the one clear line."""
+    from specrag_batch import orchestration
+    from specrag_batch.run import InputLayoutError
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
+    with pytest.raises(InputLayoutError, match="overlap"):
+        orchestration.run_batch(str(tmp_path / "in"), str(tmp_path / output))
+
+
+def test_missing_input_refused_before_the_flow_starts(tmp_path, monkeypatch):
+    from specrag_batch import orchestration
+
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        orchestration.run_batch(str(tmp_path / "nonexist"), str(tmp_path / "out"))

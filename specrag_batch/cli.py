@@ -204,11 +204,13 @@ def claims(
     Exit code 1: a shard failed; 2: bad --labels, config, flag or input."""
     from pydantic import ValidationError
 
+    from .config import load_config
     from .scheduled.claim_verification import claim_verification_flow
 
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
     with exit_codes(_fail):
-        try:
+        try:  # labels and config checked before the flow starts: no failed flow run first
+            load_config(config_path, {"claim_labels": label_list})
             m = claim_verification_flow(input, output, config_path=config_path, claim_labels=label_list,
                                         execution=execution, overwrite=overwrite)
         except ValidationError as e:

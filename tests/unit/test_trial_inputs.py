@@ -63,3 +63,12 @@ def test_missing_input_refused_before_the_flow_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         orchestration.run_batch(str(tmp_path / "nonexist"), str(tmp_path / "out"))
+
+
+def test_claims_bad_labels_refused_before_the_flow_starts(tmp_path, monkeypatch):
+    from specrag_batch.scheduled import claim_verification
+
+    monkeypatch.setattr(claim_verification, "claim_verification_flow",
+                        lambda *a, **k: pytest.fail("the flow started"))
+    result = CliRunner().invoke(app, ["claims", "-i", str(tmp_path), "-o", str(tmp_path / "o"), "--labels", "A"])
+    assert result.exit_code == 2 and "--labels" in result.output, result.output

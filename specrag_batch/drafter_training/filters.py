@@ -99,14 +99,18 @@ def complete_sentences(text: str) -> str:
     return text[:ends[-1]].strip() if ends else ""
 
 
-_QUOTED = r"(?:\"[^\"]*\"|'[^']*'|[^,.;:\"]{1,80}?)"
+_QUOTED = r"(?:\"[^\"]*\"|'[^']*'|[^,.;:]{1,80}?)"
 _CONNECTOR = (r"(?:,\s*|\s+)(?:because|since|as evidenced by|as shown by|as)\b\s*"
               r"(?:(?:of\s+)?the\s+following\s+facts(?:\s+in\s+the\s+documents)?\s*:\s*(?:1\.\s*)?)?")
 _RESTATE_CLAUSE = re.compile(
     r"^(?:(?:the\s+)?(?:correct|right|final)\s+answer|the\s+answer)\s*(?:is\s*)?:?\s*" + _QUOTED
     + r"(?:\s+is\s+(?:the\s+)?(?:correct|right)(?:\s+answer)?\s*)?" + _CONNECTOR, re.I)
-_RESTATE_SENTENCE = re.compile(
-    r"^(?:(?:the\s+)?(?:correct|right|final)\s+answer|the\s+answer)\b[^.!?]*[.!?]\s*", re.I)
+_RESTATE_SOURCE = re.compile(  # "... is derived from <the information in> Document 1, which states that"
+    r"^(?:the\s+)?(?:correct|right|final)\s+answer\s*(?:is\s*)?:?\s*" + _QUOTED
+    + r"\s+is\s+(?:derived\s+from|based\s+on|supported\s+by)\s+(?:the\s+)?(?:information\s+(?:provided\s+)?in\s+)?"
+    r"(?P<src>[^,.;:\"]{1,60}?),?\s+which\s+(?P<verb>states|says|mentions|shows)\b", re.I)
+_RESTATE_SENTENCE = re.compile(  # a first sentence; a "quoted" span is skipped whole (never cut inside)
+    r"^(?:(?:the\s+)?(?:correct|right|final)\s+answer|the\s+answer)\b(?:[^.!?\"]|\"[^\"]*\")*[.!?](?=\s|$)\s*", re.I)
 
 
 def strip_restatement(rationale: str, task: str, answer: str, choices: list[str] | None = None) -> str:
@@ -115,11 +119,15 @@ def strip_restatement(rationale: str, task: str, answer: str, choices: list[str]
 
     Removed: ``"The correct answer is X because "`` / ``", as "`` / ``"X is correct because "``
     (X = the answer, the label for claims, the option letter or text for choices; quoted or
-    not); else a whole first sentence opening with ``"The (correct) answer ..."`` (``"The answer
+    not); ``"The correct answer X is derived from Document 1, which states"`` becomes
+    ``"Document 1 states"``; else a whole first sentence (a quoted span inside it is skipped
+    whole) opening with ``"The (correct) answer ..."`` (``"The answer
     is X."``). Returns ``rationale`` unchanged when it opens otherwise; ``""`` when it was only
     the restatement."""
     choice_text = choices[LETTERS.index(answer)] if task == "choice" and choices else None
-    out = _RESTATE_CLAUSE.sub("", rationale, count=1)
+    out = _RESTATE_SOURCE.sub(r"\g<src> \g<verb>", rationale, count=1)
+    if out == rationale:
+        out = _RESTATE_CLAUSE.sub("", rationale, count=1)
     if out == rationale:
         names = [n for n in (answer, choice_text) if n]
         alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))

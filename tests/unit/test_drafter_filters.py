@@ -121,6 +121,13 @@ def test_completion_that_parses_back_differently_is_dropped(rationale):
      "documents. The documents mention that the International Monetary Fund (IMF) is a global organization.",
      "qa", "foster global monetary cooperation",
      "The documents mention that the International Monetary Fund (IMF) is a global organization."),
+    ('The correct answer "Something to Sing About" is derived from the information provided in the second '
+     "document, which states that Jason Paige is best known for singing the first theme song.", "qa",
+     "Something to Sing About", "The second document states that Jason Paige is best known for singing the first "
+     "theme song."),
+    ('The correct answer is Douglas Eric "Doug" Liman because the documents clearly state that Saul Metzstein '
+     "was born on 30 December 1970.", "qa", 'Douglas Eric "Doug" Liman',
+     "The documents clearly state that Saul Metzstein was born on 30 December 1970."),
     ("The answer is Paris. Document [1] says the tower stands in Paris.", "qa", "Paris",
      "Document [1] says the tower stands in Paris."),
     ("Paris is correct because document [1] says the tower stands there.", "choice", "A",
@@ -131,6 +138,7 @@ def test_completion_that_parses_back_differently_is_dropped(rationale):
     ("The Carondelet Canal began operating first because it was constructed in 1825.", "qa", "Carondelet Canal",
      "The Carondelet Canal began operating first because it was constructed in 1825."),
 ], ids=["qa_quoted_because", "claim_label_because", "as_evidenced_by_list", "restating_sentence",
+        "derived_from_document_which_states", "answer_with_quotes_because",
         "the_answer_is", "choice_option_is_correct", "evidence_first_unchanged", "answer_as_subject_unchanged"])
 def test_strip_restatement_keeps_the_evidence(text, task, answer, want):
     assert strip_restatement(text, task, answer, ["Paris", "Lyon"] if task == "choice" else None) == want

@@ -49,7 +49,7 @@ def data(
 
     m = build_training_data(input, output, load_config(config), DataOptions(
         teacher=teacher, drafter=drafter, subsets_per_row=subsets_per_row, teacher_max_tokens=teacher_max_tokens))
-    typer.echo(json.dumps({k: m[k] for k in ("rows_in", "examples", "kept", "trimmed", "dropped", "failed_shards", "seconds")}))
+    typer.echo(json.dumps({k: m[k] for k in ("rows_in", "examples", "kept", "trimmed", "restated", "dropped", "failed_shards", "seconds")}))
     if m["failed_shards"]:
         raise typer.Exit(1)
 

@@ -42,8 +42,8 @@ from ..pipeline import multi_perspective_subsets, retrieve
 from ..run import new_run_id, plan_shards, read_validated, shard_output_uri
 from ..schema import Document, QueryRow
 from .filters import (DropReason, answer_text, check_completion, check_rationale, completion_text,
-                      evidence_words)
-from .teacher import TEACHER_SYSTEM, teacher_prompt_ids
+                      evidence_words, strip_restatement)
+from .teacher import TEACHER_SYSTEM, teacher_prompt_hash, teacher_prompt_ids
 
 __all__ = ["DATA_SCHEMA", "DataOptions", "DropReason", "TEACHER_SYSTEM", "answer_text", "build_training_data",
            "check_rationale", "completion_text", "evidence_words", "generate_examples", "load_tokenizer",
@@ -58,8 +58,12 @@ DATA_SCHEMA = pa.schema([
     ("rationale", pa.string()), ("answer", pa.string()), ("teacher_text", pa.string()),
     ("drop_reason", pa.string()), ("teacher_model", pa.string()), ("drafter_model", pa.string()),
     ("source_file", pa.string()), ("source_row", pa.int32()), ("rationale_trimmed", pa.bool_()),
+    ("rationale_restated", pa.bool_()),
 ])
-"""One row per (input row, subset); rows kept for training have ``drop_reason`` null. Input
+"""One row per (input row, subset); rows kept for training have ``drop_reason`` null.
+``teacher_text`` is the teacher's raw output (provenance); ``rationale`` the cleaned one
+(``rationale_trimmed``: cut to complete sentences; ``rationale_restated``: a leading clause
+restating the answer was removed, :func:`.filters.strip_restatement`). Input
 rows that gave no subset at all have one row with ``subset_index`` null and the reason."""
 
 
@@ -85,8 +89,9 @@ class DataOptions:
     trim_truncated: bool = True
 
     def key(self, cfg: RunConfig) -> str:
-        """sha256 (16 hex) of these options, the teacher/drafter names and the config hash."""
-        blob = json.dumps({**asdict(self), "teacher": self.teacher_name(cfg),
+        """sha256 (16 hex) of these options, the teacher/drafter names, the teacher prompt
+        (:func:`.teacher.teacher_prompt_hash`) and the config hash."""
+        blob = json.dumps({**asdict(self), "teacher": self.teacher_name(cfg), "teacher_prompt": teacher_prompt_hash(),
                            "drafter": self.drafter_name(cfg), "config": cfg.config_hash()}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -178,7 +183,8 @@ def generate_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, t
                "documents": [asdict(d) for d in e.docs], "prompt": None, "prompt_tokens": None,
                "completion": None, "rationale": None, "answer": e.answer, "teacher_text": None,
                "drop_reason": e.reason, "teacher_model": tname, "drafter_model": dname,
-               "source_file": source_file, "source_row": r.row_index, "rationale_trimmed": None}
+               "source_file": source_file, "source_row": r.row_index, "rationale_trimmed": None,
+               "rationale_restated": None}
         if e.prompt_ids is not None:
             rec["prompt"] = drafter_tok.decode(e.prompt_ids)
             rec["prompt_tokens"] = len(e.prompt_ids)
@@ -190,6 +196,8 @@ def generate_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, t
                                              trim_truncated=opts.trim_truncated)
             rec["rationale"] = rationale
             rec["rationale_trimmed"] = g.finish_reason == "length" and why != DropReason.TRUNCATED_AT_MAX_TOKENS
+            raw = " ".join(g.text.split()).strip(" *")
+            rec["rationale_restated"] = strip_restatement(raw, r.task, e.answer, r.choices) != raw if why is None else None
             if why is None:
                 rec["completion"], why = check_completion(r.task, rationale, e.answer, r.gold, r.choices,
                                                           cfg.claim_labels)
@@ -204,6 +212,7 @@ def _summary(records: list[dict]) -> dict:
     return {"rows_in": len(rows), "examples": sum(r["prompt"] is not None for r in records),
             "kept": sum(r["drop_reason"] is None for r in records),
             "trimmed": sum(bool(r.get("rationale_trimmed")) and r["drop_reason"] is None for r in records),
+            "restated": sum(bool(r.get("rationale_restated")) and r["drop_reason"] is None for r in records),
             "dropped": dict(sorted(reasons.items()))}
 
 
@@ -268,6 +277,8 @@ def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
         "examples": sum(r.get("examples", 0) for r in results),
         "kept": sum(r.get("kept", 0) for r in results),
         "trimmed": sum(r.get("trimmed", 0) for r in results),
+        "restated": sum(r.get("restated", 0) for r in results),
+        "teacher_prompt_hash": teacher_prompt_hash(),
         "dropped": dict(sorted(total.items())),
         "failed_shards": sum(r["status"] != "ok" for r in results),
         "seconds": round(time.perf_counter() - t0, 2),

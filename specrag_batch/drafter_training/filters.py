@@ -12,7 +12,8 @@ and kept in the data shards with ``drop_reason``; nothing is silently dropped):
   ``repetition``, ``contradicts_gold`` (the teacher's own answer, or the label/option its
   rationale names, differs from the gold), ``gold_not_mentioned`` (QA: no accepted answer in
   the rationale), ``no_evidence`` (fewer than ``min_evidence_words`` content words shared with
-  the documents that are not in the question or answer);
+  the documents that are not in the question or answer, counted after a leading clause
+  restating the answer is removed, :func:`strip_restatement`, counted as ``restated``);
 * completions (:func:`check_completion`): ``completion_does_not_parse`` (the completion would
   not parse back to the rationale and the gold).
 """
@@ -98,6 +99,47 @@ def complete_sentences(text: str) -> str:
     return text[:ends[-1]].strip() if ends else ""
 
 
+_QUOTED = r"(?:\"[^\"]*\"|'[^']*'|[^,.;:]{1,80}?)"
+_CONNECTOR = (r"(?:,\s*|\s+)(?:because|since|as evidenced by|as shown by|as)\b\s*"
+              r"(?:(?:of\s+)?the\s+following\s+facts(?:\s+in\s+the\s+documents)?\s*:\s*(?:1\.\s*)?)?")
+_RESTATE_CLAUSE = re.compile(
+    r"^(?:(?:the\s+)?(?:correct|right|final)\s+answer|the\s+answer)\s*(?:is\s*)?:?\s*" + _QUOTED
+    + r"(?:\s+is\s+(?:the\s+)?(?:correct|right)(?:\s+answer)?\s*)?" + _CONNECTOR, re.I)
+_RESTATE_SOURCE = re.compile(  # "... is derived from <the information in> Document 1, which states that"
+    r"^(?:the\s+)?(?:correct|right|final)\s+answer\s*(?:is\s*)?:?\s*" + _QUOTED
+    + r"\s+is\s+(?:derived\s+from|based\s+on|supported\s+by)\s+(?:the\s+)?(?:information\s+(?:provided\s+)?in\s+)?"
+    r"(?P<src>[^,.;:\"]{1,60}?),?\s+which\s+(?P<verb>states|says|mentions|shows)\b", re.I)
+_RESTATE_SENTENCE = re.compile(  # a first sentence; a "quoted" span is skipped whole (never cut inside)
+    r"^(?:(?:the\s+)?(?:correct|right|final)\s+answer|the\s+answer)\b(?:[^.!?\"]|\"[^\"]*\")*[.!?](?=\s|$)\s*", re.I)
+
+
+def strip_restatement(rationale: str, task: str, answer: str, choices: list[str] | None = None) -> str:
+    """``rationale`` without a leading clause that restates the answer (paper §3.1: the
+    rationale is the evidence for the answer, not the answer again), first letter upper-cased.
+
+    Removed: ``"The correct answer is X because "`` / ``", as "`` / ``"X is correct because "``
+    (X = the answer, the label for claims, the option letter or text for choices; quoted or
+    not); ``"The correct answer X is derived from Document 1, which states"`` becomes
+    ``"Document 1 states"``; else a whole first sentence (a quoted span inside it is skipped
+    whole) opening with ``"The (correct) answer ..."`` (``"The answer
+    is X."``). Returns ``rationale`` unchanged when it opens otherwise; ``""`` when it was only
+    the restatement."""
+    choice_text = choices[LETTERS.index(answer)] if task == "choice" and choices else None
+    out = _RESTATE_SOURCE.sub(r"\g<src> \g<verb>", rationale, count=1)
+    if out == rationale:
+        out = _RESTATE_CLAUSE.sub("", rationale, count=1)
+    if out == rationale:
+        names = [n for n in (answer, choice_text) if n]
+        alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+        own = re.compile(rf"^[\"']?(?:{alt})[\"']?\s+is\s+(?:the\s+)?(?:correct|right)(?:\s+answer)?"
+                         + _CONNECTOR, re.I) if alt else None
+        out = own.sub("", rationale, count=1) if own else rationale
+    if out == rationale:
+        out = _RESTATE_SENTENCE.sub("", rationale, count=1)
+    out = out.strip(" ,;:")
+    return out[:1].upper() + out[1:] if out != rationale else rationale
+
+
 def check_rationale(task: str, teacher_text: str, finish_reason: str | None, docs: list[Document],
                     query: str, answer: str, gold: list[str], choices, labels,
                     min_evidence_words: int, trim_truncated: bool = False) -> tuple[str, DropReason | None]:
@@ -107,7 +149,9 @@ def check_rationale(task: str, teacher_text: str, finish_reason: str | None, doc
     ``finish_reason == "length"`` (the teacher hit its token budget): with ``trim_truncated``
     and no ``Answer:`` line yet, the rationale keeps its complete sentences
     (:func:`complete_sentences`) and goes through the other checks, or is
-    ``truncated_at_max_tokens`` when none is complete; without it, always dropped."""
+    ``truncated_at_max_tokens`` when none is complete; without it, always dropped.
+    A leading clause restating the answer is removed (:func:`strip_restatement`) before the
+    evidence check; the contradiction and gold checks read the whole rationale."""
     m = ANSWER_RE.search(teacher_text)
     rationale = " ".join((teacher_text[:m.start()] if m else teacher_text).split()).strip(" *")
     if not rationale:
@@ -134,7 +178,9 @@ def check_rationale(task: str, teacher_text: str, finish_reason: str | None, doc
             return rationale, DropReason.CONTRADICTS_GOLD
     elif not any(normalize_answer(g) and normalize_answer(g) in normalize_answer(rationale) for g in gold):
         return rationale, DropReason.GOLD_NOT_MENTIONED
-    if len(evidence_words(rationale, docs, query, answer)) < min_evidence_words:
+    # the checks above read the teacher's whole rationale; the kept one is its evidence
+    rationale = strip_restatement(rationale, task, answer, choices)
+    if not rationale or len(evidence_words(rationale, docs, query, answer)) < min_evidence_words:
         return rationale, DropReason.NO_EVIDENCE
     return rationale, None
 

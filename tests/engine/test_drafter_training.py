@@ -61,7 +61,8 @@ class PromptRecorder(FakeEngine):
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
 def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     from specrag_batch.drafter_training.data import answer_text, build_training_data
-    from specrag_batch.drafter_training.filters import complete_sentences
+    from specrag_batch.drafter_training.filters import complete_sentences, strip_restatement
+    from specrag_batch.drafter_training.teacher import teacher_prompt_hash
     from specrag_batch.drafter_training.sources import make_samples, training_rows
     from specrag_batch.engines import get_engine
     from specrag_batch.parsing import parse_draft
@@ -88,6 +89,11 @@ def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     trimmed = [r for r in out if r["rationale_trimmed"] and r["drop_reason"] is None]
     assert m["trimmed"] == len(trimmed)
     assert all(complete_sentences(r["rationale"]) == r["rationale"] for r in trimmed)
+    # a leading clause restating the answer is removed from kept rationales, and counted
+    kept = [r for r in out if r["drop_reason"] is None]
+    assert m["restated"] == sum(bool(r["rationale_restated"]) for r in kept)
+    assert all(strip_restatement(r["rationale"], r["task"], r["answer"], r["choices"]) == r["rationale"] for r in kept)
+    assert m["teacher_prompt_hash"] == teacher_prompt_hash()
 
     # the prompt is exactly what the inference drafter is given for that subset
     rec = PromptRecorder(tokenizer=get_engine(cfg.drafter, cfg.seed).tokenizer)

@@ -54,3 +54,24 @@ def test_training_completion_keeps_chat_markers_as_text():
     comp = [i for i, m in zip(t["input_ids"], t["completion_mask"]) if m]
     assert _specials(tok, comp) == [tok.eos_token_id]
     assert tok.decode(comp[:-1]) == ex["completion"]
+
+
+def test_teacher_prompt_asks_for_evidence_not_the_answer_again():
+    """The teacher is asked for the documents' evidence, without restating the answer (paper
+    §3.1), and its prompt text is part of the shard key: a changed prompt re-does every shard."""
+    from specrag_batch.drafter_training import teacher
+    from specrag_batch.drafter_training.data import DataOptions
+
+    from ..conftest import small_config
+
+    tok = real_tokenizer()
+    text = tok.decode(teacher_prompt_ids(tok, "qa", "Which city?", [Document("d1", "France", "Paris.")],
+                                         None, LABELS, "Paris"))
+    assert teacher.TEACHER_INSTRUCTION in text and "Do not restate the answer" in text
+    assert "why this answer is correct" not in text
+    cfg, opts = small_config(), DataOptions()
+    key = opts.key(cfg)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(teacher, "TEACHER_INSTRUCTION", teacher.TEACHER_INSTRUCTION + " Be brief.")
+        assert opts.key(cfg) != key
+    assert opts.key(cfg) == key

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from specrag_batch.drafter_training.filters import (DropReason, answer_text, check_completion,
-                                                    check_rationale, complete_sentences, evidence_words)
+                                                    check_rationale, complete_sentences, evidence_words,
+                                                    strip_restatement)
 from specrag_batch.schema import Document
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
@@ -102,3 +103,54 @@ def test_completion_parses_back_to_rationale_and_gold(task, rationale, answer, g
 def test_completion_that_parses_back_differently_is_dropped(rationale):
     assert check_completion("qa", rationale, "Paris", ["Paris"], None, LABELS) == (
         None, DropReason.COMPLETION_DOES_NOT_PARSE)
+
+
+# Openings of real teacher rationales (Qwen2.5-Coder-1.5B, /work/train/data-mix, 2026-11-30):
+# the drafter learnt to restate the answer before the evidence (paper §3.1: E is the evidence).
+@pytest.mark.parametrize("text,task,answer,want", [
+    ('The correct answer is "stromal cells" because the passage directly states that when a cell cannot be '
+     "regenerated, the body will replace it with stromal connective tissue.", "qa", "Stromal cells",
+     "The passage directly states that when a cell cannot be regenerated, the body will replace it with stromal "
+     "connective tissue."),
+    ("The correct answer is REFUTES because the documents clearly state that humans are warming the planet.",
+     "claim", "REFUTES", "The documents clearly state that humans are warming the planet."),
+    ("The correct answer is Thomas Jefferson, as evidenced by the following facts in the documents: 1. The "
+     "Declaration of Independence was written by Thomas Jefferson.", "qa", "Thomas Jefferson",
+     "The Declaration of Independence was written by Thomas Jefferson."),
+    ('The correct answer "foster global monetary cooperation" is supported by the information provided in the '
+     "documents. The documents mention that the International Monetary Fund (IMF) is a global organization.",
+     "qa", "foster global monetary cooperation",
+     "The documents mention that the International Monetary Fund (IMF) is a global organization."),
+    ('The correct answer "Something to Sing About" is derived from the information provided in the second '
+     "document, which states that Jason Paige is best known for singing the first theme song.", "qa",
+     "Something to Sing About", "The second document states that Jason Paige is best known for singing the first "
+     "theme song."),
+    ('The correct answer is Douglas Eric "Doug" Liman because the documents clearly state that Saul Metzstein '
+     "was born on 30 December 1970.", "qa", 'Douglas Eric "Doug" Liman',
+     "The documents clearly state that Saul Metzstein was born on 30 December 1970."),
+    ("The answer is Paris. Document [1] says the tower stands in Paris.", "qa", "Paris",
+     "Document [1] says the tower stands in Paris."),
+    ("Paris is correct because document [1] says the tower stands there.", "choice", "A",
+     "Document [1] says the tower stands there."),
+    ("The documents do not provide any information about the temperature of the world about 35 years ago.",
+     "claim", "NOT_ENOUGH_INFO",
+     "The documents do not provide any information about the temperature of the world about 35 years ago."),
+    ("The Carondelet Canal began operating first because it was constructed in 1825.", "qa", "Carondelet Canal",
+     "The Carondelet Canal began operating first because it was constructed in 1825."),
+], ids=["qa_quoted_because", "claim_label_because", "as_evidenced_by_list", "restating_sentence",
+        "derived_from_document_which_states", "answer_with_quotes_because",
+        "the_answer_is", "choice_option_is_correct", "evidence_first_unchanged", "answer_as_subject_unchanged"])
+def test_strip_restatement_keeps_the_evidence(text, task, answer, want):
+    assert strip_restatement(text, task, answer, ["Paris", "Lyon"] if task == "choice" else None) == want
+
+
+@pytest.mark.parametrize("text,case,want,reason", [
+    (" The correct answer is Paris because Document [1] says the tower stands in Paris, completed 1889.", QA,
+     "Document [1] says the tower stands in Paris, completed 1889.", None),
+    (" The correct answer is SUPPORTS because Document [1]: the tower stands in Paris, finished 1889.", CLAIM,
+     "Document [1]: the tower stands in Paris, finished 1889.", None),
+    (" The correct answer is Paris.", QA, "", DropReason.NO_EVIDENCE),
+], ids=["qa_restated_kept", "claim_restated_kept", "only_restatement"])
+def test_rationale_keeps_evidence_without_restated_answer(text, case, want, reason):
+    rationale, why = _check(text, case)
+    assert (rationale, why) == (want, reason)

@@ -18,6 +18,7 @@ from specrag_batch.stages.verification import question
 from ..conftest import sample_rows
 from ..fakes import FakeEngine, default_reply, prompt_task
 from .test_pipeline_bookkeeping import INFO, SHARD, config
+from .test_verifier_dedup import RecordingVerifier
 
 CHOICES = ["Paris", "Lyon", "Nice"]
 WRITTEN = ["(C)", "C"]
@@ -28,18 +29,6 @@ def reply(text: str, h: int) -> str:
     if prompt_task(text) != "choice":
         return default_reply(text, h)
     return f" The third passage names the coastal city (case {h % 97}).\nAnswer: {WRITTEN[h % 2]}"
-
-
-class RecordingVerifier(FakeEngine):
-    """The FAKE engine, keeping the token ids of every verifier prompt it receives."""
-
-    def __init__(self):
-        super().__init__()
-        self.received: list[tuple[int, ...]] = []
-
-    def prompt_and_next_logprobs(self, prompts, top_k, desc="score"):
-        self.received += [tuple(p) for p in prompts]
-        return super().prompt_and_next_logprobs(prompts, top_k, desc)
 
 
 def test_the_verifier_scores_the_letter_the_drafter_wrote_not_the_option_text():

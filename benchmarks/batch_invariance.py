@@ -9,8 +9,10 @@ drafting, verification, selection) three ways with the same engines, config and 
 * ``reversed``: all rows in one chunk, in reverse order (same batch, another layout).
 
 It prints, per layout compared to ``alone``: rows whose selected answer changed, rows whose
-selected score log ρ changed (bit for bit), drafts (of m per row) whose answer or draft score
-changed, and the largest / median absolute score change in nats; plus wall time per layout.
+selected score log ρ changed (bit for bit; set in one layout and None in the other counts),
+rows whose number of drafts changed, drafts (of m per row, paired by subset) whose answer or
+draft score changed, rows whose ``correct`` changed (rows with gold), and the largest / median
+absolute score change in nats; plus wall time per layout (:func:`compare_layouts`).
 
 ``--batch-invariant`` sets ``VLLM_BATCH_INVARIANT=1`` before vLLM is imported (vLLM's
 batch-invariant kernels); on a build that cannot run them the engine start or the first step
@@ -59,8 +61,43 @@ def _run(rows, cfg, drafter, verifier):
     return {r["query_id"]: r for r in recs}, time.perf_counter() - t0
 
 
-def _compare(ref: dict, other: dict) -> dict:
-    ans = sc = d_ans = d_sc = n_d = 0
+def _pair_drafts(a: list[dict], b: list[dict]) -> tuple[list[tuple[dict, dict]], int]:
+    """Pair two layouts' drafts of one row. Drafts carrying their subset (``doc_ids``) are
+    paired by it (the k-th draft of a subset with the k-th of the same subset in the other
+    layout), so a layout that drafts subsets in another order or drops one is not compared
+    position by position; drafts without it are paired by index. Returns (pairs, number of
+    drafts left without a partner in either layout)."""
+    if all("doc_ids" in d for d in a + b):
+        def keyed(drafts):
+            seen: dict = {}
+            out = {}
+            for d in drafts:
+                sub = tuple(d["doc_ids"] or ())
+                out[(sub, seen.get(sub, 0))] = d
+                seen[sub] = seen.get(sub, 0) + 1
+            return out
+        ka, kb = keyed(a), keyed(b)
+        pairs = [(ka[k], kb[k]) for k in ka if k in kb]
+    else:
+        pairs = list(zip(a, b))
+    return pairs, len(a) + len(b) - 2 * len(pairs)
+
+
+def compare_layouts(ref: dict, other: dict) -> dict:
+    """Compare two layouts' output records, each ``{query_id: record}`` (output rows of
+    :func:`specrag_batch.pipeline.process_rows`; every query id of ``ref`` must be in ``other``,
+    else KeyError).
+
+    Counts rows whose selected ``answer`` changed; whose selected score log ρ changed bit for
+    bit, a score set in one layout and None in the other counting as changed; whose number of
+    drafts differs (``draft_count_changed``; the drafts without a partner are
+    ``drafts_unmatched``); and, over the drafts paired by subset (:func:`_pair_drafts`,
+    ``drafts``), those whose answer or draft score log ρ_draft changed. For rows with gold
+    (``correct`` not None in either layout, ``rows_with_gold``): rows whose ``correct``
+    changed, split into ``became_correct`` / ``became_wrong`` (from ``ref`` to ``other``).
+    ``max_abs_score_delta`` / ``median_abs_score_delta`` are in nats over rows scored in both
+    layouts (None when there are none)."""
+    ans = sc = d_ans = d_sc = n_d = n_changed = unmatched = gold = c_changed = up = down = 0
     deltas = []
     for qid, a in ref.items():
         b = other[qid]
@@ -68,12 +105,27 @@ def _compare(ref: dict, other: dict) -> dict:
         if a["score"] is not None and b["score"] is not None:
             sc += a["score"] != b["score"]
             deltas.append(abs(a["score"] - b["score"]))
-        for da, db in zip(a["drafts"] or [], b["drafts"] or []):
+        else:
+            sc += (a["score"] is None) != (b["score"] is None)
+        da_all, db_all = a["drafts"] or [], b["drafts"] or []
+        n_changed += len(da_all) != len(db_all)
+        pairs, left = _pair_drafts(da_all, db_all)
+        unmatched += left
+        for da, db in pairs:
             n_d += 1
             d_ans += da["answer"] != db["answer"]
             d_sc += da["score_draft"] != db["score_draft"]
+        ca, cb = a.get("correct"), b.get("correct")
+        if ca is not None or cb is not None:
+            gold += 1
+            c_changed += ca != cb
+            up += bool(cb) and not ca
+            down += bool(ca) and not cb
     return {"rows": len(ref), "answer_changed": ans, "score_changed": sc, "drafts": n_d,
             "draft_answer_changed": d_ans, "draft_score_changed": d_sc,
+            "draft_count_changed": n_changed, "drafts_unmatched": unmatched,
+            "rows_with_gold": gold, "correct_changed": c_changed, "became_correct": up,
+            "became_wrong": down,
             "max_abs_score_delta": max(deltas) if deltas else None,
             "median_abs_score_delta": statistics.median(deltas) if deltas else None}
 
@@ -144,9 +196,9 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(out, indent=2))
         sys.exit(1)
     out["seconds"] = {"alone": round(t_a, 1), "batched": round(t_b, 1), "reversed": round(t_r, 1)}
-    out["batched_vs_alone"] = _compare(alone, batched)
-    out["reversed_vs_alone"] = _compare(alone, rev)
-    out["reversed_vs_batched"] = _compare(batched, rev)
+    out["batched_vs_alone"] = compare_layouts(alone, batched)
+    out["reversed_vs_alone"] = compare_layouts(alone, rev)
+    out["reversed_vs_batched"] = compare_layouts(batched, rev)
     print(json.dumps(out, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -8,7 +8,6 @@ output Parquet per shard under the output URI, and finally a run manifest
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import platform
 import uuid

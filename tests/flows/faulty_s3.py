@@ -1,7 +1,8 @@
 """A fault-injecting HTTP proxy in front of the moto S3 server (test helper).
 
 Every ``fail_every``-th request is answered ``503 SlowDown`` (the S3 throttling error) without
-reaching the server; the rest are forwarded unchanged. Loopback only."""
+reaching the server; the rest are forwarded unchanged, and the bytes of their answers' bodies
+are counted per (method, path) in ``body_bytes``. Loopback only."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class FaultProxy:
         self.failed: list[tuple[str, str]] = []
         self.requests = 0
         self.failures = 0
+        self.body_bytes: dict[tuple[str, str], int] = {}  # bytes of forwarded answers per (method, path)
         self._lock = threading.Lock()
         proxy = self
 
@@ -71,6 +73,8 @@ class FaultProxy:
                 length = resp.getheader("Content-Length") if self.command == "HEAD" else None
                 self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
+                with proxy._lock:  # counted before the client has the answer
+                    proxy.body_bytes[key] = proxy.body_bytes.get(key, 0) + len(data)
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 conn.close()

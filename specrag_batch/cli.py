@@ -21,9 +21,12 @@ from .cli_options import (
     TASK_RUNNER,
     execution_from_flags,
     exit_codes,
+    hide_flag_types,
     with_config_options,
     with_run_options,
 )
+
+hide_flag_types()
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Speculative RAG (Wang et al. 2024) batch pipeline over Parquet.")
@@ -39,13 +42,19 @@ console = Console()
 
 def print_summary(m: dict) -> None:
     """Rows, answers, low-confidence count, accuracy vs gold, time per stage, prefix-cache hit
-    rate per engine."""
+    rate per engine; each failed shard with its rows (none written; ``?`` when its file is not
+    readable as Parquet) and error."""
     met = m["metrics"]
     t = Table(title=f"run {m['run_id']} ({m['mode']})", show_header=False)
     t.add_row("shards", f"{len(m['shards'])} ({m['failed_shards']} failed, "
               f"{m.get('resumed_shards', 0)} already done, "
               f"{len(m['skipped_files'])} files skipped)")
-    t.add_row("rows in / out", f"{m['rows_in']} / {m['rows_out']}")
+    failed = [s for s in m["shards"] if s["status"] != "ok"]
+    unknown = " + ?" if any(s.get("rows_in") is None for s in failed) else ""
+    t.add_row("rows in / out", f"{m['rows_in']}{unknown} / {m['rows_out']}")
+    if failed:
+        t.add_row("  rows in failed shards (not written)",
+                  f"{sum(s.get('rows_in') or 0 for s in failed)}{unknown}")
     t.add_row("answered", str(met["answered"]))
     t.add_row("row errors", str(met["errors"]))
     t.add_row("low confidence", str(met["low_confidence"]))
@@ -77,9 +86,10 @@ def print_summary(m: dict) -> None:
         rep = m["report"]
         t.add_row("report", rep.get("uri") if rep["status"] == "ok" else f"{rep['status']}: {rep.get('error')}")
     console.print(t)
-    for s in m["shards"]:
-        if s["status"] != "ok":
-            console.print(f"[red]shard failed[/red] {s['input']}: {s['error']}")
+    for s in failed:
+        rows = ("rows unknown: not readable as Parquet" if s.get("rows_in") is None
+                else f"{s['rows_in']} rows, none written")
+        console.print(f"[red]shard failed[/red] {s['input']} ({rows}): {s['error']}")
 
 
 def _fail(e: Exception, code: int) -> None:

@@ -28,6 +28,7 @@ from .redaction import install_log_filter
 from .run import (
     build_manifest,
     check_layout,
+    count_failed_rows,
     new_run_id,
     plan_run,
     plan_shards,
@@ -249,6 +250,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     engine_load = _load_engines(cfg, ex, pending)
     ran = iter(_run_shards(jobs, ex) if jobs else [])
     results = [failed[s] if s in failed else next(ran) for s in shards]
+    count_failed_rows(shards, results, ids)
     usage = (EngineUsage.total([r.engines for r in results]) if ex.distributed
              else EngineUsage.snapshot().since(before))
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,

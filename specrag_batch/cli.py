@@ -121,7 +121,12 @@ def run(
 
     Re-running the same command after a crash resumes: finished shards are skipped.
 
-    Exit code 1: a shard failed; 2: a bad config, flag, input or model, or a run conflict."""
+    Exit codes: 0 = every shard ok (rows with a row error included: each is in the output
+    with its reason). 1 = the run finished and wrote its manifest, but a shard failed: its
+    file is not Parquet, lacks a column or has a wrong type, or computing it failed; the other
+    shards' outputs are kept. 2 = refused before any shard ran: a bad flag or config, a
+    missing input or one without .parquet shards, an output inside the input, an output
+    holding another input or config (without --overwrite), or a model that cannot be used."""
     from .config import load_config
     from .orchestration import run_batch
 
@@ -211,7 +216,9 @@ def claims(
 
     Every row is a claim (the task column may be absent), answered with one of the labels.
 
-    Exit code 1: a shard failed; 2: bad --labels, config, flag or input."""
+    Exit codes as `run`: 0 = every shard ok; 1 = a shard failed (its file is bad or
+    computing it failed; the manifest is written); 2 = refused before any shard ran (bad
+    --labels, flag or config, missing input, ...)."""
     from pydantic import ValidationError
 
     from .config import load_config

@@ -68,3 +68,40 @@ def test_summary_shows_a_failed_shards_rows_and_unknown_as_question_mark(tmp_pat
     assert "5 + ? / 3" in text
     assert "b.parquet (2 rows, none written)" in text
     assert "c.parquet (rows unknown: not readable as Parquet)" in text
+
+
+def _manifest(tmp_path, failed: int) -> dict:
+    shards = _shards(tmp_path)[: 1 + failed]
+    results = [ShardResult(shards[0], str(tmp_path / "o" / "a.parquet"), "ok", rows_in=3, rows_out=3)]
+    results += [ShardResult(s, None, "failed", rows_in=2, error="InputSchemaError: bad") for s in shards[1:]]
+    return build_manifest(small_config(), "r", str(tmp_path), str(tmp_path / "o"), results, [], seconds=1.0,
+                          engines=EngineUsage.snapshot({}), engine_load_seconds=0.0, execution={})
+
+
+def test_run_exit_codes_follow_the_documented_rule(tmp_path, monkeypatch):
+    """README "Exit codes" and `run --help`: 0 every shard ok; 1 the run finished (manifest
+    written) with a failed shard, e.g. a bad input file; 2 refused before any shard ran. The
+    flow is replaced by what it returns or raises (the real flow: tests/flows/test_promises.py,
+    `test_cli_index_on_s3_exit_codes_overwrite_and_claims`)."""
+    from specrag_batch import orchestration
+    from specrag_batch.resume import RunConflictError
+    from specrag_batch.run import InputLayoutError
+
+    def invoke(outcome):
+        def run_batch(*a, **k):
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+        monkeypatch.setattr(orchestration, "run_batch", run_batch)
+        return CliRunner().invoke(cli.app, ["run", "-i", str(tmp_path), "-o", str(tmp_path / "o")])
+    res = invoke(_manifest(tmp_path, failed=0))
+    assert res.exit_code == 0, res.output
+    res = invoke(_manifest(tmp_path, failed=1))  # a shard whose file lacks a column
+    text = " ".join(res.output.split())  # the console wraps long lines
+    assert res.exit_code == 1 and "shard failed" in text and "b.parquet (2 rows, none written)" in text
+    for refused in (RunConflictError("output holds another config"), InputLayoutError("overlap"),
+                    FileNotFoundError("no such input")):
+        res = invoke(refused)
+        assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(cli.app, ["run", "-i", "x", "-o", "y", "--drafts", "many"])
+    assert res.exit_code == 2  # a bad flag value

@@ -70,7 +70,9 @@ THROUGHPUT_ARGS ?=
 bench-throughput: models-demo
 	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/throughput.py --config configs/bench.yaml $(THROUGHPUT_ARGS)
 
-# Every execution topology (threads/Ray x fused/disaggregated) on the same job (~15 min).
+# Every execution topology (threads/Ray x fused/disaggregated) on the same job (about 10 min on
+# 2 cores: the 5 variants' runs took 425 s together in benchmarks/scaleout.json, plus each
+# variant's process start: imports, Prefect server, Ray).
 bench-scaleout: models-test
 	$(BIN)/python benchmarks/scaleout.py --out benchmarks/scaleout.json
 

@@ -21,9 +21,12 @@ from .cli_options import (
     TASK_RUNNER,
     execution_from_flags,
     exit_codes,
+    hide_flag_types,
     with_config_options,
     with_run_options,
 )
+
+hide_flag_types()
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Speculative RAG (Wang et al. 2024) batch pipeline over Parquet.")
@@ -39,13 +42,19 @@ console = Console()
 
 def print_summary(m: dict) -> None:
     """Rows, answers, low-confidence count, accuracy vs gold, time per stage, prefix-cache hit
-    rate per engine."""
+    rate per engine; each failed shard with its rows (none written; ``?`` when its file is not
+    readable as Parquet) and error."""
     met = m["metrics"]
     t = Table(title=f"run {m['run_id']} ({m['mode']})", show_header=False)
     t.add_row("shards", f"{len(m['shards'])} ({m['failed_shards']} failed, "
               f"{m.get('resumed_shards', 0)} already done, "
               f"{len(m['skipped_files'])} files skipped)")
-    t.add_row("rows in / out", f"{m['rows_in']} / {m['rows_out']}")
+    failed = [s for s in m["shards"] if s["status"] != "ok"]
+    unknown = " + ?" if any(s.get("rows_in") is None for s in failed) else ""
+    t.add_row("rows in / out", f"{m['rows_in']}{unknown} / {m['rows_out']}")
+    if failed:
+        t.add_row("  rows in failed shards (not written)",
+                  f"{sum(s.get('rows_in') or 0 for s in failed)}{unknown}")
     t.add_row("answered", str(met["answered"]))
     t.add_row("row errors", str(met["errors"]))
     t.add_row("low confidence", str(met["low_confidence"]))
@@ -77,9 +86,10 @@ def print_summary(m: dict) -> None:
         rep = m["report"]
         t.add_row("report", rep.get("uri") if rep["status"] == "ok" else f"{rep['status']}: {rep.get('error')}")
     console.print(t)
-    for s in m["shards"]:
-        if s["status"] != "ok":
-            console.print(f"[red]shard failed[/red] {s['input']}: {s['error']}")
+    for s in failed:
+        rows = ("rows unknown: not readable as Parquet" if s.get("rows_in") is None
+                else f"{s['rows_in']} rows, none written")
+        console.print(f"[red]shard failed[/red] {s['input']} ({rows}): {s['error']}")
 
 
 def _fail(e: Exception, code: int) -> None:
@@ -111,7 +121,12 @@ def run(
 
     Re-running the same command after a crash resumes: finished shards are skipped.
 
-    Exit code 1: a shard failed; 2: a bad config, flag, input or model, or a run conflict."""
+    Exit codes: 0 = every shard ok (rows with a row error included: each is in the output
+    with its reason). 1 = the run finished and wrote its manifest, but a shard failed: its
+    file is not Parquet, lacks a column or has a wrong type, or computing it failed; the other
+    shards' outputs are kept. 2 = refused before any shard ran: a bad flag or config, a
+    missing input or one without .parquet shards, an output inside the input, an output
+    holding another input or config (without --overwrite), or a model that cannot be used."""
     from .config import load_config
     from .orchestration import run_batch
 
@@ -201,7 +216,9 @@ def claims(
 
     Every row is a claim (the task column may be absent), answered with one of the labels.
 
-    Exit code 1: a shard failed; 2: bad --labels, config, flag or input."""
+    Exit codes as `run`: 0 = every shard ok; 1 = a shard failed (its file is bad or
+    computing it failed; the manifest is written); 2 = refused before any shard ran (bad
+    --labels, flag or config, missing input, ...)."""
     from pydantic import ValidationError
 
     from .config import load_config

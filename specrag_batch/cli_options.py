@@ -39,6 +39,27 @@ README; every other field is set in the YAML config)."""
 _SCALARS = (bool, int, float, str)
 
 
+def hide_flag_types() -> None:
+    """Show no value type after options that take no value (``--overwrite``, ``--json``,
+    ``--help``) in the rich ``--help`` (idempotent).
+
+    typer 0.29's rich help prints every option's type, ``<bool>`` for flags too, although
+    flags take no value; its plain help (``TyperOption.get_help_record``) already skips flags
+    and counters. This makes the rich help do the same; every other option keeps its type.
+    Does nothing if a typer version has no ``TyperOption.display_type_rich``."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "hides_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag or self.count else shown(self, ctx)
+
+    display_type_rich.hides_flags = True
+    TyperOption.display_type_rich = display_type_rich
+
+
 def _scalar_type(annotation: Any) -> Any | None:
     """The CLI type of a field annotation, or None when it is not a scalar: ``X | None`` ->
     ``X``; a union holding ``float`` (``tau_min``: one value or a dict per task) -> float."""

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from .config import ModelConfig
 from .models import resolve_model
+from . import quiet
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +276,7 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
         if eng is not None:
             return eng
         configure_cpu_env()
+        quiet.demote_benign_vllm()  # before vLLM logs its engine start
         from vllm import LLM
 
         path = resolve_model(cfg.model)

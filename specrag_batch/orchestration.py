@@ -18,6 +18,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from . import resume, storage
@@ -28,6 +29,7 @@ from .redaction import install_log_filter
 from .run import (
     build_manifest,
     check_layout,
+    count_failed_rows,
     new_run_id,
     plan_run,
     plan_shards,
@@ -225,7 +227,12 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     which shard answers each id (:func:`run.plan_ids`). An input without shards raises
     :class:`run.NoShardsError` unless ``allow_empty``.
 
-    Returns the run manifest, also written to ``<output_uri>/_manifest.json``."""
+    Returns the run manifest, also written to ``<output_uri>/_manifest.json``. When a shard
+    failed, the flow run ends ``Failed`` (Prefect's convention for a run whose work failed, as
+    the nightly and claims flows), after the manifest is written and with the other shards'
+    outputs kept; a direct call then raises :class:`ShardsFailedError` holding the manifest
+    (:func:`flow_manifest` reads it from the state of ``return_state=True``; :func:`run_flow`
+    returns it either way)."""
     t0 = time.perf_counter()
     cfg = RunConfig.model_validate(config or {})
     ex = ExecutionConfig.coerce(execution)
@@ -249,6 +256,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     engine_load = _load_engines(cfg, ex, pending)
     ran = iter(_run_shards(jobs, ex) if jobs else [])
     results = [failed[s] if s in failed else next(ran) for s in shards]
+    count_failed_rows(shards, results, ids)
     usage = (EngineUsage.total([r.engines for r in results]) if ex.distributed
              else EngineUsage.snapshot().since(before))
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
@@ -256,18 +264,51 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
                               engine_load_seconds=engine_load, execution=ex.model_dump(mode="json"),
                               report=lambda m: _report(output_uri, m))
     write_manifest(output_uri, manifest)
+    if manifest["failed_shards"]:  # the run's work failed: the flow run is Failed, not Completed
+        why = f"{manifest['failed_shards']} of {len(shards)} shard(s) failed; see {manifest['manifest_uri']}"
+        return Failed(message=why, data=ShardsFailedError(why, manifest))
     return manifest  # returned (and stored as the flow's result) as written
+
+
+class ShardsFailedError(RuntimeError):
+    """A run finished with failed shards: the result of its ``Failed`` flow run. ``manifest``:
+    the run manifest, already written (the other shards' outputs are kept). Raised by a direct
+    call of :func:`speculative_rag_flow`; :func:`run_flow` returns the manifest instead."""
+
+    def __init__(self, message: str, manifest: dict):
+        super().__init__(message, manifest)  # both in args: the error pickles whole
+        self.manifest = manifest
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def flow_manifest(state) -> dict:
+    """The manifest of a finished :func:`speculative_rag_flow` run from its Prefect state
+    (``return_state=True``): the result when it Completed, the :class:`ShardsFailedError`'s
+    manifest when it ended Failed because a shard failed.
+
+    Raises:
+        the exception that stopped the flow (a run conflict, a model that cannot be used, ...)."""
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, ShardsFailedError):
+        return result.manifest
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def run_flow(input_uri: str, output_uri: str, config: dict | None = None, run_id: str | None = None,
              overwrite: bool = False, execution: ExecutionConfig | dict | None = None,
              allow_empty: bool = False) -> dict:
     """Run :func:`speculative_rag_flow` on the task runner ``execution`` names (threads here,
-    or a Ray cluster). Called inside another flow, it runs as a subflow. Returns the manifest."""
+    or a Ray cluster). Called inside another flow, it runs as a subflow. Returns the manifest,
+    also when a shard failed (the flow run is then Failed); an error that stopped the flow
+    (a run conflict, a model that cannot be used, ...) is raised."""
     ex = ExecutionConfig.coerce(execution)
     runner = ex.task_runner_instance()
-    return speculative_rag_flow.with_options(task_runner=runner)(
-        input_uri, output_uri, config, run_id, overwrite, ex, allow_empty)
+    return flow_manifest(speculative_rag_flow.with_options(task_runner=runner)(
+        input_uri, output_uri, config, run_id, overwrite, ex, allow_empty, return_state=True))
 
 
 def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str | Path | None = None,

@@ -24,6 +24,22 @@ level although nothing is wrong, each silenced by its exact source and text only
   can change);
 * torch's ``torch._library.triton`` logs "Triton not available" at WARNING: the CPU build has
   no Triton by design.
+
+**Benign vLLM log records** (:func:`demote_benign_vllm`, installed by
+:func:`specrag_batch.engines.get_engine` before it creates an engine): records of a normal CPU
+engine start that vLLM logs at WARNING, matched by logger name and the start of the message
+template (:data:`BENIGN_VLLM`), are lowered to DEBUG (shown only when that logger is enabled
+for DEBUG, e.g. ``VLLM_LOGGING_LEVEL=DEBUG``); every other vLLM record passes unchanged:
+
+* ``vllm.v1.worker.cpu_worker``: "CPU backend doesn't allow to use `torch.set_num_threads`
+  after the thread binding, skip it." (vLLM replaces ``torch.set_num_threads`` once it has
+  bound the OpenMP threads; each later call, e.g. by sentence-transformers, logs this);
+* ``vllm.engine.arg_utils``: "The global random seed is set to ..." (in-process engines,
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which :func:`~specrag_batch.engines.configure_cpu_env`
+  sets on purpose; the product's own sampling uses its own seeded generators);
+* ``vllm.v1.worker.cpu_worker``: "libtcmalloc / libiomp is not found in LD_PRELOAD": a
+  performance hint, not a fault. It stays visible once per library and process at INFO on
+  the ``specrag_batch.engines`` logger (README, Operations, "Quiet logs").
 """
 
 from __future__ import annotations
@@ -60,6 +76,59 @@ def silence_benign() -> None:
     warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated",
                             category=FutureWarning)
     logging.getLogger("torch._library.triton").addFilter(_triton_unavailable)
+
+
+BENIGN_VLLM: tuple[tuple[str, str], ...] = (
+    ("vllm.v1.worker.cpu_worker", "CPU backend doesn't allow to use `torch.set_num_threads`"),
+    ("vllm.engine.arg_utils", "The global random seed is set to "),
+    ("vllm.v1.worker.cpu_worker", "%s is not found in LD_PRELOAD."),
+)
+"""(logger name, start of the message template ``record.msg``) of the vLLM WARNING records
+that :func:`demote_benign_vllm` lowers to DEBUG; the templates are vLLM 0.32's
+(``tests/unit/test_quiet_vllm.py`` checks that the installed vLLM still logs them)."""
+
+_LD_PRELOAD_HINT = "%s is not found in LD_PRELOAD."
+_hinted: set[str] = set()
+
+
+class _DemoteBenign(logging.Filter):
+    """Logger filter: a record in :data:`BENIGN_VLLM` becomes DEBUG (dropped unless its logger
+    is enabled for DEBUG); other records pass unchanged."""
+
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not isinstance(record.msg, str) \
+                or not record.msg.startswith(self.prefixes):
+            return True
+        if record.msg.startswith(_LD_PRELOAD_HINT):
+            _hint_once(record.getMessage())
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def _hint_once(message: str) -> None:
+    lib = message.split(" ", 1)[0]
+    if lib not in _hinted:
+        _hinted.add(lib)
+        logging.getLogger("specrag_batch.engines").info(
+            "vLLM CPU: %s is not in LD_PRELOAD; preloading it can speed up CPU engines "
+            "(README, Operations, 'Quiet logs')", lib)
+
+
+def demote_benign_vllm() -> None:
+    """Install the filter lowering :data:`BENIGN_VLLM` records to DEBUG on each logger named
+    there (idempotent). The filter sits on the emitting logger itself: vLLM's handler hangs on
+    the ``vllm`` logger, and a parent logger's filters never see records of its children."""
+    by_logger: dict[str, list[str]] = {}
+    for name, prefix in BENIGN_VLLM:
+        by_logger.setdefault(name, []).append(prefix)
+    for name, prefixes in by_logger.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DemoteBenign) for f in logger.filters):
+            logger.addFilter(_DemoteBenign(tuple(prefixes)))
 
 
 def _triton_unavailable(record: logging.LogRecord) -> bool:

@@ -160,6 +160,30 @@ def read_all_ids(shards: list[str], task: str | None = None) -> dict[str, list[s
     return out
 
 
+def footer_rows(shard_uri: str) -> int | None:
+    """The number of rows a shard's Parquet footer records, or None when the file cannot be
+    read as Parquet (not Parquet, truncated, gone). Reads the footer only."""
+    try:
+        fs, path = storage.filesystem(shard_uri)
+        with fs.open(path, "rb") as f:
+            return pq.ParquetFile(f).metadata.num_rows
+    except PLAN_ERRORS:
+        return None
+
+
+def count_failed_rows(shards: list[str], results: list[ShardResult],
+                      ids: Mapping[str, list[str | None] | str]) -> None:
+    """Set ``rows_in`` of each failed shard's result (``results[i]`` belongs to ``shards[i]``)
+    to the rows its input holds, in place: the length of its ``query_id`` column where
+    planning read it (``ids``, :func:`read_all_ids`), else its footer's row count
+    (:func:`footer_rows`: a shard whose columns or types are wrong), else None (not readable
+    as Parquet: unknown, never 0). Its ``rows_out`` stays 0: none of those rows was written."""
+    for s, r in zip(shards, results):
+        if r.status != "ok":
+            v = ids.get(s)
+            r.rows_in = len(v) if isinstance(v, list) else footer_rows(s)
+
+
 def _real_ids(ids: list[str | None]) -> set[str]:
     """Ids that can be answered (null and blank ids get ``empty_query_id`` wherever they are)."""
     return {i for i in ids if i is not None and i.strip()}
@@ -369,7 +393,7 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         "config_hash": cfg.config_hash(),
         "shards": [r.as_dict() for r in results],
         "skipped_files": skipped,
-        "rows_in": sum(r.rows_in for r in results),
+        "rows_in": sum(r.rows_in or 0 for r in results),  # a shard's None (unknown) adds 0
         "rows_out": sum(r.rows_out for r in results),
         "failed_shards": sum(r.status != "ok" for r in results),
         "resumed_shards": sum(r.resumed for r in results),

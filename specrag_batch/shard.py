@@ -123,7 +123,7 @@ class ShardResult:
     input: str
     output: str | None
     status: str
-    rows_in: int = 0
+    rows_in: int | None = 0  # a failed shard: its input's rows, None if unreadable (run.count_failed_rows)
     rows_out: int = 0
     errors: int = 0
     error: str | None = None

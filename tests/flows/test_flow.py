@@ -39,9 +39,15 @@ def shards():
 
 
 def run_flow(inp, out, cfg):
+    """The flow called directly; its run ends Failed exactly when a shard failed (the manifest
+    is then the Failed state's result)."""
     from flows.speculative_rag import speculative_rag_flow
+    from specrag_batch.orchestration import flow_manifest
 
-    return speculative_rag_flow(inp, out, cfg.model_dump(mode="json"))
+    state = speculative_rag_flow(inp, out, cfg.model_dump(mode="json"), return_state=True)
+    m = flow_manifest(state)
+    assert state.is_failed() == bool(m["failed_shards"]) and state.is_completed() != state.is_failed()
+    return m
 
 
 def test_flow_speculative_local(prefect_harness, tmp_path, shards):
@@ -119,7 +125,8 @@ def test_flow_bad_shard_and_bad_rows_lose_nothing(prefect_harness, tmp_path):
     failed = [s for s in manifest["shards"] if s["status"] == "failed"][0]
     assert failed["input"].endswith("c.parquet") and "column 'task': required column missing" in failed["error"]
     assert manifest["skipped_files"] == [{"input": str(tmp_path / "in" / "notes.txt"), "reason": "not a .parquet file"}]
-    assert manifest["rows_in"] == manifest["rows_out"] == 2 + 4 + 1
+    assert manifest["rows_out"] == 2 + 4 + 1  # every row of the readable shards comes out
+    assert manifest["rows_in"] == 2 + 4 + 1 + 1 and failed["rows_in"] == 1 and failed["rows_out"] == 0
     assert by_id["popqa:dup"][0]["error"] is None
     assert by_id["x1"][0]["error"] == "b.parquet: row 1 (query_id='x1'): field 'query': null or empty".replace(
         "b.parquet", str(tmp_path / "in" / "b.parquet"))

@@ -1,0 +1,107 @@
+"""What a fresh-clone user saw in the CLI: `<bool>` after plain switches in `--help`, and a
+failed shard counted as 0 rows in the summary although its file held rows. No engine: real
+Parquet files through the real planning functions, the real manifest builder and summary."""
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.console import Console
+from typer.testing import CliRunner
+
+from specrag_batch import cli
+from specrag_batch.engines import EngineUsage
+from specrag_batch.run import build_manifest, count_failed_rows, footer_rows, read_all_ids
+from specrag_batch.shard import ShardResult
+
+from ..conftest import small_config
+
+
+def test_run_help_shows_no_type_after_plain_switches():
+    res = CliRunner().invoke(cli.app, ["run", "--help"], env={"COLUMNS": "160"}, terminal_width=160)
+    assert res.exit_code == 0, res.output
+    assert "<bool>" not in res.output
+    lines = {ln.split()[1]: ln for ln in res.output.splitlines() if ln.startswith("│") and len(ln.split()) > 2}
+    for flag in ("--overwrite", "--json", "--allow-empty", "--help"):
+        assert lines[flag].split()[2][0].isupper(), lines[flag]  # the help text follows the flag
+    assert "<int>" in lines["--seed"] and "<str>" in lines["--stages"]  # options with a value keep it
+
+
+def _shards(tmp_path):
+    good = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"query_id": ["q1", "q2", "q3"], "query": ["A?", "B?", "C?"],
+                             "task": ["qa"] * 3}), good)
+    wrong_column = tmp_path / "b.parquet"  # a file-level problem, found when the run is planned
+    pq.write_table(pa.table({"query_id": ["x1", "x2"], "question": ["A?", "B?"], "task": ["qa"] * 2}),
+                   wrong_column)
+    corrupt = tmp_path / "c.parquet"
+    corrupt.write_bytes(b"PAR1 not parquet at all")
+    return [str(good), str(wrong_column), str(corrupt)]
+
+
+def test_failed_shards_count_their_rows_in_or_unknown(tmp_path):
+    shards = _shards(tmp_path)
+    ids = read_all_ids(shards)
+    assert isinstance(ids[shards[1]], str) and isinstance(ids[shards[2]], str)  # both failed planning
+    assert footer_rows(shards[1]) == 2 and footer_rows(shards[2]) is None
+    results = [ShardResult(shards[0], None, "failed", error="RuntimeError: died while computing"),
+               ShardResult(shards[1], None, "failed", error=ids[shards[1]]),
+               ShardResult(shards[2], None, "failed", error=ids[shards[2]])]
+    count_failed_rows(shards, results, ids)
+    assert [(r.rows_in, r.rows_out) for r in results] == [(3, 0), (2, 0), (None, 0)]
+
+
+def test_summary_shows_a_failed_shards_rows_and_unknown_as_question_mark(tmp_path, monkeypatch):
+    shards = _shards(tmp_path)
+    ids = read_all_ids(shards)
+    results = [ShardResult(shards[0], str(tmp_path / "o" / "a.parquet"), "ok", rows_in=3, rows_out=3),
+               ShardResult(shards[1], None, "failed", error=ids[shards[1]]),
+               ShardResult(shards[2], None, "failed", error=ids[shards[2]])]
+    count_failed_rows(shards, results, ids)
+    m = build_manifest(small_config(), "r", str(tmp_path), str(tmp_path / "o"), results, [], seconds=1.0,
+                       engines=EngineUsage.snapshot({}), engine_load_seconds=0.0, execution={})
+    assert m["rows_in"] == 5 and m["rows_out"] == 3 and m["failed_shards"] == 2
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=buf, width=300))
+    cli.print_summary({**m, "metrics": {"answered": 3, "errors": 0, "low_confidence": 0, "fast_path": 0}})
+    text = buf.getvalue()
+    assert "5 + ? / 3" in text
+    assert "b.parquet (2 rows, none written)" in text
+    assert "c.parquet (rows unknown: not readable as Parquet)" in text
+
+
+def _manifest(tmp_path, failed: int) -> dict:
+    shards = _shards(tmp_path)[: 1 + failed]
+    results = [ShardResult(shards[0], str(tmp_path / "o" / "a.parquet"), "ok", rows_in=3, rows_out=3)]
+    results += [ShardResult(s, None, "failed", rows_in=2, error="InputSchemaError: bad") for s in shards[1:]]
+    return build_manifest(small_config(), "r", str(tmp_path), str(tmp_path / "o"), results, [], seconds=1.0,
+                          engines=EngineUsage.snapshot({}), engine_load_seconds=0.0, execution={})
+
+
+def test_run_exit_codes_follow_the_documented_rule(tmp_path, monkeypatch):
+    """README "Exit codes" and `run --help`: 0 every shard ok; 1 the run finished (manifest
+    written) with a failed shard, e.g. a bad input file; 2 refused before any shard ran. The
+    flow is replaced by what it returns or raises (the real flow: tests/flows/test_promises.py,
+    `test_cli_index_on_s3_exit_codes_overwrite_and_claims`)."""
+    from specrag_batch import orchestration
+    from specrag_batch.resume import RunConflictError
+    from specrag_batch.run import InputLayoutError
+
+    def invoke(outcome):
+        def run_batch(*a, **k):
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+        monkeypatch.setattr(orchestration, "run_batch", run_batch)
+        return CliRunner().invoke(cli.app, ["run", "-i", str(tmp_path), "-o", str(tmp_path / "o")])
+    res = invoke(_manifest(tmp_path, failed=0))
+    assert res.exit_code == 0, res.output
+    res = invoke(_manifest(tmp_path, failed=1))  # a shard whose file lacks a column
+    text = " ".join(res.output.split())  # the console wraps long lines
+    assert res.exit_code == 1 and "shard failed" in text and "b.parquet (2 rows, none written)" in text
+    for refused in (RunConflictError("output holds another config"), InputLayoutError("overlap"),
+                    FileNotFoundError("no such input")):
+        res = invoke(refused)
+        assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(cli.app, ["run", "-i", "x", "-o", "y", "--drafts", "many"])
+    assert res.exit_code == 2  # a bad flag value

@@ -82,10 +82,26 @@ BENIGN_VLLM: tuple[tuple[str, str], ...] = (
     ("vllm.v1.worker.cpu_worker", "CPU backend doesn't allow to use `torch.set_num_threads`"),
     ("vllm.engine.arg_utils", "The global random seed is set to "),
     ("vllm.v1.worker.cpu_worker", "%s is not found in LD_PRELOAD."),
+    # engine start on the CPU build: the product sets enforce_eager on CPU on purpose
+    # (engines.py), the CPU wheel ships no Triton, so these describe the expected set-up
+    ("vllm.config.vllm", "Enforce eager set, disabling torch.compile"),
+    ("vllm.config.vllm", "Inductor compilation was disabled by user settings"),
+    ("vllm.config.vllm", "Model Runner V2 requires Triton; using the V1 model runner"),
+    ("vllm.platforms.cpu", "Triton is not installed."),
+    # the second engine of a process (drafter + verifier): vLLM re-registers its kernels
+    ("vllm.triton_utils.dispatcher", "Kernel %s is already registered."),
+    # vLLM's own CPU worker sets VLLM_DIST_IDENT, then the next engine's check calls it
+    # unknown; only that variable is demoted (:data:`BENIGN_VLLM_ARGS`), a user's typo is not
+    ("vllm.platforms.interface", "Unknown vLLM environment variable detected: %s"),
 )
 """(logger name, start of the message template ``record.msg``) of the vLLM WARNING records
 that :func:`demote_benign_vllm` lowers to DEBUG; the templates are vLLM 0.32's
 (``tests/unit/test_quiet_vllm.py`` checks that the installed vLLM still logs them)."""
+
+BENIGN_VLLM_ARGS: dict[str, tuple] = {
+    "Unknown vLLM environment variable detected: %s": ("VLLM_DIST_IDENT",),
+}
+"""Message templates of :data:`BENIGN_VLLM` that are benign only with these exact arguments."""
 
 _LD_PRELOAD_HINT = "%s is not found in LD_PRELOAD."
 _hinted: set[str] = set()
@@ -102,6 +118,8 @@ class _DemoteBenign(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING or not isinstance(record.msg, str) \
                 or not record.msg.startswith(self.prefixes):
+            return True
+        if record.msg in BENIGN_VLLM_ARGS and tuple(record.args or ()) != BENIGN_VLLM_ARGS[record.msg]:
             return True
         if record.msg.startswith(_LD_PRELOAD_HINT):
             _hint_once(record.getMessage())

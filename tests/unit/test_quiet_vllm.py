@@ -102,3 +102,19 @@ def _string_constants(module: str) -> list[str]:
 def test_installed_vllm_still_logs_each_demoted_message(logger_name, prefix):
     """A vLLM upgrade that rewords a message would let it through again: this says so."""
     assert any(s.startswith(prefix) for s in _string_constants(logger_name))
+
+
+def test_engine_start_messages_of_the_cpu_build_are_demoted_but_a_users_unknown_variable_is_not(vllm_handler):
+    quiet.demote_benign_vllm()
+    cfg = logging.getLogger("vllm.config.vllm")
+    cfg.warning("Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT kernel warmup. ...")
+    cfg.warning("Inductor compilation was disabled by user settings, optimizations ...")
+    cfg.warning("Model Runner V2 requires Triton; using the V1 model runner instead.")
+    logging.getLogger("vllm.platforms.cpu").warning("Triton is not installed. triton-cpu is expected on x86 CPUs.")
+    logging.getLogger("vllm.triton_utils.dispatcher").warning("Kernel %s is already registered. Overwriting.", "k")
+    env = logging.getLogger("vllm.platforms.interface")
+    env.warning("Unknown vLLM environment variable detected: %s", "VLLM_DIST_IDENT")  # set by vLLM itself
+    assert vllm_handler.records == []
+    env.warning("Unknown vLLM environment variable detected: %s", "VLLM_CPU_KVCACHE_SPAC")  # a user's typo
+    assert [r.getMessage() for r in vllm_handler.records] == [
+        "Unknown vLLM environment variable detected: VLLM_CPU_KVCACHE_SPAC"]

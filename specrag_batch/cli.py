@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .cli_options import (
     INPUT_ROOT,
@@ -34,7 +35,9 @@ app.add_typer(models_app, name="models")
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
 
 app.add_typer(drafter_app, name="drafter")
-console = Console()
+console = Console(markup=False)
+"""Markup off: paths, errors, task names and labels are data (a key may hold ``[ack]`` or
+``[/x]``) and print as they are; styles are given as :class:`rich.text.Text`."""
 
 
 def print_summary(m: dict) -> None:
@@ -79,11 +82,11 @@ def print_summary(m: dict) -> None:
     console.print(t)
     for s in m["shards"]:
         if s["status"] != "ok":
-            console.print(f"[red]shard failed[/red] {s['input']}: {s['error']}")
+            console.print(Text("shard failed", style="red"), f"{s['input']}: {s['error']}")
 
 
 def _fail(e: Exception, code: int) -> None:
-    console.print(f"[red]error:[/red] {e}")
+    console.print(Text("error:", style="red"), str(e))
     raise typer.Exit(code)
 
 

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -88,6 +89,19 @@ def print_summary(m: dict) -> None:
 def _fail(e: Exception, code: int) -> None:
     console.print(Text("error:", style="red"), str(e))
     raise typer.Exit(code)
+
+
+@contextmanager
+def _offline_errors():
+    """:func:`exit_codes` for the commands that run no engine (report, calibrate, index build):
+    an OSError too (an output directory that is a file or read-only, ``--out`` in a missing
+    directory, an embedding model that is not there) exits 2 with its message, which names the
+    path, instead of a traceback."""
+    with exit_codes(_fail):
+        try:
+            yield
+        except OSError as e:
+            _fail(e, 2)
 
 
 @app.command()
@@ -232,7 +246,7 @@ def report(
     """Write the run report (<output>/_report/report.md and PNG plots) from finished shards."""
     from .report import write_report
 
-    with exit_codes(_fail):
+    with _offline_errors():
         s = write_report(output)
     console.print(f"report: {s['rows']} rows from {s['shards']} shards -> {s['report_uri']}")
 
@@ -254,12 +268,15 @@ def calibrate(
     from .calibration import config_snippet
     from .report import load_rows
 
-    with exit_codes(_fail):
+    target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
+              else f"coverage >= {target_coverage}")
+    with _offline_errors():
         data = load_rows(output)
         res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
                              target_coverage=target_coverage, n_boot=bootstrap)
-    target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
-              else f"coverage >= {target_coverage}")
+        snippet = config_snippet(res, f"specrag-batch calibrate {output} ({target}, "
+                                      f"measure {confidence}, {bootstrap} bootstrap resamples)")
+        out.write_text(snippet)  # before the table: a bad --out exits 2 with nothing half-printed
     t = Table(title=f"τ_min ({confidence}) for {target}")
     for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", "AUROC score",
                 "AUROC mean_logprob"):
@@ -270,8 +287,6 @@ def calibrate(
                   f"[{f(r.interval[0])}, {f(r.interval[1])}]" if r.interval else "–",
                   f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
     console.print(t)
-    out.write_text(config_snippet(res, f"specrag-batch calibrate {output} ({target}, "
-                                       f"measure {confidence}, {bootstrap} bootstrap resamples)"))
     console.print(f"config snippet -> {out}")
 
 
@@ -285,7 +300,7 @@ def index_build(
     """Embed a corpus and write a FAISS index for `run --index`."""
     from .retrieval import build_index
 
-    with exit_codes(_fail):  # a missing corpus or column: exit 2, one line, as `run`
+    with _offline_errors():  # a missing or bad corpus, an unwritable output: exit 2, one line
         meta = build_index(corpus, output, embedding_model, batch_size)
     console.print(f"index: {meta['documents']} documents, dim {meta['dimension']}, "
                   f"{meta['seconds']}s -> {output}")

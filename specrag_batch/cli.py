@@ -96,11 +96,15 @@ def _offline_errors():
     """:func:`exit_codes` for the commands that run no engine (report, calibrate, index build):
     an OSError too (an output directory that is a file or read-only, ``--out`` in a missing
     directory, an embedding model that is not there) exits 2 with its message, which names the
-    path, instead of a traceback."""
+    path, instead of a traceback; so do a URI scheme whose fsspec file system is not installed
+    (ImportError, ``gs://`` without gcsfs) and an S3 client that cannot start (botocore: no
+    credentials, an endpoint that does not answer)."""
+    from botocore.exceptions import BotoCoreError
+
     with exit_codes(_fail):
         try:
             yield
-        except OSError as e:
+        except (OSError, ImportError, BotoCoreError) as e:
             _fail(e, 2)
 
 

@@ -139,3 +139,19 @@ def test_drafter_inputs_usage_errors_exit_2(tmp_path, case):
     assert result.exit_code == 2, result.output
     assert {"negative_limit": "--limit", "missing_data": str(tmp_path / "none"),
             "output_is_a_file": str(tmp_path / "out")}[case] in result.output
+
+
+@pytest.mark.parametrize("prefix", ["gs://bucket/run", "s3://bucket/run"], ids=["no_gcsfs", "no_s3_credentials"])
+def test_unusable_storage_exits_2_with_the_reason(monkeypatch, prefix):
+    """A scheme whose file system is not installed, an S3 prefix without credentials: one
+    line, exit 2 (both were tracebacks). No network: metadata lookup off, endpoint a closed
+    local port."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("SPECRAG_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    result = _invoke("report", prefix)
+    assert result.exit_code == 2, result.output
+    assert ("gcsfs" if prefix.startswith("gs") else "credentials") in result.output

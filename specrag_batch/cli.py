@@ -270,6 +270,7 @@ def calibrate(
     """Choose selection.tau_min per task from a labelled run; write a config snippet."""
     from .calibration import calibrate as calibrate_rows
     from .calibration import config_snippet
+    from .redaction import redact_text
     from .report import load_rows
 
     target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
@@ -278,7 +279,7 @@ def calibrate(
         data = load_rows(output)
         res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
                              target_coverage=target_coverage, n_boot=bootstrap)
-        snippet = config_snippet(res, f"specrag-batch calibrate {output} ({target}, "
+        snippet = config_snippet(res, f"specrag-batch calibrate {redact_text(output)} ({target}, "
                                       f"measure {confidence}, {bootstrap} bootstrap resamples)")
         out.write_text(snippet)  # before the table: a bad --out exits 2 with nothing half-printed
     t = Table(title=f"τ_min ({confidence}) for {target}")

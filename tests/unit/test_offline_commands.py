@@ -155,3 +155,24 @@ def test_unusable_storage_exits_2_with_the_reason(monkeypatch, prefix):
     result = _invoke("report", prefix)
     assert result.exit_code == 2, result.output
     assert ("gcsfs" if prefix.startswith("gs") else "credentials") in result.output
+
+
+def test_calibrate_snippet_does_not_carry_a_url_password(tmp_path):
+    """The snippet is merged into run configs (often committed): a password in the prefix URL
+    is redacted there as in the report (fsspec's in-process memory file system stands in for
+    a remote store)."""
+    import fsspec
+
+    fs, root = fsspec.filesystem("memory"), "u:hunter2@host/run"
+    buf = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(_rows(), schema=OUTPUT_SCHEMA), buf)
+    fs.pipe_file(f"{root}/a.parquet", buf.getvalue().to_pybytes())
+    fs.pipe_file(f"{root}/_manifest.json", json.dumps({"shards": [{"status": "ok", "output": "a.parquet"}]}).encode())
+    try:
+        result = _invoke("calibrate", f"memory://{root}", "--target-accuracy", "0.5", "--bootstrap", "5",
+                         "--out", str(tmp_path / "tau.yaml"))
+    finally:
+        fs.rm(root, recursive=True)
+    assert result.exit_code == 0, result.output
+    snippet = (tmp_path / "tau.yaml").read_text()
+    assert "memory://u:<redacted" in snippet and "hunter2" not in snippet

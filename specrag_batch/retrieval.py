@@ -61,7 +61,7 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
     Returns the metadata written to ``meta.json`` (documents, dimension, seconds).
 
     Raises:
-        ValueError: ``corpus_uri`` is a directory or not Parquet;
+        ValueError: ``corpus_uri`` is a directory or not Parquet, ``index_uri`` is a file;
             :class:`~specrag_batch.schema.InputSchemaError` (a ValueError) for a corpus that
             :func:`~specrag_batch.schema.conform_corpus` refuses (no rows, a missing or mistyped
             column, a null or repeated ``doc_id``, a string that is not UTF-8), naming the row.
@@ -75,6 +75,9 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
     fs, path = storage.filesystem(corpus_uri)
     if fs.isdir(path):
         raise ValueError(f"{corpus_uri}: a directory; --corpus takes one Parquet file")
+    out_fs, out_path = storage.filesystem(index_uri)
+    if out_fs.isfile(out_path):  # refused before the corpus is embedded, not after
+        raise ValueError(f"{index_uri}: a file; the index is written as a directory")
     try:
         table = storage.read_parquet(corpus_uri)
     except pa.ArrowInvalid as e:

@@ -176,3 +176,18 @@ def test_calibrate_snippet_does_not_carry_a_url_password(tmp_path):
     assert result.exit_code == 0, result.output
     snippet = (tmp_path / "tau.yaml").read_text()
     assert "memory://u:<redacted" in snippet and "hunter2" not in snippet
+
+
+def test_index_build_refuses_an_output_that_is_a_file_before_embedding(tmp_path, monkeypatch):
+    """An ``--output`` that is a file is refused up front, not after the corpus is embedded
+    (hours for a large corpus)."""
+    from specrag_batch import retrieval
+
+    def embed(*args, **kwargs):
+        raise AssertionError("the corpus was embedded before the output was checked")
+
+    monkeypatch.setattr(retrieval, "embed", embed)
+    pq.write_table(pa.table({"doc_id": ["a"], "text": ["x"]}), tmp_path / "corpus.parquet")
+    (tmp_path / "index").write_text("a file")
+    result = _invoke("index", "build", "--corpus", str(tmp_path / "corpus.parquet"), "-o", str(tmp_path / "index"))
+    assert result.exit_code == 2 and f"{tmp_path / 'index'}: a file" in result.output, result.output

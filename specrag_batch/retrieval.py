@@ -78,8 +78,8 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
     out_fs, out_path = storage.filesystem(index_uri)
     if out_fs.isfile(out_path):  # refused before the corpus is embedded, not after
         raise ValueError(f"{index_uri}: a file; the index is written as a directory")
-    try:
-        table = storage.read_parquet(corpus_uri)
+    try:  # ParquetFile, not read_table: a repeated column name reaches conform_corpus's check
+        table = pq.ParquetFile(io.BytesIO(storage.read_bytes(corpus_uri))).read()
     except pa.ArrowInvalid as e:
         raise ValueError(f"{corpus_uri}: not a Parquet file ({e})") from None
     table = conform_corpus(table, corpus_uri)

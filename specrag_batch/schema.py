@@ -171,10 +171,14 @@ def conform_corpus(table: pa.Table, file: str) -> pa.Table:
     flagged ``empty_documents_removed``).
 
     Raises:
-        InputSchemaError: no rows; ``doc_id`` or ``text`` missing; a column of another type;
+        InputSchemaError: no rows; ``doc_id`` or ``text`` missing or repeated (``title``
+            repeated); a column of another type;
             a null or repeated ``doc_id`` (naming the rows); a string that is not UTF-8
             (naming the row)."""
     names = table.schema.names
+    for col in DOC_FIELDS:
+        if names.count(col) > 1:
+            raise InputSchemaError(file, col, f"appears {names.count(col)} times; a column name must be unique")
     for col in ("doc_id", "text"):
         if col not in names:
             raise InputSchemaError(file, col, f"required column missing (have: {sorted(names)})")

@@ -104,8 +104,9 @@ _BAD_UTF8 = pa.array([b"fine", b"caf\xe9"], pa.binary()).view(pa.string())
     (pa.table({"doc_id": ["a"], "title": [3], "text": ["x"]}), "column 'title': got int64"),
     (pa.table({"doc_id": ["a", "b"], "text": _BAD_UTF8}), "column 'text': row 1: not valid UTF-8"),
     (b"doc_id,text\na,b\n", "not a Parquet file"),
+    (pa.table([["a"], ["x"], ["y"]], names=["doc_id", "text", "text"]), "column 'text': appears 2 times"),
 ], ids=["empty", "null_doc_id", "duplicate_doc_id", "int_text", "list_text", "float_doc_id", "int_title",
-        "non_utf8_text", "csv"])
+        "non_utf8_text", "csv", "duplicate_column"])
 def test_index_build_refuses_a_bad_corpus_naming_file_row_and_field(tmp_path, table, expected):
     corpus = tmp_path / "corpus.parquet"
     if isinstance(table, bytes):

@@ -163,6 +163,20 @@ def graded_rows(df: pl.DataFrame) -> pl.DataFrame:
                           .fill_null(False)))
 
 
+def tasks(g: pl.DataFrame) -> list[str]:
+    """The tasks of :func:`graded_rows` ``g``, sorted (thresholds and accuracy are per task).
+
+    Raises:
+        ValueError: a graded row has a null task (another writer's output), naming its
+            ``query_id``."""
+    missing = g.filter(pl.col("task").is_null())
+    if missing.height:
+        qid = missing["query_id"][0] if "query_id" in missing.columns else None
+        raise ValueError(f"row (query_id={qid!r}): field 'task': null in {missing.height} graded row(s); "
+                         "accuracy and τ_min are per task (qa, claim, choice)")
+    return sorted(g["task"].unique().to_list())
+
+
 def measure_values(g: pl.DataFrame, measure: str) -> np.ndarray:
     """The confidence ``measure`` of each row of :func:`graded_rows` (NaN = never kept)."""
     v = g.select(pl.when(pl.col("forced_low")).then(None).otherwise(pl.col(measure))
@@ -177,7 +191,8 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
     ``score`` and ``mean_logprob`` columns).
 
     Raises:
-        ValueError: unknown measure, bad targets, or no graded answered rows."""
+        ValueError: unknown measure, bad targets, no graded answered rows, or a graded row
+            without a task (:func:`tasks`)."""
     if measure not in MEASURES:
         raise ValueError(f"unknown confidence measure {measure!r} (expected one of {MEASURES})")
     choose_tau(Curve(np.array([]), np.array([]), np.array([]), 0), target_accuracy, target_coverage)
@@ -185,7 +200,7 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
     if g.height == 0:
         raise ValueError("no answered rows with a gold answer: calibration needs a labelled run")
     out = []
-    for task in sorted(g["task"].unique().to_list()):
+    for task in tasks(g):
         t = g.filter(pl.col("task") == task)
         correct, always = t["correct"].to_numpy(), t["always"].to_numpy()
         tau, cov, acc, interval, missed = calibrate_task(

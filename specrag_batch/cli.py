@@ -6,12 +6,14 @@ import json
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .cli_options import (
     INPUT_ROOT,
@@ -37,7 +39,9 @@ app.add_typer(models_app, name="models")
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
 
 app.add_typer(drafter_app, name="drafter")
-console = Console()
+console = Console(markup=False)
+"""Markup off: paths, errors, task names and labels are data (a key may hold ``[ack]`` or
+``[/x]``) and print as they are; styles are given as :class:`rich.text.Text`."""
 
 
 def print_summary(m: dict) -> None:
@@ -89,12 +93,29 @@ def print_summary(m: dict) -> None:
     for s in failed:
         rows = ("rows unknown: not readable as Parquet" if s.get("rows_in") is None
                 else f"{s['rows_in']} rows, none written")
-        console.print(f"[red]shard failed[/red] {s['input']} ({rows}): {s['error']}")
+        console.print(Text("shard failed", style="red"), f"{s['input']} ({rows}): {s['error']}")
 
 
 def _fail(e: Exception, code: int) -> None:
-    console.print(f"[red]error:[/red] {e}")
+    console.print(Text("error:", style="red"), str(e))
     raise typer.Exit(code)
+
+
+@contextmanager
+def _offline_errors():
+    """:func:`exit_codes` for the commands that run no engine (report, calibrate, index build):
+    an OSError too (an output directory that is a file or read-only, ``--out`` in a missing
+    directory, an embedding model that is not there) exits 2 with its message, which names the
+    path, instead of a traceback; so do a URI scheme whose fsspec file system is not installed
+    (ImportError, ``gs://`` without gcsfs) and an S3 client that cannot start (botocore: no
+    credentials, an endpoint that does not answer)."""
+    from botocore.exceptions import BotoCoreError
+
+    with exit_codes(_fail):
+        try:
+            yield
+        except (OSError, ImportError, BotoCoreError) as e:
+            _fail(e, 2)
 
 
 @app.command()
@@ -246,7 +267,7 @@ def report(
     """Write the run report (<output>/_report/report.md and PNG plots) from finished shards."""
     from .report import write_report
 
-    with exit_codes(_fail):
+    with _offline_errors():
         s = write_report(output)
     console.print(f"report: {s['rows']} rows from {s['shards']} shards -> {s['report_uri']}")
 
@@ -266,14 +287,18 @@ def calibrate(
     """Choose selection.tau_min per task from a labelled run; write a config snippet."""
     from .calibration import calibrate as calibrate_rows
     from .calibration import config_snippet
+    from .redaction import redact_text
     from .report import load_rows
 
-    with exit_codes(_fail):
+    target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
+              else f"coverage >= {target_coverage}")
+    with _offline_errors():
         data = load_rows(output)
         res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
                              target_coverage=target_coverage, n_boot=bootstrap)
-    target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
-              else f"coverage >= {target_coverage}")
+        snippet = config_snippet(res, f"specrag-batch calibrate {redact_text(output)} ({target}, "
+                                      f"measure {confidence}, {bootstrap} bootstrap resamples)")
+        out.write_text(snippet)  # before the table: a bad --out exits 2 with nothing half-printed
     t = Table(title=f"τ_min ({confidence}) for {target}")
     for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", "AUROC score",
                 "AUROC mean_logprob"):
@@ -284,8 +309,6 @@ def calibrate(
                   f"[{f(r.interval[0])}, {f(r.interval[1])}]" if r.interval else "–",
                   f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
     console.print(t)
-    out.write_text(config_snippet(res, f"specrag-batch calibrate {output} ({target}, "
-                                       f"measure {confidence}, {bootstrap} bootstrap resamples)"))
     console.print(f"config snippet -> {out}")
 
 
@@ -299,7 +322,7 @@ def index_build(
     """Embed a corpus and write a FAISS index for `run --index`."""
     from .retrieval import build_index
 
-    with exit_codes(_fail):  # a missing corpus or column: exit 2, one line, as `run`
+    with _offline_errors():  # a missing or bad corpus, an unwritable output: exit 2, one line
         meta = build_index(corpus, output, embedding_model, batch_size)
     console.print(f"index: {meta['documents']} documents, dim {meta['dimension']}, "
                   f"{meta['seconds']}s -> {output}")

@@ -61,20 +61,30 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
     Returns the metadata written to ``meta.json`` (documents, dimension, seconds).
 
     Raises:
-        ValueError: the corpus lacks ``doc_id`` or ``text``, or holds a duplicate ``doc_id``.
+        ValueError: ``corpus_uri`` is a directory or not Parquet, ``index_uri`` is a file;
+            :class:`~specrag_batch.schema.InputSchemaError` (a ValueError) for a corpus that
+            :func:`~specrag_batch.schema.conform_corpus` refuses (no rows, a missing or mistyped
+            column, a null or repeated ``doc_id``, a string that is not UTF-8), naming the row.
+        FileNotFoundError: nothing at ``corpus_uri``.
     """
     import faiss
 
+    from .schema import conform_corpus
+
     t0 = time.perf_counter()
-    table = storage.read_parquet(corpus_uri)
-    for col in ("doc_id", "text"):
-        if col not in table.schema.names:
-            raise ValueError(f"{corpus_uri}: corpus needs column '{col}'")
-    ids = [str(x) for x in table.column("doc_id").to_pylist()]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{corpus_uri}: duplicate doc_id in corpus")
-    titles = (table.column("title").to_pylist() if "title" in table.schema.names
-              else [""] * len(ids))
+    fs, path = storage.filesystem(corpus_uri)
+    if fs.isdir(path):
+        raise ValueError(f"{corpus_uri}: a directory; --corpus takes one Parquet file")
+    out_fs, out_path = storage.filesystem(index_uri)
+    if out_fs.isfile(out_path):  # refused before the corpus is embedded, not after
+        raise ValueError(f"{index_uri}: a file; the index is written as a directory")
+    try:  # ParquetFile, not read_table: a repeated column name reaches conform_corpus's check
+        table = pq.ParquetFile(io.BytesIO(storage.read_bytes(corpus_uri))).read()
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"{corpus_uri}: not a Parquet file ({e})") from None
+    table = conform_corpus(table, corpus_uri)
+    ids = table.column("doc_id").to_pylist()
+    titles = table.column("title").to_pylist()
     texts = [t or "" for t in table.column("text").to_pylist()]
     titles = [t or "" for t in titles]
     vecs = embed(embedding_model, [f"{a}\n{b}".strip() for a, b in zip(titles, texts)], batch_size)

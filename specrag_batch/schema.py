@@ -162,6 +162,50 @@ def conform(table: pa.Table, file: str, task: str | None = None) -> pa.Table:
     return pa.table(cols)
 
 
+def conform_corpus(table: pa.Table, file: str) -> pa.Table:
+    """A retrieval corpus (``index build``) as ``doc_id``, ``title``, ``text`` strings, other
+    columns dropped. Field types as a document's in the input (:func:`check_schema`):
+    ``doc_id`` a string or an integer (read as its decimal string), ``text`` a string,
+    ``title`` a string or absent (then null); any string layout, or an all-null column.
+    A null ``text`` or ``title`` is kept (a retrieved empty passage is removed from its row and
+    flagged ``empty_documents_removed``).
+
+    Raises:
+        InputSchemaError: no rows; ``doc_id`` or ``text`` missing or repeated (``title``
+            repeated); a column of another type;
+            a null or repeated ``doc_id`` (naming the rows); a string that is not UTF-8
+            (naming the row)."""
+    names = table.schema.names
+    for col in DOC_FIELDS:
+        if names.count(col) > 1:
+            raise InputSchemaError(file, col, f"appears {names.count(col)} times; a column name must be unique")
+    for col in ("doc_id", "text"):
+        if col not in names:
+            raise InputSchemaError(file, col, f"required column missing (have: {sorted(names)})")
+    if table.num_rows == 0:
+        raise InputSchemaError(file, "doc_id", "no rows: an index over an empty corpus retrieves nothing")
+    cols = {}
+    for col in DOC_FIELDS:
+        if col not in names:
+            cols[col] = pa.nulls(table.num_rows, _STRING)
+            continue
+        t = table.schema.field(col).type
+        if not (_is_string(t) or (col == "doc_id" and pa.types.is_integer(t))):
+            accepted = STRING_TYPES + (", or an integer type" if col == "doc_id" else "")
+            raise InputSchemaError(file, col, f"got {t}; accepted: {accepted}")
+        cols[col] = table.column(col).cast(_STRING)
+        _check_utf8(cols[col], file, col)
+    ids = cols["doc_id"].to_pylist()
+    first: dict[str, int] = {}
+    for i, doc_id in enumerate(ids):
+        if doc_id is None:
+            raise InputSchemaError(file, "doc_id", f"row {i}: null; every passage needs an id")
+        if doc_id in first:
+            raise InputSchemaError(file, "doc_id", f"duplicate doc_id {doc_id!r} (rows {first[doc_id]} and {i})")
+        first[doc_id] = i
+    return pa.table(cols)
+
+
 _STRING_INDEX = re.compile(r"Invalid UTF8 sequence at string index (\d+)")
 
 

@@ -16,17 +16,22 @@ def inputs(
     shared: Path = typer.Option(Path("../shared/data"), "--shared", help="The evaluation data directory."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory for one input Parquet per dataset."),
     datasets: str = typer.Option("climate_fever,hotpotqa,nq_open,musique", "--datasets"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Rows per dataset (first after the reserve)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=0, help="Rows per dataset (first after the reserve)."),
 ) -> None:
     """Labelled training input rows from the shared data, never from rows the benchmark reserves.
 
-    Exit code 2 (usage error on --datasets): a dataset that is not a training source."""
+    Exit code 2: a dataset that is not a training source (--datasets), a data file missing
+    under --shared, an --output that cannot be a directory."""
     from .sources import write_training_inputs
 
     try:
-        counts = write_training_inputs(shared, output, datasets=tuple(datasets.split(",")), limit=limit)
+        counts = write_training_inputs(shared, output, datasets=tuple(d.strip() for d in datasets.split(",")),
+                                       limit=limit)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--datasets") from None
+    except OSError as e:  # the message names the file: a wrong --shared, an --output that is a file
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(json.dumps(counts))
 
 

@@ -11,6 +11,8 @@ and per ``draft_rounds`` (adaptive drafting) are counted when the run wrote them
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 
 from .. import calibration
@@ -34,7 +36,11 @@ def summary(data: RunData) -> dict:
     code (an output written before the column existed) counts as :data:`UNRECORDED`.
     ``answer_source`` / ``draft_rounds``: rows per value, only when the run wrote them.
     ``verifier_drafts_deduplicated``: verifier forward passes saved by
-    ``verifier.deduplicate_drafts`` (sum over rows), only when the run wrote a value."""
+    ``verifier.deduplicate_drafts`` (sum over rows), only when the run wrote a value.
+    A number that is NaN or infinite is None.
+
+    Raises:
+        ValueError: a graded row without a task (:func:`specrag_batch.calibration.tasks`)."""
     df = data.rows
     n = df.height
     answered = df.filter(pl.col("error").is_null() & pl.col("answer").is_not_null()).height
@@ -64,7 +70,7 @@ def summary(data: RunData) -> dict:
     if "verifier_drafts_deduplicated" in df.columns and df["verifier_drafts_deduplicated"].drop_nulls().len():
         out["verifier_drafts_deduplicated"] = int(df["verifier_drafts_deduplicated"].sum())
     g = calibration.graded_rows(df)
-    for task in sorted(g["task"].unique().to_list()):
+    for task in calibration.tasks(g):
         t = g.filter(pl.col("task") == task)
         m = {"n_with_gold": t.height, "accuracy": float(t["correct"].mean())}
         if task == "qa":
@@ -86,7 +92,17 @@ def summary(data: RunData) -> dict:
                "engine_seconds": st.get("seconds"),
                "prefix_cache_hit_rate": prefix_cache_hit_rate(st)}
         for name, st in (man.get("engines") or {}).items()}
-    return out
+    return _finite(out)
+
+
+def _finite(v):
+    """``v`` with every NaN or infinite float (a NaN F1 of another writer's output) replaced by
+    None: summary.json stays JSON that strict parsers read, and the report shows "–"."""
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def _fmt(v) -> str:

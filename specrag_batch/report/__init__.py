@@ -2,8 +2,8 @@
 output shards, also published as Prefect artifacts of the flow run.
 
 * :mod:`.rows` - the trusted output shards as one polars frame (:func:`load_rows`, a lazy scan
-  per shard: :func:`scan_shard`), with the per-token confidence ``mean_logprob``
-  (:func:`with_mean_logprob`).
+  per shard: :func:`scan_shard`, conformed to the output schema's types), with the per-token
+  confidence ``mean_logprob`` (:func:`with_mean_logprob`).
 * :mod:`.summary` - the numbers (:func:`summary`) and their Markdown / table forms.
 * :mod:`.plots` - score of correct vs wrong rows, risk-coverage curves.
 * :mod:`.publish` - :func:`write_report` (files) and :func:`publish_artifacts` (Prefect).
@@ -11,10 +11,10 @@ output shards, also published as Prefect artifacts of the flow run.
 
 from .plots import PLOTS, plots
 from .publish import REPORT_DIR, publish_artifacts, write_report
-from .rows import (COLUMNS, MANIFEST, OPTIONAL_COLUMNS, RunData, load_rows, scan_shard, trusted_outputs,
-                   with_mean_logprob)
+from .rows import (COLUMNS, ESSENTIAL_COLUMNS, MANIFEST, OPTIONAL_COLUMNS, RunData, listed_outputs, load_rows,
+                   scan_shard, trusted_outputs, with_mean_logprob)
 from .summary import UNRECORDED, markdown, summary, table_rows
 
-__all__ = ["COLUMNS", "MANIFEST", "OPTIONAL_COLUMNS", "PLOTS", "REPORT_DIR", "UNRECORDED", "RunData",
-           "load_rows", "markdown", "plots", "publish_artifacts", "scan_shard", "summary", "table_rows",
-           "trusted_outputs", "with_mean_logprob", "write_report"]
+__all__ = ["COLUMNS", "ESSENTIAL_COLUMNS", "MANIFEST", "OPTIONAL_COLUMNS", "PLOTS", "REPORT_DIR", "UNRECORDED",
+           "RunData", "listed_outputs", "load_rows", "markdown", "plots", "publish_artifacts", "scan_shard", "summary",
+           "table_rows", "trusted_outputs", "with_mean_logprob", "write_report"]

@@ -10,12 +10,16 @@ they are, never re-parsed as URL or glob.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
+from functools import cache
 
 import polars as pl
 
 from .. import storage
 from ..resume import RUN_FILE, SHARDS_DIR
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "_manifest.json"
 COLUMNS = ("query_id", "task", "answer", "score", "score_draft", "score_self_consistency",
@@ -28,18 +32,91 @@ OPTIONAL_COLUMNS = ("error_reason", "answer_source", "draft_rounds", "verifier_d
 ``verifier_drafts_deduplicated`` verifier passes saved (``verifier.deduplicate_drafts``)."""
 
 
-def _read_json(uri: str) -> dict | None:
+ESSENTIAL_COLUMNS = ("query_id", "task", "answer", "error")
+"""Report columns a shard must have (refused naming shard and column when missing): without
+them a row cannot be named, placed in its task, or told answered from failed. Another
+:data:`COLUMNS` missing is read as null (a shard without ``correct`` counts as ungraded) and
+the report lists it (``columns_read_as_null``)."""
+
+
+def _json_object(raw: bytes, uri: str) -> dict:
+    """``raw`` parsed as a JSON object.
+
+    Raises:
+        ValueError: not JSON, or JSON that is not an object, naming ``uri``."""
     try:
-        return json.loads(storage.read_bytes(uri))
+        v = json.loads(raw)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{uri}: not JSON ({e})") from None
+    if not isinstance(v, dict):
+        raise ValueError(f"{uri}: expected a JSON object, got {type(v).__name__}")
+    return v
+
+
+def _read_json(uri: str) -> dict | None:
+    """The JSON object at ``uri``, None when nothing is there.
+
+    Raises:
+        ValueError: not a JSON object (:func:`_json_object`)."""
+    try:
+        return _json_object(storage.read_bytes(uri), uri)
     except FileNotFoundError:
         return None
 
 
-def trusted_outputs(prefix: str, manifest: dict | None = None) -> list[str]:
-    """Data objects of ``prefix`` that readers may trust, sorted: each ``_shards/<name>.json``
-    done marker with status ``ok`` names ``<prefix>/<name>``, and each manifest shard with
-    status ``ok`` its output's name under ``prefix``; only objects that exist. Draft shards
-    (``_drafts/``) are never included."""
+_KINDS = {list: "a list", dict: "an object", str: "a string", (int, float): "a number"}
+
+
+def _field(m: dict, key: str, types: type | tuple[type, ...], uri: str):
+    """``m[key]`` (None when absent or null) when it is one of ``types`` (a key of
+    :data:`_KINDS`).
+
+    Raises:
+        ValueError: another type, naming ``uri`` and the field."""
+    v = m.get(key)
+    if v is not None and not isinstance(v, types):
+        raise ValueError(f"{uri}: field '{key}': expected {_KINDS[types]}, got {type(v).__name__}")
+    return v
+
+
+def _check_manifest(m: dict, uri: str) -> dict:
+    """``m`` after checking the fields the report reads (``shards`` a list of objects,
+    ``config`` an object, ``stage_seconds`` an object of numbers, ``seconds`` and ``rows_out``
+    numbers, ``engines`` an object of objects whose token counts are numbers); null is
+    allowed (shown as a dash) except for ``shards``.
+
+    Raises:
+        ValueError: naming ``uri`` and the field."""
+    num = (int, float)
+    if "shards" in m and not isinstance(m["shards"], list):  # the one field a manifest always has
+        raise ValueError(f"{uri}: field 'shards': expected a list, got {type(m['shards']).__name__}")
+    for key, types in (("config", dict), ("stage_seconds", dict), ("seconds", num),
+                       ("rows_out", num), ("engines", dict)):
+        _field(m, key, types, uri)
+    for i, s in enumerate(m.get("shards") or []):
+        if not isinstance(s, dict):
+            raise ValueError(f"{uri}: field 'shards': entry {i}: expected an object, got {type(s).__name__}")
+        _field(s, "output", str, f"{uri}: shards[{i}]")
+    for k in (m.get("stage_seconds") or {}):
+        _field(m["stage_seconds"], k, num, f"{uri}: stage_seconds")
+    for name, st in (m.get("engines") or {}).items():
+        if not isinstance(st, dict):
+            raise ValueError(f"{uri}: field 'engines': '{name}': expected an object, got {type(st).__name__}")
+        for k in st:
+            if k.endswith("tokens") or k == "seconds":
+                _field(st, k, num, f"{uri}: engines.{name}")
+    return m
+
+
+def listed_outputs(prefix: str, manifest: dict | None = None) -> list[str]:
+    """Data objects of ``prefix`` that a done marker or the manifest lists as finished, sorted,
+    whether or not they exist: each ``_shards/<name>.json`` done marker with status ``ok``
+    names ``<prefix>/<name>``, and each manifest shard with status ``ok`` its output's name
+    under ``prefix``. Draft shards (``_drafts/``) are never included.
+
+    Raises:
+        ValueError: a done marker that is not a JSON object (or whose ``result`` is not one),
+            naming it."""
     names: set[str] = set()
     mdir = storage.join(prefix, SHARDS_DIR)
     if storage.exists(mdir):
@@ -50,13 +127,19 @@ def trusted_outputs(prefix: str, manifest: dict | None = None) -> list[str]:
                 continue
             fs_path = f if "://" not in f else storage.split_uri(f)[1]
             with fs.open(fs_path, "rb") as fh:
-                m = json.loads(fh.read())
-            if m.get("result", {}).get("status") == "ok":
+                uri = storage.join(mdir, base)
+                m = _json_object(fh.read(), uri)
+            if (_field(m, "result", dict, uri) or {}).get("status") == "ok":
                 names.add(base[:-len(".json")])
-    for s in (manifest or {}).get("shards", []):
+    for s in (manifest or {}).get("shards") or []:
         if s.get("status") == "ok" and s.get("output"):
             names.add(s["output"].rsplit("/", 1)[-1])
-    return [u for u in sorted(storage.join(prefix, n) for n in names) if storage.exists(u)]
+    return sorted(storage.join(prefix, n) for n in names)
+
+
+def trusted_outputs(prefix: str, manifest: dict | None = None) -> list[str]:
+    """:func:`listed_outputs` that exist (readers may trust them)."""
+    return [u for u in listed_outputs(prefix, manifest) if storage.exists(u)]
 
 
 def scan_shard(uri: str, s3_options: dict[str, str] | None = None) -> pl.LazyFrame:
@@ -101,13 +184,18 @@ def scan_shard(uri: str, s3_options: dict[str, str] | None = None) -> pl.LazyFra
 
 @dataclass
 class RunData:
-    """Output rows of the trusted shards plus the run's manifest and config (dicts)."""
+    """Output rows of the trusted shards (``shards``, read) plus the run's manifest and config
+    (dicts)."""
 
     prefix: str
     rows: pl.DataFrame
     shards: list[str]
     manifest: dict | None
     config: dict = field(default_factory=dict)
+    shards_missing: list[str] = field(default_factory=list)
+    """Shards listed as finished whose data object is gone (not read)."""
+    columns_read_as_null: dict[str, list[str]] = field(default_factory=dict)
+    """Shard -> report columns (:data:`COLUMNS`) it lacks, read as null."""
 
 
 def with_mean_logprob(df: pl.DataFrame, selection: dict | None = None) -> pl.DataFrame:
@@ -143,24 +231,125 @@ def with_mean_logprob(df: pl.DataFrame, selection: dict | None = None) -> pl.Dat
         .drop("_row", "_tokens_draft", "_tokens_answer", "_tokens_rationale")
 
 
-def load_rows(prefix: str) -> RunData:
-    """Read a run's trusted output shards under ``prefix`` (local path or URI).
+@cache
+def _output_types() -> pl.Schema:
+    """:data:`specrag_batch.schema.OUTPUT_SCHEMA` as polars types."""
+    from ..schema import OUTPUT_SCHEMA
+
+    return pl.from_arrow(OUTPUT_SCHEMA.empty_table()).schema
+
+
+def _conformed(e: pl.Expr, have: pl.DataType, want: pl.DataType, where: str) -> pl.Expr:
+    """``e`` (of type ``have``) cast to ``want``, the output schema's type, when no value
+    changes meaning: all-null (pandas' column of None), string / categorical / integer to
+    string, any integer or float to float, integer to integer (an overflow fails on collect),
+    lists element-wise, structs field by field (a field the shard lacks is null, one the
+    output has no use for is dropped: older outputs' drafts lack later fields).
 
     Raises:
-        FileNotFoundError: ``prefix`` holds no trusted shard (no done marker, no ``ok``
-            manifest entry)."""
+        ValueError: another type (e.g. a string score, a boolean as a number), naming
+            ``where`` (shard and column)."""
+    if have == want:
+        return e
+    if have == pl.Null:
+        return e.cast(want)
+    ok = False
+    if want == pl.String:
+        ok = have in (pl.String, pl.Categorical) or isinstance(have, pl.Enum) or have.is_integer()
+    elif want.is_float():
+        ok = have.is_integer() or have.is_float()
+    elif want.is_integer():
+        ok = have.is_integer()
+    elif isinstance(want, pl.List) and isinstance(have, (pl.List, pl.Array)):
+        inner = _conformed(pl.element(), have.inner, want.inner, f"{where} (list element)")
+        return (e.cast(pl.List(have.inner)) if isinstance(have, pl.Array) else e).list.eval(inner)
+    elif isinstance(want, pl.Struct) and isinstance(have, pl.Struct):
+        got = {f.name: f.dtype for f in have.fields}
+        if got.keys() & {f.name for f in want.fields}:
+            return pl.struct([(_conformed(e.struct.field(f.name), got[f.name], f.dtype, f"{where} field '{f.name}'")
+                               if f.name in got else pl.lit(None, f.dtype)).alias(f.name) for f in want.fields])
+    if not ok:
+        raise ValueError(f"{where}: got {have}; the output schema has {want}")
+    return e.cast(want)
+
+
+def _shard_frame(uri: str, s3_options: dict[str, str] | None) -> tuple[pl.LazyFrame, list[str]]:
+    """One trusted shard as a lazy frame of the report's columns (:data:`COLUMNS`, then
+    :data:`OPTIONAL_COLUMNS`) in the output schema's types (:func:`_conformed`), and the
+    :data:`COLUMNS` it lacks, read as null. Only the footer is read here.
+
+    Raises:
+        ValueError: not Parquet (or unreadable), an :data:`ESSENTIAL_COLUMNS` column missing,
+            or a column of a type the output schema cannot take; naming the shard (and column)."""
+    lf = scan_shard(uri, s3_options)
+    try:
+        have = lf.collect_schema()
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise ValueError(f"{uri}: not a readable Parquet output shard ({e})") from None
+    for c in ESSENTIAL_COLUMNS:
+        if c not in have:
+            raise ValueError(f"{uri}: column '{c}': missing (an output shard has {', '.join(ESSENTIAL_COLUMNS)})")
+    types = _output_types()
+    cols = [_conformed(pl.col(c), have[c], types[c], f"{uri}: column '{c}'").alias(c) if c in have
+            else pl.lit(None, types[c]).alias(c) for c in (*COLUMNS, *OPTIONAL_COLUMNS)]
+    return lf.select(cols), [c for c in COLUMNS if c not in have]
+
+
+def load_rows(prefix: str) -> RunData:
+    """Read a run's trusted output shards under ``prefix`` (local path or URI): every shard
+    the manifest or a done marker lists as finished (:func:`listed_outputs`), each a lazy scan
+    conformed to the output schema (:func:`_shard_frame`), collected together. A listed shard
+    whose object is gone is not read, logged as a warning and kept in
+    :attr:`RunData.shards_missing`; report columns a shard lacks are null, kept in
+    :attr:`RunData.columns_read_as_null`. Both go into the report.
+
+    Raises:
+        FileNotFoundError: ``prefix`` lists no finished shard (no done marker, no ``ok``
+            manifest entry), or every listed one is gone (naming them).
+        ValueError: the manifest, ``_run.json`` or a done marker is not a JSON object or has
+            a field of the wrong type (naming the file and field); a listed shard is a
+            directory, not Parquet, lacks an essential column, has a column of another type,
+            or its values cannot be cast (naming the shard and column)."""
     prefix = storage.normalize_uri(prefix)
-    manifest = _read_json(storage.join(prefix, MANIFEST))
-    config = (manifest or {}).get("config") or (_read_json(storage.join(prefix, RUN_FILE)) or {}).get("config") or {}
-    shards = trusted_outputs(prefix, manifest)
-    if not shards:
+    muri = storage.join(prefix, MANIFEST)
+    manifest = _read_json(muri)
+    if manifest is not None:
+        _check_manifest(manifest, muri)
+    run_uri = storage.join(prefix, RUN_FILE)
+    config = (manifest or {}).get("config") or _field(_read_json(run_uri) or {}, "config", dict, run_uri) or {}
+    listed = listed_outputs(prefix, manifest)
+    if not listed:
         raise FileNotFoundError(f"{prefix!r}: no finished output shard (no done marker in "
                                 f"{SHARDS_DIR}/ and no shard listed ok in {MANIFEST})")
+    shards, missing = [], []
+    for u in listed:
+        fs, path = storage.filesystem(u)
+        try:
+            kind = fs.info(path).get("type")
+        except FileNotFoundError:
+            missing.append(u)
+            log.warning("%s: listed as a finished shard, but its data object is gone: not read", u)
+            continue
+        if kind == "directory":
+            raise ValueError(f"{u}: a directory, not a Parquet output shard (listed as finished)")
+        shards.append(u)
+    if not shards:
+        raise FileNotFoundError(f"{prefix!r}: every finished output shard is gone: {', '.join(missing)}")
     s3_options = storage.polars_s3_options(prefix) if storage.split_uri(prefix)[0] in storage.S3_PROTOCOLS else None
-    frames = []
+    frames, nulls = [], {}
     for u in shards:
-        lf = scan_shard(u, s3_options)
-        have = lf.collect_schema().names()
-        frames.append(lf.select([c for c in (*COLUMNS, *OPTIONAL_COLUMNS) if c in have]))
-    rows = pl.concat(frames, how="diagonal_relaxed").collect()
-    return RunData(prefix, with_mean_logprob(rows, config.get("selection")), shards, manifest, config)
+        lf, absent = _shard_frame(u, s3_options)
+        frames.append(lf)
+        if absent:
+            nulls[u] = absent
+    try:
+        rows = pl.concat(frames, how="vertical").collect()
+    except pl.exceptions.PolarsError as e:  # a value the cast refuses, a corrupt page: which shard?
+        for u, lf in zip(shards, frames):
+            try:
+                lf.collect()
+            except pl.exceptions.PolarsError as e1:
+                raise ValueError(f"{u}: cannot be read as the output schema ({e1})") from None
+        raise ValueError(f"{prefix}: shards cannot be read together ({e})") from None
+    return RunData(prefix, with_mean_logprob(rows, config.get("selection")), shards, manifest, config,
+                   missing, nulls)

@@ -38,6 +38,8 @@ def summary(data: RunData) -> dict:
     ``verifier_drafts_deduplicated``: verifier forward passes saved by
     ``verifier.deduplicate_drafts`` (sum over rows), only when the run wrote a value.
     A number that is NaN or infinite is None.
+    ``shards_missing``: shards listed as finished whose data object is gone (not read);
+    ``columns_read_as_null``: shard -> report columns it lacks (read as null).
 
     Raises:
         ValueError: a graded row without a task (:func:`specrag_batch.calibration.tasks`)."""
@@ -59,6 +61,8 @@ def summary(data: RunData) -> dict:
         "low_confidence": int(df["low_confidence"].fill_null(False).sum()),
         "fast_path": int(df["fast_path"].fill_null(False).sum()),
         "by_task": {}, "auroc": {},
+        "shards_missing": [redact_text(u) for u in data.shards_missing],
+        "columns_read_as_null": {redact_text(u): c for u, c in data.columns_read_as_null.items()},
     }
     out["low_confidence_rate"] = out["low_confidence"] / answered if answered else None
     out["fast_path_rate"] = out["fast_path"] / answered if answered else None
@@ -83,12 +87,13 @@ def summary(data: RunData) -> dict:
         out["auroc"][task] = {mm: calibration.auroc(calibration.measure_values(t, mm), t["correct"].to_numpy())
                               for mm in calibration.MEASURES}
     man = data.manifest or {}
-    out["stage_seconds"] = man.get("stage_seconds", {})
+    out["stage_seconds"] = man.get("stage_seconds") or {}
     out["seconds"] = man.get("seconds")
     rows_out = man.get("rows_out") or n
+    per_row = lambda v: v / rows_out if rows_out and v is not None else None  # noqa: E731
     out["tokens_per_row"] = {
-        name: {"prompt": st.get("prompt_tokens", 0) / rows_out if rows_out else None,
-               "generated": st.get("generated_tokens", 0) / rows_out if rows_out else None,
+        name: {"prompt": per_row(st.get("prompt_tokens", 0)),
+               "generated": per_row(st.get("generated_tokens", 0)),
                "engine_seconds": st.get("seconds"),
                "prefix_cache_hit_rate": prefix_cache_hit_rate(st)}
         for name, st in (man.get("engines") or {}).items()}
@@ -126,6 +131,11 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
             lines.append(f"| {name} | " + ", ".join(f"{k}: {v}" for k, v in s[key].items()) + " |")
     if "verifier_drafts_deduplicated" in s:
         lines.append(f"| verifier passes saved (repeated drafts) | {s['verifier_drafts_deduplicated']} |")
+    if s["shards_missing"] or s["columns_read_as_null"]:
+        lines += ["", "## Shards not read as written", ""]
+        lines += [f"- `{u}`: listed as finished, data object missing: not read" for u in s["shards_missing"]]
+        lines += [f"- `{u}`: columns " + ", ".join(f"`{c}`" for c in cols) + " missing: read as null"
+                  for u, cols in s["columns_read_as_null"].items()]
     lines += ["", "## Accuracy per task (where gold exists)", "",
               "| task | n with gold | accuracy (match for qa) | exact match | F1 |", "|---|---|---|---|---|"]
     lines += [f"| {t} | {m['n_with_gold']} | {_fmt(m['accuracy'])} | {_fmt(m.get('exact_match'))} | "

@@ -121,6 +121,10 @@ class TaskThreshold:
     interval: tuple[float, float] | None
     bootstrap_unreachable: int
     auroc: dict[str, float | None]
+    fast_path: int = 0
+    """Rows kept at any τ (fast path)."""
+    scored: int = 0
+    """Rows τ applies to that have a finite confidence (0: no row to threshold, τ is None)."""
 
 
 def calibrate_task(conf, correct, always, *, target_accuracy: float | None = None,
@@ -190,35 +194,52 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
     """τ_min per task from output rows (``df`` from :func:`specrag_batch.report.load_rows`, with
     ``score`` and ``mean_logprob`` columns).
 
+    A confidence above 0 is refused rather than a τ_min clamped to 0: both measures are
+    natural-log probabilities (≤ 0), so such values are another writer's scores, and a clamped
+    τ would keep rows the target did not choose (:class:`specrag_batch.config.Selection`
+    refuses a positive ``tau_min`` for the same reason).
+
     Raises:
-        ValueError: unknown measure, bad targets, no graded answered rows, or a graded row
-            without a task (:func:`tasks`)."""
+        ValueError: unknown measure, bad targets, no graded answered rows, a graded row
+            without a task (:func:`tasks`), or a graded row whose ``measure`` is above 0
+            (naming its ``query_id`` and the field)."""
     if measure not in MEASURES:
         raise ValueError(f"unknown confidence measure {measure!r} (expected one of {MEASURES})")
     choose_tau(Curve(np.array([]), np.array([]), np.array([]), 0), target_accuracy, target_coverage)
     g = graded_rows(df)
     if g.height == 0:
         raise ValueError("no answered rows with a gold answer: calibration needs a labelled run")
+    positive = g.filter(pl.col(measure).cast(pl.Float64).is_finite() & (pl.col(measure) > 0))
+    if positive.height:
+        raise ValueError(f"row (query_id={positive['query_id'][0]!r}): field '{measure}': "
+                         f"{positive[measure][0]} > 0 in {positive.height} graded row(s); confidence "
+                         "measures are natural-log probabilities (<= 0), so no τ_min can be chosen from these")
     out = []
     for task in tasks(g):
         t = g.filter(pl.col("task") == task)
         correct, always = t["correct"].to_numpy(), t["always"].to_numpy()
+        conf = measure_values(t, measure)
         tau, cov, acc, interval, missed = calibrate_task(
-            measure_values(t, measure), correct, always, target_accuracy=target_accuracy,
+            conf, correct, always, target_accuracy=target_accuracy,
             target_coverage=target_coverage, n_boot=n_boot, seed=seed)
         aur = {m: auroc(measure_values(t, m)[~always], correct[~always]) for m in MEASURES}
-        out.append(TaskThreshold(task, measure, t.height, tau, cov, acc, interval, missed, aur))
+        out.append(TaskThreshold(task, measure, t.height, tau, cov, acc, interval, missed, aur,
+                                 int(always.sum()), int((~always & np.isfinite(conf)).sum())))
     return out
 
 
 def config_snippet(results: list[TaskThreshold], header: str = "") -> str:
     """YAML that :func:`specrag_batch.config.load_config` accepts: ``selection.confidence`` and
-    ``selection.tau_min`` per task (tasks whose target was not met are left out, noted in a
-    comment)."""
+    ``selection.tau_min`` per task (tasks without a τ are left out, noted in a comment: the
+    target was not met, or no row has a confidence to threshold, e.g. every graded row took
+    the fast path)."""
     taus = {r.task: r.tau for r in results if r.tau is not None}  # exact: a rounded τ may drop its row
     body = yaml.safe_dump({"selection": {"confidence": results[0].measure if results else "score",
                                          "tau_min": taus or None}}, sort_keys=False)
-    notes = [f"# {r.task}: target not met on this data (n={r.n}); left out, so its rows are "
+    notes = [f"# {r.task}: no row has a confidence to threshold (n={r.n}: {r.fast_path} fast-path, kept at "
+             f"any τ; the others have no {r.measure}); left out, so its rows are never flagged"
+             if r.scored == 0 else
+             f"# {r.task}: target not met on this data (n={r.n}); left out, so its rows are "
              "never flagged: set a value by hand"
              for r in results if r.tau is None]
     return "".join(f"# {line}\n" for line in header.splitlines()) + "\n".join(notes) + \

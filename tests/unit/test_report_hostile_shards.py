@@ -199,7 +199,7 @@ def test_calibrate_refuses_positive_scores_instead_of_a_snippet_load_config_refu
     for i, r in enumerate(rows):
         r["score"] = 0.9 - 0.1 * i
     df = load_rows(_run(tmp_path / "run", rows)).rows
-    with pytest.raises(ValueError, match=r"field 'score'.*q0.*log-probabilit"):
+    with pytest.raises(ValueError, match=r"q0.*field 'score'.*log probabilit"):
         calibrate(df, target_accuracy=0.9, n_boot=5)
     result = _invoke("calibrate", str(tmp_path / "run"), "--target-accuracy", "0.9", "--bootstrap", "5",
                      "--out", str(tmp_path / "t.yaml"))

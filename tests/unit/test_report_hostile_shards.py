@@ -215,3 +215,16 @@ def test_calibrate_on_fast_path_rows_only_says_no_row_has_a_score_to_threshold(t
     p = tmp_path / "t.yaml"
     p.write_text(snippet)
     assert load_config(p).selection.tau_for("qa") is None
+
+
+def test_a_value_the_cast_refuses_names_its_shard(tmp_path):
+    """int64 ``draft_rounds`` are read as int32, but 2**40 does not fit: the failure shows on
+    collect (all shards at once), and the error names the one shard that holds it."""
+    prefix = _run(tmp_path / "run", _rows())
+    t = pa.Table.from_pylist(_rows(2), schema=OUTPUT_SCHEMA)
+    t = t.set_column(t.schema.get_field_index("draft_rounds"), "draft_rounds", pa.array([1, 2**40], pa.int64()))
+    bad = _add_shard(prefix, "b.parquet", lambda p: pq.write_table(t, p))
+    result = _report(prefix)
+    assert result.exit_code == 2, result.output
+    assert bad in result.output and "draft_rounds" in result.output
+    assert str(tmp_path / "run" / "a.parquet") not in result.output

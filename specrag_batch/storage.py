@@ -10,6 +10,7 @@ partial file. S3 endpoint and credentials come from the usual AWS variables or f
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import uuid
@@ -154,6 +155,31 @@ def read_bytes(uri: str) -> bytes:
         FileNotFoundError: nothing at ``uri``."""
     fs, path = filesystem(uri)
     return fs.cat_file(path)
+
+
+def json_object(raw: bytes, uri: str) -> dict:
+    """``raw`` (the bytes of the file at ``uri``) parsed as a JSON object.
+
+    Raises:
+        ValueError: not JSON (or not UTF-8), or JSON that is not an object, naming ``uri``."""
+    try:
+        v = json.loads(raw)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{uri}: not JSON ({e})") from None
+    if not isinstance(v, dict):
+        raise ValueError(f"{uri}: expected a JSON object, got {type(v).__name__}")
+    return v
+
+
+def read_json_object(uri: str) -> dict | None:
+    """The JSON object at ``uri``, None when nothing is there.
+
+    Raises:
+        ValueError: not a JSON object (:func:`json_object`)."""
+    try:
+        return json_object(read_bytes(uri), uri)
+    except FileNotFoundError:
+        return None
 
 
 def write_bytes_atomic(uri: str, data: bytes) -> None:

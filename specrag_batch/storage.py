@@ -183,18 +183,30 @@ def read_json_object(uri: str) -> dict | None:
 
 
 def write_bytes_atomic(uri: str, data: bytes) -> None:
-    """Write ``data`` so that readers see either nothing or the whole object."""
+    """Write ``data`` so that readers see either nothing or the whole object.
+
+    Raises:
+        OSError: the object cannot be written (a read-only directory, a directory in its
+            place), naming ``uri``'s path, never the local temporary it goes through (which
+            is removed)."""
     fs, path = filesystem(uri)
     if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
         parent = os.path.dirname(path)
         os.makedirs(parent, exist_ok=True)
         # a short name of its own: the target's name may already use the whole NAME_MAX
         tmp = os.path.join(parent, f".{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+            if e.filename != tmp:
+                raise
+            raise type(e)(e.errno, e.strerror, path) from None
     else:
         fs.pipe_file(path, data)
         fs.invalidate_cache(path)

@@ -26,10 +26,22 @@ INPUT_SCHEMA = pa.schema([
 
 
 def _jsonl(path: Path) -> Iterator[dict]:
-    with open(path) as f:
-        for line in f:
+    """The records of a JSON-lines file (blank lines skipped).
+
+    Raises:
+        ValueError: a line that is not JSON, or bytes that are not UTF-8, naming the file and
+            the line (1-based)."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+                if line.strip():
+                    record = json.loads(line)
+            except ValueError as e:  # UnicodeDecodeError, JSONDecodeError
+                what = "UTF-8" if isinstance(e, UnicodeDecodeError) else "JSON"
+                raise ValueError(f"{path}: line {n}: not {what} ({e})") from None
             if line.strip():
-                yield json.loads(line)
+                yield record
 
 
 def climate_fever(root: Path) -> Iterator[dict]:

@@ -16,12 +16,18 @@ whose marker matches the config hash and the input fingerprint, recomputes the r
 overwrites any unmarked (partial) output. A different config into the same output refuses
 (:class:`RunConflictError`) unless ``overwrite`` is given, which removes the previous results
 first, so results of two configs never mix.
+
+A done marker that is not one the pipeline writes (not a JSON object, or its ``result`` or
+``output`` of another type) is not trusted: its shard is recomputed, with a warning naming it.
+A ``_run.json`` that is not a JSON object cannot be checked against this run: refused like a
+conflict (``overwrite`` replaces it).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 
 from . import storage
 from .redaction import redact, redact_text
@@ -29,6 +35,8 @@ from .redaction import redact, redact_text
 RUN_FILE = "_run.json"
 SHARDS_DIR = "_shards"
 DRAFTS_DIR = "_drafts"  # intermediate draft shards of disaggregated runs (same layout inside)
+
+log = logging.getLogger(__name__)
 
 
 class RunConflictError(RuntimeError):
@@ -48,11 +56,20 @@ def marker_uri(output_uri: str, shard_out_uri: str) -> str:
     return storage.join(output_uri, SHARDS_DIR, shard_out_uri.rsplit("/", 1)[-1] + ".json")
 
 
-def _read_json(uri: str) -> dict | None:
+def _read_marker(uri: str) -> dict | None:
+    """The done marker at ``uri`` when it is one the pipeline writes (a JSON object whose
+    ``result`` is an object and ``output`` a string), else None: absent, or (with a warning
+    naming it) damaged, so that its shard is recomputed rather than trusted or a crash."""
     try:
-        return json.loads(storage.read_bytes(uri))
-    except FileNotFoundError:
+        m = storage.read_json_object(uri)
+    except ValueError as e:
+        log.warning("%s; not a done marker this pipeline wrote: its shard is recomputed", redact_text(str(e)))
         return None
+    if m is not None and not (isinstance(m.get("result"), dict) and isinstance(m.get("output"), str)):
+        log.warning("%s: done marker without an object 'result' and a string 'output': its shard "
+                    "is recomputed", redact_text(uri))
+        return None
+    return m
 
 
 def _remove(uri: str) -> None:
@@ -73,11 +90,23 @@ def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: b
     belongs to this input and config. Called before a flow starts, so that a conflict is a
     clean error (CLI exit 2) and not a failed flow run with Prefect's traceback in the log.
 
+    A ``_run.json`` that is not a JSON object cannot be checked: with ``overwrite`` it is
+    returned as ``{}`` (a key no run matches, so :func:`claim_output` replaces it).
+
     Raises:
-        RunConflictError: the prefix holds results of another input or config and
-            ``overwrite`` is false.
+        RunConflictError: the prefix holds results of another input or config, or a
+            ``_run.json`` that is not a JSON object (named), and ``overwrite`` is false.
     """
-    existing = _read_json(storage.join(output_uri, RUN_FILE))
+    uri = storage.join(output_uri, RUN_FILE)
+    try:
+        existing = storage.read_json_object(uri)
+    except ValueError as e:
+        if overwrite:
+            return {}
+        raise RunConflictError(
+            f"{redact_text(str(e))}: the key of the results in output {redact_text(output_uri)!r} "
+            "cannot be checked against this run. Use another output URI, or --overwrite to "
+            "replace the previous results.") from None
     if existing is not None and not overwrite and _conflicts(existing, input_uri, config_hash):
         raise RunConflictError(
             f"output {redact_text(output_uri)!r} holds results of input "
@@ -121,8 +150,8 @@ def clear_previous(output_uri: str) -> None:
         if not storage.exists(mdir):
             continue
         for f in fs.find(storage.filesystem(mdir)[1]):
-            m = _read_json(proto + f if proto and not f.startswith(proto) else f)
-            if m and m.get("output"):
+            m = _read_marker(proto + f if proto and not f.startswith(proto) else f)
+            if m and m["output"]:  # a damaged marker names no data object: only the marker goes
                 _remove(m["output"])
             fs.rm_file(f)
     for name in ("_manifest.json", RUN_FILE):
@@ -134,9 +163,9 @@ def completed_shard(output_uri: str, shard_out_uri: str, config_hash: str, finge
     """The done marker of a shard when it matches this config and input version (and, given
     ``claims_digest``, the duplicate ids it was made with: draft shards,
     ``ShardJob.claims_digest``), else None."""
-    m = _read_json(marker_uri(output_uri, shard_out_uri))
+    m = _read_marker(marker_uri(output_uri, shard_out_uri))
     if (m and m.get("config_hash") == config_hash and m.get("fingerprint") == fingerprint
-            and m.get("result", {}).get("status") == "ok" and storage.exists(shard_out_uri)
+            and m["result"].get("status") == "ok" and storage.exists(shard_out_uri)
             and (claims_digest is None or m["result"].get("claims_digest") == claims_digest)):
         return m
     return None

@@ -44,8 +44,9 @@ def load_embedder(name: str):
 def embed(name: str, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
     """L2-normalised embeddings, float32 array of shape (len(texts), d). Thread-safe."""
     model = load_embedder(name)
-    if not texts:
-        return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
+    if not texts:  # get_embedding_dimension since sentence-transformers 5 (the old name warns)
+        dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return np.zeros((0, dim()), dtype=np.float32)
     with _EMBED_LOCK:
         out = model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
                            convert_to_numpy=True, show_progress_bar=False)

@@ -10,6 +10,7 @@ partial file. S3 endpoint and credentials come from the usual AWS variables or f
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import uuid
@@ -156,19 +157,56 @@ def read_bytes(uri: str) -> bytes:
     return fs.cat_file(path)
 
 
+def json_object(raw: bytes, uri: str) -> dict:
+    """``raw`` (the bytes of the file at ``uri``) parsed as a JSON object.
+
+    Raises:
+        ValueError: not JSON (or not UTF-8), or JSON that is not an object, naming ``uri``."""
+    try:
+        v = json.loads(raw)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{uri}: not JSON ({e})") from None
+    if not isinstance(v, dict):
+        raise ValueError(f"{uri}: expected a JSON object, got {type(v).__name__}")
+    return v
+
+
+def read_json_object(uri: str) -> dict | None:
+    """The JSON object at ``uri``, None when nothing is there.
+
+    Raises:
+        ValueError: not a JSON object (:func:`json_object`)."""
+    try:
+        return json_object(read_bytes(uri), uri)
+    except FileNotFoundError:
+        return None
+
+
 def write_bytes_atomic(uri: str, data: bytes) -> None:
-    """Write ``data`` so that readers see either nothing or the whole object."""
+    """Write ``data`` so that readers see either nothing or the whole object.
+
+    Raises:
+        OSError: the object cannot be written (a read-only directory, a directory in its
+            place), naming ``uri``'s path, never the local temporary it goes through (which
+            is removed)."""
     fs, path = filesystem(uri)
     if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
         parent = os.path.dirname(path)
         os.makedirs(parent, exist_ok=True)
         # a short name of its own: the target's name may already use the whole NAME_MAX
         tmp = os.path.join(parent, f".{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+            if e.filename != tmp:
+                raise
+            raise type(e)(e.errno, e.strerror, path) from None
     else:
         fs.pipe_file(path, data)
         fs.invalidate_cache(path)

@@ -21,15 +21,16 @@ def inputs(
     """Labelled training input rows from the shared data, never from rows the benchmark reserves.
 
     Exit code 2: a dataset that is not a training source (--datasets), a data file missing
-    under --shared, an --output that cannot be a directory."""
-    from .sources import write_training_inputs
+    or unreadable under --shared, an --output that cannot be a directory."""
+    from .sources import NotATrainingSourceError, write_training_inputs
 
     try:
         counts = write_training_inputs(shared, output, datasets=tuple(d.strip() for d in datasets.split(",")),
                                        limit=limit)
-    except ValueError as e:
+    except NotATrainingSourceError as e:
         raise typer.BadParameter(str(e), param_hint="--datasets") from None
-    except OSError as e:  # the message names the file: a wrong --shared, an --output that is a file
+    except (OSError, ValueError) as e:  # names the file: a wrong --shared, a corrupt data file,
+        # an --output that is a file
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(json.dumps(counts))

@@ -22,7 +22,6 @@ import hashlib
 import json
 import random
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 BENCHMARK_RESERVE = 300
@@ -61,13 +60,6 @@ def nq_question_id(question: str) -> str:
     return "nq-open:" + hashlib.sha1(question.encode()).hexdigest()[:16]
 
 
-def _jsonl(path: Path) -> Iterator[dict]:
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
-
-
 def nq_open(root: Path, skip: int = BENCHMARK_RESERVE, stop: int | None = None,
             distractors: int = NQ_DISTRACTORS) -> list[dict]:
     """NQ-open rows ``skip:stop`` of the file (input schema dicts): the gold passage and
@@ -77,7 +69,7 @@ def nq_open(root: Path, skip: int = BENCHMARK_RESERVE, stop: int | None = None,
     stop=BENCHMARK_RESERVE``: reserved rows only). gold = the answer aliases. More distractors
     give N = 20 or 40 documents (``benchmarks/throughput.py``); the first
     :data:`NQ_DISTRACTORS` are the same passages whatever the number."""
-    raw = list(_jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[skip:stop]
+    raw = list(make_samples()._jsonl(root / "nq_open_oracle" / "nq-open-oracle.shared.jsonl"))[skip:stop]
     rows = []
     for i, r in enumerate(raw):
         qid = nq_question_id(r["question"])
@@ -99,12 +91,20 @@ def nq_open(root: Path, skip: int = BENCHMARK_RESERVE, stop: int | None = None,
 def musique(root: Path) -> list[dict]:
     """MuSiQue train-split sample (all rows: the benchmark does not use MuSiQue), 20 paragraphs
     each; gold = answer and aliases."""
-    data = json.loads((root / "musique_hipporag_sample" / "musique_train_sample.shared.json").read_text())
+    path = root / "musique_hipporag_sample" / "musique_train_sample.shared.json"
+    try:
+        data = json.loads(path.read_bytes())
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path}: not JSON ({e})") from None
     return [{"query_id": f"musique:{r['id']}", "query": r["question"], "task": "qa",
              "documents": [{"doc_id": f"musique:{r['id']}:{p['idx']}", "title": p["title"],
                             "text": p["paragraph_text"]} for p in r["paragraphs"]],
              "choices": None, "gold": [r["answer"], *r.get("answer_aliases", [])]}
             for r in data if r.get("answerable", True)]
+
+
+class NotATrainingSourceError(ValueError):
+    """A dataset name that is not a training source (``--datasets``)."""
 
 
 BENCHMARK_DATASETS = ("climate_fever", "popqa", "arc_challenge", "hotpotqa", "nq_open")
@@ -126,19 +126,27 @@ def training_rows(root: Path, datasets: tuple[str, ...] = ("climate_fever", "hot
     are read.
 
     Raises:
-        ValueError: an unknown dataset name, or one the benchmark reports on that has no rows
-            after the reserve (PopQA, Self-RAG ARC)."""
+        NotATrainingSourceError: an unknown dataset name, or one the benchmark reports on that
+            has no rows after the reserve (PopQA, Self-RAG ARC).
+        FileNotFoundError: a dataset's file is missing under ``root``.
+        ValueError: a file that is not JSON (lines) or not UTF-8 (named, with the line), or a
+            record without a field the conversion reads (naming the dataset, ``root`` and the
+            field)."""
+    readers = {"nq_open": nq_open, "musique": musique,
+               **{n: lambda r, n=n: list(benchmark_converters()[n](r))[BENCHMARK_RESERVE:]
+                  for n in ("climate_fever", "hotpotqa")}}
     out: dict[str, list[dict]] = {}
     for name in datasets:
-        if name == "nq_open":
-            rows = nq_open(root)
-        elif name == "musique":
-            rows = musique(root)
-        elif name in ("climate_fever", "hotpotqa"):
-            rows = list(benchmark_converters()[name](root))[BENCHMARK_RESERVE:]
-        else:
-            raise ValueError(f"dataset {name!r}: not a training source (choose from climate_fever, "
-                             "hotpotqa, nq_open, musique; popqa and arc_challenge are benchmark-only)")
+        if name not in readers:
+            raise NotATrainingSourceError(
+                f"dataset {name!r}: not a training source (choose from climate_fever, "
+                "hotpotqa, nq_open, musique; popqa and arc_challenge are benchmark-only)")
+        try:
+            rows = readers[name](root)
+        except (KeyError, TypeError, AttributeError, IndexError) as e:  # valid JSON, another shape
+            what = f"field {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+            raise ValueError(f"dataset {name!r} under {root}: a record without the expected fields "
+                             f"({what})") from None
         out[name] = rows[:limit] if limit is not None else rows
     return out
 

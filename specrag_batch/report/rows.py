@@ -9,7 +9,6 @@ they are, never re-parsed as URL or glob.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from functools import cache
@@ -39,29 +38,8 @@ them a row cannot be named, placed in its task, or told answered from failed. An
 the report lists it (``columns_read_as_null``)."""
 
 
-def _json_object(raw: bytes, uri: str) -> dict:
-    """``raw`` parsed as a JSON object.
-
-    Raises:
-        ValueError: not JSON, or JSON that is not an object, naming ``uri``."""
-    try:
-        v = json.loads(raw)
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise ValueError(f"{uri}: not JSON ({e})") from None
-    if not isinstance(v, dict):
-        raise ValueError(f"{uri}: expected a JSON object, got {type(v).__name__}")
-    return v
-
-
-def _read_json(uri: str) -> dict | None:
-    """The JSON object at ``uri``, None when nothing is there.
-
-    Raises:
-        ValueError: not a JSON object (:func:`_json_object`)."""
-    try:
-        return _json_object(storage.read_bytes(uri), uri)
-    except FileNotFoundError:
-        return None
+_json_object = storage.json_object
+_read_json = storage.read_json_object
 
 
 _KINDS = {list: "a list", dict: "an object", str: "a string", (int, float): "a number"}

@@ -54,7 +54,7 @@ def _already_done(job: ShardJob, prefix: str, file: str) -> dict | None:
                                   job.claims_digest if prefix == job.drafts_prefix else None)
     if done is None:
         return None
-    get_run_logger().info("%s: %s already written by run %s, skipped", job.shard_file, file, done["run_id"])
+    get_run_logger().info("%s: %s already written by run %s, skipped", job.shard_file, file, done.get("run_id", "?"))
     return {**done["result"], "engines": {}}
 
 

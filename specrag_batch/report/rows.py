@@ -38,10 +38,6 @@ them a row cannot be named, placed in its task, or told answered from failed. An
 the report lists it (``columns_read_as_null``)."""
 
 
-_json_object = storage.json_object
-_read_json = storage.read_json_object
-
-
 _KINDS = {list: "a list", dict: "an object", str: "a string", (int, float): "a number"}
 
 
@@ -106,7 +102,7 @@ def listed_outputs(prefix: str, manifest: dict | None = None) -> list[str]:
             fs_path = f if "://" not in f else storage.split_uri(f)[1]
             with fs.open(fs_path, "rb") as fh:
                 uri = storage.join(mdir, base)
-                m = _json_object(fh.read(), uri)
+                m = storage.json_object(fh.read(), uri)
             if (_field(m, "result", dict, uri) or {}).get("status") == "ok":
                 names.add(base[:-len(".json")])
     for s in (manifest or {}).get("shards") or []:
@@ -290,11 +286,11 @@ def load_rows(prefix: str) -> RunData:
             or its values cannot be cast (naming the shard and column)."""
     prefix = storage.normalize_uri(prefix)
     muri = storage.join(prefix, MANIFEST)
-    manifest = _read_json(muri)
+    manifest = storage.read_json_object(muri)
     if manifest is not None:
         _check_manifest(manifest, muri)
     run_uri = storage.join(prefix, RUN_FILE)
-    config = (manifest or {}).get("config") or _field(_read_json(run_uri) or {}, "config", dict, run_uri) or {}
+    config = (manifest or {}).get("config") or _field(storage.read_json_object(run_uri) or {}, "config", dict, run_uri) or {}
     listed = listed_outputs(prefix, manifest)
     if not listed:
         raise FileNotFoundError(f"{prefix!r}: no finished output shard (no done marker in "

@@ -17,7 +17,11 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   (:func:`specrag_batch.records.is_valid_draft`);
 * seconds per row (sum of the shards' recorded seconds, so a resumed cell keeps the time of
   its earlier attempts), tokens per row and prefix-cache hit rate per model, the ratio speculative / standard with a
-  paired bootstrap interval over shards (the same rows in both arms) and a sign test;
+  paired bootstrap interval over shards (the same rows in both arms) and a sign test; only
+  between cells that ran on one and the same machine (:func:`same_machine`): otherwise no
+  ratio, but ``n/a (different machines)`` and the machines of each cell
+  (:data:`DIFFERENT_MACHINES`, :func:`machines_table`); accuracy and token comparisons hold
+  across machines;
 * the fast-path share;
 * Table 3 selection ablations re-selected from the speculative cell's scored drafts with the
   product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same);
@@ -172,6 +176,33 @@ def ratio_bootstrap(num: Sequence[float], den: Sequence[float], *, reps: int = R
             "ci95": [float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))],
             "faster_units": lo, "slower_units": hi,
             "p_sign": 1.0 if lo + hi == 0 else float(binomtest(lo, lo + hi, 0.5).pvalue)}
+
+
+DIFFERENT_MACHINES = "n/a (different machines)"
+"""What a time comparison between cells that did not run on one and the same machine prints
+in place of a ratio (:func:`same_machine`)."""
+
+
+def same_machine(a: dict, b: dict) -> bool | None:
+    """Whether two cells (``{"machines": [machine id, ...]}``, ``decision.load_cell``; None =
+    unknown) ran on one and the same known machine: True when each ran all its shards on one
+    machine and it is the same id; False otherwise (two machines, a cell spread over several,
+    a shard of unknown machine); None when a cell has no ``machines`` key (the caller gave no
+    machine information: time ratios are computed as before)."""
+    if "machines" not in a or "machines" not in b:
+        return None
+    ma, mb = list(a["machines"]), list(b["machines"])
+    return len(ma) == 1 and ma == mb and ma[0] is not None
+
+
+def withheld_ratio(machines_a: Sequence, machines_b: Sequence) -> dict:
+    """The place of a :func:`ratio_bootstrap` result between cells of different machines:
+    its keys with no value (``n`` 0, NaN ratio and interval and ``p_sign``) and
+    ``"withheld": DIFFERENT_MACHINES``, ``"machines_a"``, ``"machines_b"``: each side's
+    machine ids (None = unknown)."""
+    return {"n": 0, "ratio": math.nan, "ci95": [math.nan, math.nan], "faster_units": 0, "slower_units": 0,
+            "p_sign": math.nan, "withheld": DIFFERENT_MACHINES, "machines_a": list(machines_a),
+            "machines_b": list(machines_b)}
 
 
 # --- per-row outcomes --------------------------------------------------------------------
@@ -823,6 +854,8 @@ def verdict_accuracy(cmp: dict) -> str:
 def verdict_speed(ratio: dict) -> str:
     """"yes" / "no: slower" / "no difference shown" from a :func:`ratio_bootstrap` of seconds
     (arm / baseline): yes when the whole 95% interval of the ratio is below 1."""
+    if ratio.get("withheld"):
+        return "not measured (different machines)"
     lo, hi = ratio["ci95"]
     if ratio["n"] == 0 or lo != lo:
         return "not measured"
@@ -851,7 +884,7 @@ def first_correct(row: dict, choices: Sequence[str] | None, labels: Sequence[str
 
 
 def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | None, choices: dict,
-                     labels: Sequence[str], *, reps: int = REPS) -> dict:
+                     labels: Sequence[str], *, reps: int = REPS, same: bool | None = None) -> dict:
     """What the fallback pass did in one cell: the rows selection flagged ``low_confidence``
     (the rows the pass answers again), their accuracy before (the first answer,
     :func:`first_correct`) and after (the answer given, :func:`row_correct`), the paired
@@ -865,7 +898,9 @@ def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | 
     speculative cell's answer: how far the whole-cell comparison is the fallback's alone),
     "cost": {"fallback_stage_s_per_row", "added_s_per_row", "added_tokens_per_row",
     "added_tokens_per_flagged_row"}}``. Per-row figures divide by the cell's rows; cost
-    figures are None without ``base``."""
+    figures are None without ``base``. ``same``: :func:`same_machine` of this cell and
+    ``base``; False leaves ``added_s_per_row`` None with ``"time": DIFFERENT_MACHINES`` (the
+    token figures stay)."""
     flagged = [r for r in rows if r.get("error") is None and r.get("low_confidence")]
     aft, bef = flagged_outcomes(flagged, choices, labels)
     out = {"n_rows": len(rows), "n_flagged": len(flagged),
@@ -890,6 +925,8 @@ def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | 
         if n_paired:
             cost.update(paired_rows=n_paired, added_s_per_row=(sum(sec[0]) - sum(sec[1])) / n_paired,
                         added_tokens_per_row=(sum(tok[0]) - sum(tok[1])) / n_paired)
+            if same is False:  # seconds of two machines: no difference to take
+                cost.update(added_s_per_row=None, time=DIFFERENT_MACHINES)
             if flagged and n_paired == len(rows):  # every flagged row is in a paired shard
                 cost["added_tokens_per_flagged_row"] = (sum(tok[0]) - sum(tok[1])) / len(flagged)
         spec = {r["query_id"]: r.get("answer") for r in base["rows"]}
@@ -967,11 +1004,15 @@ def compare_cells(a: dict, b: dict, choices: dict, labels: Sequence[str], *, rep
                   a_correct: Sequence[bool | None] | None = None) -> dict:
     """Two cells of one dataset: :func:`paired` accuracy, and the ratios a / b of seconds and
     of tokens over the shards both hold (:func:`ratio_bootstrap`; absent for re-selected arms,
-    which cost nothing beyond their source cell)."""
+    which cost nothing beyond their source cell). The seconds ratio is withheld
+    (:func:`withheld_ratio`) when the cells did not run on one and the same machine
+    (:func:`same_machine` False); tokens do not depend on the machine."""
     out = paired(a["rows"], b["rows"], choices, labels, a_correct=a_correct, reps=reps)
     if a_correct is None:
         for key in ("seconds", "tokens"):
             out[key] = ratio_bootstrap(*_shard_pairs(a["shards"], b["shards"], key), reps=reps)
+        if same_machine(a, b) is False:
+            out["seconds"] = withheld_ratio(a["machines"], b["machines"])
     return out
 
 
@@ -981,7 +1022,11 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
 
     Args:
         cells: dataset -> arm -> ``{"rows": output rows (dicts), "shards": done-marker
-            results with ``name``, "roles": model -> role, "complete": bool}``.
+            results with ``name``, "roles": model -> role, "complete": bool}`` and optionally
+            ``"machines"``: the machine ids its shards ran on (None = unknown); seconds of
+            cells that did not run on one and the same machine are not divided
+            (:func:`same_machine`; pooled: a seconds ratio only when every dataset's pair of
+            cells ran on one machine each, the same for both).
         choices: dataset -> query_id -> option texts (None for non-choice rows).
         labels: the run's ``claim_labels``.
         seed: the run config's seed (random-selection ablation, as the product's).
@@ -1012,6 +1057,8 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         for arm, cell in arms.items():
             fig = cell_figures(cell["rows"], cell["shards"], ch, labels, cell.get("roles", {}), reps=reps)
             fig["complete"] = cell.get("complete", True)
+            if "machines" in cell:
+                fig["machines"] = list(cell["machines"])
             entry["arms"][arm] = fig
             outcomes[arm] = [row_correct(r, ch.get(r["query_id"]), labels) for r in cell["rows"]]
         derived = {}
@@ -1038,17 +1085,22 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
                 key = f"{x} - {y}"
                 a_src = arms["speculative"] if x in derived else arms[x]
                 a_out = derived[x] if x in derived else outcomes[x]
-                pp = pooled_pairs.setdefault(key, {"a": {}, "b": {}, "sa": [], "sb": [], "strata": []})
+                pp = pooled_pairs.setdefault(key, {"a": {}, "b": {}, "sa": [], "sb": [], "strata": [],
+                                                   "machines_a": set(), "machines_b": set(), "same": True})
                 pp["a"].update({(ds, r["query_id"]): c for r, c in zip(a_src["rows"], a_out)})
                 pp["b"].update({(ds, r["query_id"]): c for r, c in zip(arms[y]["rows"], outcomes[y])})
                 if x not in derived:
+                    pp["same"] &= same_machine(arms[x], arms[y]) is not False
+                    pp["machines_a"].update(arms[x].get("machines") or [])
+                    pp["machines_b"].update(arms[y].get("machines") or [])
                     xs, ys = _shard_pairs(arms[x]["shards"], arms[y]["shards"], "seconds")
                     pp["sa"] += xs
                     pp["sb"] += ys
                     pp["strata"] += [ds] * len(xs)
         for arm in (a for a in FALLBACK_ARMS if a in arms):
             fb = entry.setdefault("fallback", {})[arm] = fallback_figures(
-                arms[arm]["rows"], arms[arm]["shards"], arms.get("speculative"), ch, labels, reps=reps)
+                arms[arm]["rows"], arms[arm]["shards"], arms.get("speculative"), ch, labels, reps=reps,
+                same=same_machine(arms[arm], arms["speculative"]) if "speculative" in arms else None)
             flagged = [r for r in arms[arm]["rows"] if r.get("error") is None and r.get("low_confidence")]
             aft, bef = flagged_outcomes(flagged, ch, labels)
             pf = pooled_fallback.setdefault(arm, {"after": [], "before": [], "strata": [], "n_flagged": 0, "n_rows": 0})
@@ -1072,7 +1124,10 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         cmp = {**paired_bootstrap(a, b, reps=reps, strata=st or None),
                "accuracy_a": (sum(a) / len(a)) if a else None, "accuracy_b": (sum(b) / len(b)) if b else None,
                "mcnemar": mcnemar_exact(a, b), "datasets": sorted(set(st))}
-        if pp["sa"]:
+        if pp["sa"] and not pp["same"]:
+            key_m = lambda m: (m is None, m or "")  # noqa: E731 - None (unknown) last
+            cmp["seconds"] = withheld_ratio(sorted(pp["machines_a"], key=key_m), sorted(pp["machines_b"], key=key_m))
+        elif pp["sa"]:
             cmp["seconds"] = ratio_bootstrap(pp["sa"], pp["sb"], reps=reps, strata=pp["strata"])
         res["pooled"]["comparisons"][key] = cmp
     reported = {ds: arms["speculative"] for ds, arms in cells.items() if "speculative" in arms}
@@ -1113,6 +1168,8 @@ def _diff(cmp: dict | None) -> str:
 
 
 def _ratio(r: dict | None) -> str:
+    if r and r.get("withheld"):
+        return r["withheld"]
     if not r or not r.get("n") or r["ratio"] != r["ratio"]:
         return "n/a"
     return f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] (n = {r['n']} shards)"
@@ -1185,7 +1242,33 @@ def tables(res: dict) -> str:
     out += fallback_table(res)
     out += self_reflection_table(res)
     out += rule_table(res)
+    out += machines_table(res)
     return "\n".join(out) + "\n"
+
+
+def _machines(ids: Sequence) -> str:
+    """Machine ids for a sentence: ``a1b2c3d4e5f6``, ``a1b2c3d4e5f6 + unknown``."""
+    return " + ".join("unknown" if m is None else str(m) for m in ids) or "unknown"
+
+
+def machines_table(res: dict) -> list[str]:
+    """Markdown lines "Machines": each machine of ``res["machines"]`` (id -> ``{"cpu_model",
+    "cpus", "platform", "dates"}``, put there by ``decision.analyse``) and the machine(s)
+    each cell ran on (``arms[arm]["machines"]``); empty when no cell has machines."""
+    cells = [(ds, arm, f["machines"]) for ds, e in res["datasets"].items() for arm, f in e["arms"].items()
+             if "machines" in f]
+    if not cells:
+        return []
+    out = ["", "Machines: seconds are compared (ratios, added s/row) only between cells that ran on one and the "
+           f"same machine; otherwise `{DIFFERENT_MACHINES}`. Accuracy and tokens compare across machines. "
+           "Machine id: sha256 of /etc/machine-id and the boot id (each session's machine is a new id).", "",
+           "| machine | CPU | cpus | platform | dates (UTC) |", "|---|---|---|---|---|"]
+    for mid, m in sorted((res.get("machines") or {}).items()):
+        out.append(f"| {mid} | {m.get('cpu_model')} | {m.get('cpus')} | {m.get('platform')} | "
+                   f"{', '.join(m.get('dates') or [])} |")
+    out += ["", "| dataset | arm | machine(s) |", "|---|---|---|"]
+    out += [f"| {ds} | {arm} | {_machines(ms)} |" for ds, arm, ms in cells]
+    return out
 
 
 def drafter_generated_tokens(f: dict) -> float | None:
@@ -1383,7 +1466,7 @@ def fallback_table(res: dict) -> list[str]:
         tau = "; ".join(f"{t['task']}: {t['tau']:.4g} (n = {t['n']}, {_pct(t['coverage'])}%)"
                         for t in c.get("tasks", []) if t.get("tau") is not None) or "n/a"
         cost = f["cost"]
-        add_s = "n/a" if cost["added_s_per_row"] is None else f"{cost['added_s_per_row']:+.2f}"
+        add_s = cost.get("time") or ("n/a" if cost["added_s_per_row"] is None else f"{cost['added_s_per_row']:+.2f}")
         add_t = "n/a" if cost["added_tokens_per_row"] is None else f"{cost['added_tokens_per_row']:+.0f}"
         per_flag = cost.get("added_tokens_per_flagged_row")
         out.append(f"| {ds} | {arm} | {tau} | {f['n_rows']} | {f['n_flagged']} ({_pct(f['share_flagged'])}) | "
@@ -1517,7 +1600,10 @@ def verdicts(res: dict) -> str:
                     f"**{verdict_accuracy(cmp)}** ({_pct(cmp['accuracy_a'])} vs {_pct(cmp['accuracy_b'])}, "
                     f"difference {100 * cmp['diff']:+.1f} points [{100 * cmp['ci95'][0]:+.1f}, "
                     f"{100 * cmp['ci95'][1]:+.1f}], McNemar p = {m['p']:.3g}, {m['b']} vs {m['c']} discordant rows).")
-            if sec:
+            if sec and sec.get("withheld"):
+                line += (f" Faster? **{verdict_speed(sec)}**: seconds per row ratio {_ratio(sec)}: "
+                         f"{a} ran on {_machines(sec['machines_a'])}, standard on {_machines(sec['machines_b'])}.")
+            elif sec:
                 line += (f" Faster? **{verdict_speed(sec)}** (seconds per row ratio {_ratio(sec)}, "
                          f"sign test over shards p = {sec['p_sign']:.3g}).")
             out.append(line)

@@ -54,6 +54,19 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   (no engine run), and states which the tuning split favours, pooled over datasets; the
   reported speculative cells' figures are shown beside, not used for choosing.
 
+Cell archive (:mod:`cell_archive`, ``--archive``, default ``benchmarks/decision/cells/``, kept
+in git; ``benchmarks/runs/`` is not, and each working session's machine starts without it):
+every finished shard is copied there (output columns the analysis reads, zstd, about 13 KB per
+10-row shard, plus a JSON of its done-marker result, config hash, input content hash and the
+machine it ran on) before cells run, while a cell computes (every minute) and when it ends,
+and on ``--analyse-only``; existing entries are never rewritten. Before a cell runs (or is
+analysed), every shard without a valid done marker in ``--runs`` whose config hash and input
+content match an archived entry is restored through the product's resume API, so it is not
+computed again; archived shards that do not match are not restored (one line per cell says
+which). Commit ``benchmarks/decision/cells/`` before a session ends. Seconds are compared only
+between cells that ran on the same machine (otherwise ``n/a (different machines)``; tables.md
+lists each cell's machines). ``--no-archive`` turns all of this off.
+
 Cells run in this order: standard and speculative for every dataset, then the tuned group
 (``speculative-smol`` and the tuned drafters), then the ablations, then per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
 file are the tuning split (prompt work may look at them; never reported); reported rows start
@@ -66,6 +79,7 @@ which drafter training never reads (``drafter_training/sources.py``).
         --arms speculative-smol,speculative-tuned-smol \
         --tuned-drafter smol=/work/train/smol-tuned,qwen=/work/train/qwen-tuned
     python benchmarks/decision.py --analyse-only                      # rewrite the summary
+    python benchmarks/decision.py --no-archive --runs /tmp/r ...      # no archive copy/restore
     python benchmarks/decision.py --config configs/test-smollm2.yaml --rows 3 \\
         --datasets climate_fever,popqa --arms standard,speculative --runs /tmp/bench-runs
 
@@ -89,11 +103,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
+import cell_archive  # noqa: E402
 import decision_stats  # noqa: E402
 from specrag_batch.config import RunConfig, load_config  # noqa: E402
 from specrag_batch.drafter_training.sources import BENCHMARK_RESERVE, benchmark_converters  # noqa: E402
 
 DATASETS = ("climate_fever", "hotpotqa", "nq_open", "popqa", "arc_challenge")
+ARCHIVE_DIR = ROOT / "benchmarks" / "decision" / "cells"
+"""Default cell archive (``--archive``; :mod:`cell_archive`): every cell's finished shards,
+kept in git so the benchmark can be completed over several sessions on new machines."""
 TUNING_ROWS = 20
 """Rows 0-19 of every file: the tuning split. Prompt work and thresholds may look at these
 only; they are never reported. 20 rows: enough to read drafts of every task by eye."""
@@ -406,10 +424,56 @@ def cell_shards(cell: Cell) -> list[tuple[str, str, dict | None]]:
     return result
 
 
-def run_cell(cell: Cell) -> dict:
-    """Run (or resume, or skip) one cell. Returns ``{"cell", "status", "seconds",
-    "shards_done_before"}``; status ``skipped`` (every shard already done), ``ok``, or
-    ``failed: <reason>`` (the next invocation resumes it)."""
+ARCHIVE_POLL_S = 60.0
+"""While a cell computes, its newly finished shards are copied into the archive every this
+many seconds (and once more when the cell ends), so a session cut short loses at most the
+shard being computed, provided the archive is committed."""
+
+
+class _ArchiveWatcher:
+    """Copies a computing cell's finished shards into the archive every ``every`` seconds
+    (:func:`cell_archive.archive_cell`) on a daemon thread, and once more on :meth:`stop`. An
+    archive error is printed (once) and does not stop the cell."""
+
+    def __init__(self, cell: Cell, archive: Path, every: float = ARCHIVE_POLL_S):
+        import threading
+
+        self.cell, self.archive, self.every, self.error = cell, archive, every, None
+        self.added = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name=f"archive {cell.name}", daemon=True)
+        self._thread.start()
+
+    def _once(self) -> None:
+        with self._lock:
+            try:
+                self.added += cell_archive.archive_cell(self.cell, self.archive)["added"]
+            except Exception as e:  # noqa: BLE001 - the archive must never fail the measurement
+                if self.error is None:
+                    print(f"[decision] {self.cell.name}: archiving failed: {type(e).__name__}: {e}", flush=True)
+                self.error = e
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._once()
+
+    def stop(self) -> int:
+        """Stop polling, archive once more; returns the entries added while watching."""
+        self._stop.set()
+        self._thread.join()
+        self._once()
+        return self.added
+
+
+def run_cell(cell: Cell, archive: Path | None = None) -> dict:
+    """Run (or resume, or skip) one cell. With ``archive`` (the cell archive directory,
+    :mod:`cell_archive`), shards that finish are copied into it while the cell computes
+    (every :data:`ARCHIVE_POLL_S` s) and when it ends, also when it fails; the archive's
+    shards were restored before (:func:`sync_archive`). Returns ``{"cell", "status",
+    "seconds", "shards_done_before"}`` (and ``"archived"``: entries added, with an archive);
+    status ``skipped`` (every shard already done), ``ok``, or ``failed: <reason>`` (the next
+    invocation resumes it)."""
     from specrag_batch import run_batch
     from specrag_batch.engines import get_engine
 
@@ -424,11 +488,42 @@ def run_cell(cell: Cell) -> dict:
     for e in {id(x): x for x in engines}.values():  # every measurement from empty prefix caches
         e.llm.reset_prefix_cache()
     print(f"[decision] {cell.name}: {len(before) - done_before} of {len(before)} shards to compute", flush=True)
+    watcher = _ArchiveWatcher(cell, archive) if archive is not None else None
     t0 = time.perf_counter()
-    m = run_batch(str(cell.input_dir), str(cell.output_dir), config=cfg, execution={"stages": "fused"})
+    try:
+        m = run_batch(str(cell.input_dir), str(cell.output_dir), config=cfg, execution={"stages": "fused"})
+    finally:
+        added = watcher.stop() if watcher is not None else None
     status = "ok" if m["failed_shards"] == 0 else f"failed: {m['failed_shards']} shards failed"
-    return {"cell": cell.name, "status": status, "seconds": round(time.perf_counter() - t0, 1),
-            "shards_done_before": done_before}
+    out = {"cell": cell.name, "status": status, "seconds": round(time.perf_counter() - t0, 1),
+           "shards_done_before": done_before}
+    return out if added is None else {**out, "archived": added}
+
+
+def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = None) -> None:
+    """Before cells run or are analysed: for each cell (once per cell and config hash, noted
+    in ``synced``), copy its finished shards into ``archive``
+    (:func:`cell_archive.archive_cell`), then restore the archived shards its runs directory
+    lacks (:func:`cell_archive.restore_cell`), printing one line per cell that restored
+    anything or has archived shards it could not use (another config, other input rows).
+    Nothing with ``archive`` None (``--no-archive``).
+
+    Raises:
+        OSError: the archive or runs directory cannot be written."""
+    if archive is None:
+        return
+    synced = set() if synced is None else synced
+    for c in cells:
+        key = (c.name, c.config.config_hash())
+        if key in synced:
+            continue
+        synced.add(key)
+        added = cell_archive.archive_cell(c, archive)["added"]
+        line = cell_archive.restore_line(c, cell_archive.restore_cell(c, archive), archive)
+        if added:
+            print(f"[decision] {c.name}: {added} finished shard(s) added to the archive {archive}", flush=True)
+        if line:
+            print(line, flush=True)
 
 
 def roles(cfg: RunConfig) -> dict[str, str]:
@@ -442,8 +537,11 @@ def roles(cfg: RunConfig) -> dict[str, str]:
 
 
 def load_cell(cell: Cell) -> dict | None:
-    """A cell's finished shards: output rows and done-marker results (with ``name``), for
-    :func:`decision_stats.summarise`; None when no shard is done."""
+    """A cell's finished shards, for :func:`decision_stats.summarise`: ``{"rows": output
+    rows, "shards": done-marker results with ``name`` and ``machine`` (the machine dict of
+    :func:`cell_archive.shard_machine`: archived for a restored shard, else this machine or
+    unknown), "machines": sorted distinct machine ids of its shards (None = unknown),
+    "roles", "complete", "config_hash"}``; None when no shard is done."""
     import pyarrow.parquet as pq
 
     rows, shards = [], []
@@ -452,10 +550,11 @@ def load_cell(cell: Cell) -> dict | None:
         if done is None:
             continue
         rows += pq.read_table(out).to_pylist()
-        shards.append({**done["result"], "name": out.rsplit("/", 1)[-1]})
+        shards.append({**done["result"], "name": out.rsplit("/", 1)[-1], "machine": cell_archive.shard_machine(done)})
     if not shards:
         return None
-    return {"rows": rows, "shards": shards, "roles": roles(cell.config),
+    machines = sorted({s["machine"].get("id") for s in shards}, key=lambda m: (m is None, m or ""))
+    return {"rows": rows, "shards": shards, "roles": roles(cell.config), "machines": machines,
             "complete": len(shards) == len(planned), "config_hash": cell.config.config_hash()}
 
 
@@ -519,6 +618,23 @@ def _finite(x):
     return x
 
 
+def machines_of(loaded: list[dict]) -> dict[str, dict]:
+    """The machines the shards of ``loaded`` cells (:func:`load_cell` results) ran on: machine
+    id -> ``{"cpu_model", "cpus", "platform", "dates": sorted UTC dates its shards finished}``
+    (:func:`cell_archive.shard_machine`); unknown machines (id None) are left out."""
+    out: dict[str, dict] = {}
+    for cell in loaded:
+        for s in cell["shards"]:
+            m = s.get("machine") or {}
+            if m.get("id") is None:
+                continue
+            e = out.setdefault(m["id"], {"cpu_model": m.get("cpu_model"), "cpus": m.get("cpus"),
+                                         "platform": m.get("platform"), "dates": []})
+            if m.get("date") and m["date"] not in e["dates"]:
+                e["dates"] = sorted([*e["dates"], m["date"]])
+    return dict(sorted(out.items()))
+
+
 def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dict, reps: int,
             calibration: dict[str, dict] | None = None, tuning_data: dict[str, list[dict]] | None = None) -> dict:
     """Summarise every cell that has finished shards into ``out/results.json`` and
@@ -526,7 +642,10 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
     (their rows are the tuning split): they go to ``decision_stats.summarise(tuning=...)``,
     which chooses ``selection.self_reflection`` and ``selection.rule`` on them alone; ``tuning_data`` (dataset ->
     :func:`tuning_rows`) gives their options. ``calibration`` (dataset ->
-    :func:`calibrate_tuning`) is reported as the τ_min each ``fallback_standard`` cell ran with."""
+    :func:`calibrate_tuning`) is reported as the τ_min each ``fallback_standard`` cell ran with.
+    Each cell's machine ids (``cells_loaded``, ``datasets.<ds>.arms.<arm>.machines``) and the
+    machines (``machines``, :func:`machines_of`) are in results.json and tables.md ("Machines");
+    seconds of cells of different machines are not compared (``decision_stats.same_machine``)."""
     loaded: dict = {}
     tuning: dict = {}
     for c in cells:
@@ -544,8 +663,10 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
                                        tuning=tuning, same_base=same_base)
     if calibration:
         summary["calibration"] = calibration
+    summary["machines"] = machines_of([*(v for arms in loaded.values() for v in arms.values()), *tuning.values()])
     results = _finite({**meta, "cells_loaded": {ds: {arm: {"complete": v["complete"], "shards": len(v["shards"]),
-                                                           "config_hash": v["config_hash"]}
+                                                           "config_hash": v["config_hash"],
+                                                           "machines": v.get("machines")}
                                                      for arm, v in arms.items()} for ds, arms in loaded.items()},
                        **summary})
     out.mkdir(parents=True, exist_ok=True)
@@ -591,8 +712,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ablation-rows", type=int, default=50, help="first rows of the reported rows")
     ap.add_argument("--shard-rows", type=int, default=10)
     ap.add_argument("--reps", type=int, default=decision_stats.REPS, help="bootstrap resamples")
-    ap.add_argument("--analyse-only", action="store_true", help="summarise finished shards, run nothing")
+    ap.add_argument("--analyse-only", action="store_true", help="summarise finished shards, run nothing "
+                    "(still archives new finished shards and restores archived ones, unless --no-archive)")
+    ap.add_argument("--archive", type=Path, default=ARCHIVE_DIR,
+                    help="cell archive kept in git (finished shards of every cell, by config and input hash); "
+                    "default benchmarks/decision/cells")
+    ap.add_argument("--no-archive", action="store_true",
+                    help="neither copy finished shards into the archive nor restore archived shards into --runs "
+                    "(time ratios then count only shards finished on this machine since it booted)")
     a = ap.parse_args(argv)
+    archive = None if a.no_archive else a.archive
 
     os.environ.setdefault("SPECRAG_PROGRESS", "0")
     os.environ.setdefault("PREFECT_HOME", str(a.runs / "_prefect"))  # its own Prefect database
@@ -618,15 +747,20 @@ def main(argv: list[str] | None = None) -> int:
             write_shards(data[ds][:n], ablation_input[ds], a.shard_rows)
         else:
             ablation_input[ds] = a.runs / ds / "input"
+    synced: set = set()
+
     def plan() -> tuple[list[Cell], list[str], dict[str, dict]]:
         """Cells with the τ_min of every tuning cell finished so far (fallback_standard waits
-        for its dataset's tuning cell: plan again after one has run)."""
+        for its dataset's tuning cell: plan again after one has run), each synced with the
+        archive (:func:`sync_archive`) before its tuning cell is read or it runs."""
         kw = dict(tuned_drafter=tuned, ablation_datasets=ablation_datasets,
                   ablation_input=ablation_input)
         first, _ = plan_cells(datasets, arms, base, a.runs, **kw)
+        sync_archive(first, archive, synced)
         calib = calibrate_all(first)
         cells, notes = plan_cells(datasets, arms, base, a.runs, tau_min={d: c["tau_min"] for d, c in calib.items()},
                                   **kw)
+        sync_archive(cells, archive, synced)
         return cells, notes, calib
 
     cells, notes, calib = plan()
@@ -640,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         while (cell := next((c for c in cells if c.name not in attempted), None)) is not None:
             attempted.add(cell.name)
             try:
-                statuses.append(run_cell(cell))
+                statuses.append(run_cell(cell, archive))
             except RunConflictError as e:
                 print(f"[decision] {cell.name}: {e}\n[decision] give another --runs directory per config",
                       file=sys.stderr)
@@ -656,7 +790,9 @@ def main(argv: list[str] | None = None) -> int:
     for n in notes:
         print(f"[decision] skipped: {n}", flush=True)
     meta = {"config_path": str(a.config), "config": base.model_dump(mode="json"),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "versions": _versions(),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                        "id": cell_archive.this_machine()["id"]}, "versions": _versions(),
+            "archive": None if archive is None else str(archive),
             "rows_per_dataset": {ds: len(r) for ds, r in data.items()},
             "rows": {ds: {"first_row": REPORT_START[ds], "tuning_rows": TUNING_ROWS,
                           "query_ids": [r["query_id"] for r in rows]} for ds, rows in data.items()},

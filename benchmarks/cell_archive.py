@@ -1,0 +1,360 @@
+"""The decision benchmark's cell archive: finished shards kept in git, so that a benchmark
+spread over several working sessions (each on a new machine whose ``benchmarks/runs/`` starts
+empty) can be completed and analysed as one run.
+
+Layout, one entry per finished output shard of a cell (``decision.Cell``)::
+
+    <archive>/<dataset>/<arm>/<config hash>/<shard stem>.<input hash[:16]>.parquet
+    <archive>/<dataset>/<arm>/<config hash>/<shard stem>.<input hash[:16]>.json
+
+An entry is addressed by its content: the run config's hash (``RunConfig.config_hash``, 16
+hex) and the input shard's *table content* hash (:func:`table_sha256`, not its bytes or file
+version), so an entry is written once and never replaced: a cell re-run with another config or
+other input rows gets entries of its own, and nothing already in git changes
+(:func:`archive_cell` leaves existing files alone, so ``git status`` shows no diff).
+
+* The ``.parquet`` holds only the output columns the analysis reads (:data:`KEPT_COLUMNS`;
+  drafts without ``doc_ids``: :data:`ARCHIVE_SCHEMA`), zstd-compressed.
+* The ``.json`` (:func:`archive_cell` writes it after the Parquet) holds the done marker's
+  ``result`` (seconds, stage seconds, engine usage, run id), its ``finished`` time, the config
+  hash, the input hash, the sha256 of the ``.parquet`` bytes (checked before a restore), the
+  kept columns, and the machine the shard ran on (:func:`this_machine`).
+
+:func:`restore_cell` writes archived shards back into an empty (or partial) runs directory
+through the product's own API (``storage.write_parquet_atomic``, ``resume.mark_done`` with the
+input shard's current ``resume.input_fingerprint``), so ``resume.completed_shard`` accepts them
+and ``run_batch`` skips them. A restored shard's output has every column of
+``schema.OUTPUT_SCHEMA``; the columns not archived are null.
+
+Seconds measured on two machines cannot be divided by each other: each shard carries its
+machine (:func:`shard_machine`) and ``decision_stats`` prints no time ratio between cells that
+ran on different machines.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+import os
+import platform
+from functools import cache
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+KEPT_COLUMNS = (
+    "query_id", "task", "query", "answer", "score", "score_draft", "score_self_consistency",
+    "score_self_reflection", "low_confidence", "fast_path", "drafts", "flags", "error", "error_reason",
+    "gold", "correct", "answer_source", "first_answer", "first_correct", "fallback_error",
+    "verifier_drafts_deduplicated", "mode",
+)
+"""Output columns kept in the archive: those ``decision_stats.summarise`` (accuracy, drafts,
+oracle, post-hoc re-selection, self-reflection and rule variants, selection diagnosis,
+verifier duplicates, fallback), ``decision.calibrate_tuning`` (``calibration.calibrate`` and
+``report.rows.with_mean_logprob``: ``mode``, ``fast_path``, ``flags``, the scores) and the
+product's resume planning (``run.answered_ids``: ``query_id``, ``error_reason``) read. Left
+out: the row's ``rationale`` (its selected draft's), ``num_documents``, the drafts'
+``doc_ids``, ``exact_match``, ``f1``, ``draft_rounds``, ``first_score`` and the provenance
+columns (``drafter_model``, ``verifier_model``, ``run_id``, ``source_file``)."""
+
+FORMAT = 1
+"""Version of the entry layout, written in every ``.json``."""
+
+COMPRESSION_LEVEL = 19
+"""zstd level of the archived Parquet (a 10-row shard compresses in milliseconds at any level)."""
+
+RESTORED_KEY = "machine"
+"""Key a restored shard's done-marker ``result`` gets: the archived machine (:func:`this_machine`
+dict), so the analysis and a later archive attribute it to the machine that computed it."""
+
+
+@cache
+def archive_schema() -> pa.Schema:
+    """:data:`KEPT_COLUMNS` of ``schema.OUTPUT_SCHEMA`` in its types, ``drafts`` without
+    ``doc_ids``."""
+    from specrag_batch.schema import OUTPUT_SCHEMA
+
+    fields = []
+    for name in KEPT_COLUMNS:
+        f = OUTPUT_SCHEMA.field(name)
+        if name == "drafts":
+            struct = f.type.value_type
+            f = pa.field(name, pa.list_(pa.struct([s for s in struct if s.name != "doc_ids"])))
+        fields.append(f)
+    return pa.schema(fields)
+
+
+def table_sha256(table: pa.Table) -> str:
+    """sha256 (64 hex) of a table's content: its column names and types and its rows as
+    canonical JSON (keys sorted, UTF-8), so it is the same for the same rows whatever Parquet
+    writer, compression or file time made the file. Values JSON cannot hold (bytes, dates)
+    are hashed by their ``repr``."""
+    schema = [[f.name, str(f.type)] for f in table.schema]
+    blob = json.dumps({"schema": schema, "rows": table.to_pylist()}, sort_keys=True, ensure_ascii=False,
+                      default=repr, allow_nan=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _cpu_model() -> str | None:
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.lower().startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or None
+
+
+def boot_time() -> dt.datetime | None:
+    """When this machine booted (UTC, ``btime`` of ``/proc/stat``); None where unknown."""
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return dt.datetime.fromtimestamp(int(line.split()[1]), dt.timezone.utc)
+    return None
+
+
+@cache
+def this_machine() -> dict:
+    """The machine this process runs on: ``{"id", "cpu_model", "cpus", "platform",
+    "machine_id", "boot_id"}``. ``cpu_model`` from ``/proc/cpuinfo``, ``cpus`` =
+    ``os.cpu_count()``, ``machine_id`` = ``/etc/machine-id``, ``boot_id`` =
+    ``/proc/sys/kernel/random/boot_id`` (None where absent). ``id`` (12 hex) hashes
+    machine-id and boot id: a session's new machine is a new boot and so a new id even when
+    its image (and ``/etc/machine-id``) is the same; a reboot of the same machine also counts
+    as another machine (time ratios across it are withheld: the cautious side)."""
+    mid, boot = _read("/etc/machine-id"), _read("/proc/sys/kernel/random/boot_id")
+    return {"id": hashlib.sha256(f"{mid}/{boot}".encode()).hexdigest()[:12], "cpu_model": _cpu_model(),
+            "cpus": os.cpu_count(), "platform": platform.platform(), "machine_id": mid, "boot_id": boot}
+
+
+UNKNOWN_MACHINE = {"id": None, "note": "finished before this machine booted and not restored from the archive"}
+"""The machine of a shard whose marker predates this boot and carries no archived machine."""
+
+
+def shard_machine(marker: dict) -> dict:
+    """The machine a finished shard ran on, from its done marker (``resume.completed_shard``):
+    the archived machine of a restored shard (``result["machine"]``, :data:`RESTORED_KEY`);
+    else :func:`this_machine` when the marker was written after this machine booted; else
+    :data:`UNKNOWN_MACHINE` (``id`` None). Each with ``date``: the UTC date (YYYY-MM-DD) the
+    shard finished (the archived one for a restored shard), None when unknown."""
+    res = marker.get("result") or {}
+    if isinstance(res.get(RESTORED_KEY), dict):
+        return dict(res[RESTORED_KEY])
+    finished = _parse_time(marker.get("finished"))
+    boot = boot_time()
+    if finished is not None and boot is not None and finished >= boot:
+        return {**this_machine(), "date": finished.date().isoformat()}
+    return {**UNKNOWN_MACHINE, "date": finished.date().isoformat() if finished else None}
+
+
+def _parse_time(value) -> dt.datetime | None:
+    try:
+        t = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def entry_stem(archive: Path, cell, config_hash: str, shard_out: str, input_hash: str) -> Path:
+    """``<archive>/<dataset>/<arm>/<config hash>/<shard stem>.<input hash[:16]>`` (add
+    ``.parquet`` / ``.json``). ``cell``: a ``decision.Cell`` (``dataset``, ``arm``);
+    ``shard_out``: the output shard's URI or name."""
+    name = shard_out.rsplit("/", 1)[-1].removesuffix(".parquet")
+    return archive / cell.dataset / cell.arm / config_hash / f"{name}.{input_hash[:16]}"
+
+
+def _shards(cell) -> tuple[str, str, list[tuple[str, str]]]:
+    """(input URI, output URI, [(input shard URI, output shard URI)] sorted), by the product's
+    rules (``run.plan_shards``, ``run.shard_output_uri``)."""
+    from specrag_batch import storage
+    from specrag_batch.run import plan_shards, shard_output_uri
+
+    inp, out = storage.normalize_uri(str(cell.input_dir)), storage.normalize_uri(str(cell.output_dir))
+    shards, _ = plan_shards(inp)
+    return inp, out, [(s, shard_output_uri(inp, s, out)) for s in sorted(shards)]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def archive_table(output: pa.Table) -> pa.Table:
+    """An output shard's table cut to :func:`archive_schema`: kept
+    columns only, drafts without ``doc_ids``; a kept column the shard lacks (an output written
+    before it existed) comes out null.
+
+    Raises:
+        pyarrow.ArrowInvalid, pyarrow.ArrowTypeError: a kept column holds values its output
+            type cannot (a shard the product did not write)."""
+    keep = [c for c in KEPT_COLUMNS if c in output.column_names]
+    rows = output.select(keep).to_pylist()
+    for r in rows:
+        for d in r.get("drafts") or []:
+            if isinstance(d, dict):
+                d.pop("doc_ids", None)
+    return pa.Table.from_pylist(rows, schema=archive_schema())
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as zstd Parquet bytes (level :data:`COMPRESSION_LEVEL`), trimmed for 10-row
+    shards, where the file's metadata outweighs its data: no column statistics and no stored
+    Arrow schema (nothing reads them; :func:`restore_cell` reads the rows into
+    ``OUTPUT_SCHEMA``), no dictionary pages. A realistic 10-row, 5-draft shard: about 13 KB,
+    against about 25 KB for the product's whole output shard (``storage.write_parquet_atomic``)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", compression_level=COMPRESSION_LEVEL, write_statistics=False,
+                   store_schema=False, use_dictionary=False)
+    return buf.getvalue()
+
+
+def archive_cell(cell, archive: Path) -> dict:
+    """Copy every finished shard of ``cell`` (a ``decision.Cell``: its done marker valid for
+    the cell's config and input, ``resume.completed_shard``) that the archive does not hold
+    yet into ``archive`` (layout in the module docstring). Existing entries are never
+    rewritten (so git sees no change). Input shards are hashed only for finished shards.
+
+    Returns ``{"added": int, "present": int}``: entries written now, finished shards already
+    archived.
+
+    Raises:
+        OSError: the archive cannot be written (naming the file)."""
+    from specrag_batch import resume, storage
+
+    h = cell.config.config_hash()
+    inp, out, pairs = _shards(cell)
+    counts = {"added": 0, "present": 0}
+    if not storage.exists(out):
+        return counts
+    for s, o in pairs:
+        marker = resume.completed_shard(out, o, h, resume.input_fingerprint(s))
+        if marker is None:
+            continue
+        in_hash = table_sha256(storage.read_parquet(s))
+        stem = entry_stem(archive, cell, h, o, in_hash)
+        pq_path, js_path = stem.with_name(stem.name + ".parquet"), stem.with_name(stem.name + ".json")
+        if js_path.exists() and pq_path.exists():
+            counts["present"] += 1
+            continue
+        data = parquet_bytes(archive_table(storage.read_parquet(o)))
+        machine = shard_machine(marker)
+        result = {k: v for k, v in marker["result"].items() if k != RESTORED_KEY}
+        entry = {"format": FORMAT, "dataset": cell.dataset, "arm": cell.arm, "shard": o.rsplit("/", 1)[-1],
+                 "config_hash": h, "input_sha256": in_hash, "output_sha256": hashlib.sha256(data).hexdigest(),
+                 "columns": list(KEPT_COLUMNS), "finished": marker.get("finished"), "machine": machine,
+                 "result": result}
+        _write_atomic(pq_path, data)  # the Parquet first: a .json always names a complete file
+        _write_atomic(js_path, (json.dumps(entry, indent=1, sort_keys=True, default=str) + "\n").encode())
+        counts["added"] += 1
+    return counts
+
+
+def _entry(stem: Path, config_hash: str, in_hash: str) -> tuple[dict | None, str | None]:
+    """(entry, None) when ``stem``'s ``.json`` and ``.parquet`` exist, agree with the config
+    hash and input hash and the Parquet has the recorded sha256; else (None, why not)."""
+    js, pq_path = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".parquet")
+    if not js.exists():
+        return None, None
+    try:
+        entry = json.loads(js.read_text())
+        data = pq_path.read_bytes()
+    except (OSError, ValueError) as e:
+        return None, f"unreadable archive entry ({type(e).__name__}: {e})"
+    if not isinstance(entry, dict) or not isinstance(entry.get("result"), dict):
+        return None, "archive entry is not a JSON object with a result"
+    if entry.get("config_hash") != config_hash or entry.get("input_sha256") != in_hash:
+        return None, "archive entry records another config or input"
+    if hashlib.sha256(data).hexdigest() != entry.get("output_sha256"):
+        return None, "archived Parquet does not match its recorded sha256"
+    if entry["result"].get("status") != "ok":
+        return None, f"archived shard status {entry['result'].get('status')!r}"
+    entry["_data"] = data
+    return entry, None
+
+
+def _why_absent(archive: Path, cell, config_hash: str, shard_out: str) -> str | None:
+    """Why the archive has no entry for this shard under this config and input: it holds the
+    shard only for other input rows, or only under other config hashes; None when it never
+    held the shard."""
+    stem = shard_out.rsplit("/", 1)[-1].removesuffix(".parquet")
+    arm_dir = archive / cell.dataset / cell.arm
+    if not arm_dir.is_dir():
+        return None
+    others = [p.parent.name for p in arm_dir.glob(f"*/{stem}.*.json")]
+    if config_hash in others:
+        return "archived for other input rows"
+    if others:
+        return f"archived under other config hash {', '.join(sorted(set(others)))}"
+    return None
+
+
+def restore_cell(cell, archive: Path) -> dict:
+    """Write back every shard of ``cell`` that has no valid done marker in its runs directory
+    but an archive entry for the cell's config hash and the input shard's current content
+    (:func:`table_sha256`), through the product's API: the output with
+    ``storage.write_parquet_atomic`` (every ``OUTPUT_SCHEMA`` column, the ones not archived
+    null), then ``resume.mark_done`` with the input shard's current ``resume.input_fingerprint``,
+    the archived ``result`` (its ``input``/``output`` set to this directory's URIs, plus
+    :data:`RESTORED_KEY`: the archived machine) and the archived run id. Nothing is restored
+    into an output directory that holds another config's or input's results
+    (``resume.check_output`` refuses it; ``run_batch`` would too).
+
+    Returns ``{"restored": int, "not_restored": [(shard name, why)], "refused": str | None}``:
+    shards written back; shards the archive holds but not for this config and input (or
+    whose entry fails its checks), with why; why nothing was restored (a run conflict).
+    Shards never archived are in neither list.
+
+    Raises:
+        OSError: the runs directory cannot be written."""
+    from specrag_batch import resume, storage
+    from specrag_batch.schema import OUTPUT_SCHEMA
+
+    h = cell.config.config_hash()
+    inp, out, pairs = _shards(cell)
+    got = {"restored": 0, "not_restored": [], "refused": None}
+    todo = [(s, o) for s, o in pairs
+            if not (storage.exists(out) and resume.completed_shard(out, o, h, resume.input_fingerprint(s)))]
+    if not todo or not (archive / cell.dataset / cell.arm).is_dir():
+        return got
+    try:
+        resume.check_output(out, inp, h)
+    except resume.RunConflictError as e:
+        got["refused"] = str(e)
+        return got
+    for s, o in todo:
+        in_hash = table_sha256(storage.read_parquet(s))
+        entry, why = _entry(entry_stem(archive, cell, h, o, in_hash), h, in_hash)
+        if entry is None:
+            why = why or _why_absent(archive, cell, h, o)
+            if why:
+                got["not_restored"].append((o.rsplit("/", 1)[-1], why))
+            continue
+        rows = pq.read_table(io.BytesIO(entry["_data"])).to_pylist()
+        storage.write_parquet_atomic(o, pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA))
+        result = {**entry["result"], "input": s, "output": o, RESTORED_KEY: entry.get("machine") or {"id": None}}
+        resume.mark_done(out, o, h, resume.input_fingerprint(s), str(result.get("run_id") or "archive"), result)
+        got["restored"] += 1
+    return got
+
+
+def restore_line(cell, got: dict, archive: Path) -> str | None:
+    """The one line :func:`restore_cell`'s outcome prints for a cell (None when the archive
+    had nothing to say about it)."""
+    name = f"{cell.dataset}/{cell.arm}"
+    if got["refused"]:
+        return f"[decision] {name}: nothing restored from the archive: {got['refused']}"
+    if not got["restored"] and not got["not_restored"]:
+        return None
+    parts = [f"[decision] {name}: {got['restored']} shard(s) restored from {archive}"]
+    if got["not_restored"]:
+        parts.append("not restored (recomputed): " + "; ".join(f"{n}: {w}" for n, w in got["not_restored"]))
+    return "; ".join(parts)

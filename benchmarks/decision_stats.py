@@ -884,7 +884,7 @@ def first_correct(row: dict, choices: Sequence[str] | None, labels: Sequence[str
 
 
 def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | None, choices: dict,
-                     labels: Sequence[str], *, reps: int = REPS, same: bool | None = None) -> dict:
+                     labels: Sequence[str], *, reps: int = REPS, machines_match: bool | None = None) -> dict:
     """What the fallback pass did in one cell: the rows selection flagged ``low_confidence``
     (the rows the pass answers again), their accuracy before (the first answer,
     :func:`first_correct`) and after (the answer given, :func:`row_correct`), the paired
@@ -898,8 +898,8 @@ def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | 
     speculative cell's answer: how far the whole-cell comparison is the fallback's alone),
     "cost": {"fallback_stage_s_per_row", "added_s_per_row", "added_tokens_per_row",
     "added_tokens_per_flagged_row"}}``. Per-row figures divide by the cell's rows; cost
-    figures are None without ``base``. ``same``: :func:`same_machine` of this cell and
-    ``base``; False leaves ``added_s_per_row`` None with ``"time": DIFFERENT_MACHINES`` (the
+    figures are None without ``base``. ``machines_match``: :func:`same_machine` of this cell
+    and ``base``; False leaves ``added_s_per_row`` None with ``"time": DIFFERENT_MACHINES`` (the
     token figures stay)."""
     flagged = [r for r in rows if r.get("error") is None and r.get("low_confidence")]
     aft, bef = flagged_outcomes(flagged, choices, labels)
@@ -925,7 +925,7 @@ def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | 
         if n_paired:
             cost.update(paired_rows=n_paired, added_s_per_row=(sum(sec[0]) - sum(sec[1])) / n_paired,
                         added_tokens_per_row=(sum(tok[0]) - sum(tok[1])) / n_paired)
-            if same is False:  # seconds of two machines: no difference to take
+            if machines_match is False:  # seconds of two machines: no difference to take
                 cost.update(added_s_per_row=None, time=DIFFERENT_MACHINES)
             if flagged and n_paired == len(rows):  # every flagged row is in a paired shard
                 cost["added_tokens_per_flagged_row"] = (sum(tok[0]) - sum(tok[1])) / len(flagged)
@@ -1100,7 +1100,7 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         for arm in (a for a in FALLBACK_ARMS if a in arms):
             fb = entry.setdefault("fallback", {})[arm] = fallback_figures(
                 arms[arm]["rows"], arms[arm]["shards"], arms.get("speculative"), ch, labels, reps=reps,
-                same=same_machine(arms[arm], arms["speculative"]) if "speculative" in arms else None)
+                machines_match=same_machine(arms[arm], arms["speculative"]) if "speculative" in arms else None)
             flagged = [r for r in arms[arm]["rows"] if r.get("error") is None and r.get("low_confidence")]
             aft, bef = flagged_outcomes(flagged, ch, labels)
             pf = pooled_fallback.setdefault(arm, {"after": [], "before": [], "strata": [], "n_flagged": 0, "n_rows": 0})

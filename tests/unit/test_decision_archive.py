@@ -1,0 +1,370 @@
+"""The decision benchmark's cell archive (benchmarks/cell_archive.py, wired in
+benchmarks/decision.py): finished shards copied into a git-kept archive and restored into an
+empty runs directory (a new session's machine) through the product's resume API, so that the
+product skips them and the analysis is the same; nothing restored for another config or
+other input rows; archive files never rewritten; and no time ratio between cells that ran on
+different machines (decision_stats). Cells are real product runs (FakeEngine verifier, real
+tokenizer, the flow's own planning and shard path: tests/unit/test_query_id_plan.py's ``run``)
+or run trees written with the product's writers (tests/unit/product_runs.py). No vLLM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from ..conftest import ROOT, small_config
+from .product_runs import input_rows, write_cell, write_inputs
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import cell_archive  # noqa: E402
+import decision  # noqa: E402
+import decision_stats as ds  # noqa: E402
+
+MACHINE_A = {"id": "aaaaaaaaaaaa", "cpu_model": "CPU A", "cpus": 2, "platform": "Linux-A", "machine_id": "a",
+             "boot_id": "boot-a"}
+MACHINE_B = {**MACHINE_A, "id": "bbbbbbbbbbbb", "cpu_model": "CPU B", "boot_id": "boot-b"}
+
+
+def on_machine(monkeypatch, machine: dict) -> None:
+    """Make this process believe it runs on ``machine`` (shards finished now are its)."""
+    monkeypatch.setattr(cell_archive, "this_machine", lambda: dict(machine))
+
+
+def cell(runs, arm, config, dataset="popqa", inp="input") -> decision.Cell:
+    return decision.Cell(dataset, arm, config, runs / dataset / inp, runs / dataset / arm)
+
+
+def rich_fields(seed: int, fallback: bool = False):
+    """Output fields of realistic speculative rows: 5 verified drafts each with draft and
+    verifier scores, log P(Yes)/P(No), token counts, doc ids; row scores those of the argmax
+    draft; a fast-path row, an error row, low-confidence rows (with the fallback columns when
+    ``fallback``)."""
+    rng = np.random.default_rng(seed)
+
+    def fields(i, r):
+        answers = ["a", "b", "a", "c", "b"]
+        drafts = []
+        for j, a in enumerate(answers):
+            sd, sc = float(-rng.uniform(1, 20)), float(-rng.uniform(1, 30))
+            ly, ln = float(np.log(rng.uniform(0.05, 0.95))), float(np.log(rng.uniform(0.05, 0.95)))
+            drafts.append({"doc_ids": [f"{r['query_id']}:{j}"], "answer": a, "written_answer": a,
+                           "rationale": f"because passage {j} of {r['query_id']} says {a}", "flags": [],
+                           "score": sd + sc + ly, "score_draft": sd, "score_self_consistency": sc,
+                           "score_self_reflection": ly, "logprob_yes": ly, "logprob_no": ln,
+                           "tokens_draft": int(rng.integers(20, 90)), "tokens_answer": int(rng.integers(1, 6)),
+                           "tokens_rationale": int(rng.integers(10, 60))})
+        best = max(drafts, key=lambda d: d["score"])
+        out = {"answer": best["answer"], "rationale": best["rationale"], "score": best["score"],
+               "score_draft": best["score_draft"], "score_self_consistency": best["score_self_consistency"],
+               "score_self_reflection": best["score_self_reflection"], "drafts": drafts,
+               "correct": best["answer"] == "a", "fast_path": False, "low_confidence": best["score"] < -25,
+               "flags": [], "exact_match": best["answer"] == "a", "f1": 0.5}
+        if i == 3:
+            out.update(fast_path=True, low_confidence=False)
+        if i == 5:
+            out.update(answer=None, error="row 5: field 'documents': no documents", error_reason="no_documents",
+                       correct=None, drafts=None, score=None)
+        if fallback and out["low_confidence"] and i != 5:
+            out.update(answer_source="fallback_standard", first_answer=best["answer"],
+                       first_correct=best["answer"] == "a", answer="a", correct=True)
+        return out
+    return fields
+
+
+def rich_runs(runs, base, monkeypatch_machine=None) -> list[decision.Cell]:
+    """A runs tree of popqa with finished standard, speculative, tuning and fallback_standard
+    cells (20 reported rows, 12 tuning rows, shards of 5), as the benchmark plans them."""
+    write_inputs(runs / "popqa" / "input", input_rows(20, prefix="r"), 5)
+    write_inputs(runs / "popqa" / "input-tuning", input_rows(12, prefix="t"), 5)
+    cells, _ = decision.plan_cells(["popqa"], decision.expand_arms("main,fallback"), base, runs,
+                                   tuned_drafter=None, ablation_datasets=[], ablation_input={},
+                                   tau_min={"popqa": {"qa": -20.0}})
+    use = {"m": (900, 120, 3)}
+    for c, seed, sec in zip(cells, range(len(cells)), (8.0, 12.0, 11.0, 14.0)):
+        n = 4 if c.arm != "tuning" else 3
+        write_cell(c.input_dir, c.output_dir, c.config, [use] * n, seconds=sec,
+                   fields=rich_fields(seed, fallback=c.arm == "fallback_standard"))
+    return cells
+
+
+def analyse(cells, base, out):
+    res = decision.analyse(cells, {"popqa": input_rows(20, prefix="r")}, base, out,
+                           {"config_path": "c.yaml", "rows_per_dataset": {"popqa": 20}}, 200,
+                           decision.calibrate_all(cells), {"popqa": input_rows(12, prefix="t")})
+    return res, (out / "results.json").read_text(), (out / "tables.md").read_text()
+
+
+def fresh(runs_from, runs_to, base) -> list[decision.Cell]:
+    """The same cells planned over a new, empty runs directory (a new session's machine): the
+    input shards written again (new files, new mtimes), no output."""
+    write_inputs(runs_to / "popqa" / "input", input_rows(20, prefix="r"), 5)
+    write_inputs(runs_to / "popqa" / "input-tuning", input_rows(12, prefix="t"), 5)
+    cells, _ = decision.plan_cells(["popqa"], decision.expand_arms("main,fallback"), base, runs_to,
+                                   tuned_drafter=None, ablation_datasets=[], ablation_input={},
+                                   tau_min={"popqa": {"qa": -20.0}})
+    return cells
+
+
+@pytest.fixture
+def base():
+    from specrag_batch.config import load_config
+
+    return load_config(ROOT / "configs" / "test-smollm2.yaml")
+
+
+# --- a real product run, archived and restored -----------------------------------------
+
+def test_a_product_run_restored_from_the_archive_is_done_for_the_product(tmp_path):
+    from specrag_batch import resume, storage
+    from specrag_batch.run import plan_shards, shard_output_uri
+
+    from ..fakes import FakeEngine
+    from .test_query_id_plan import CFG, run
+
+    engine = FakeEngine()
+    old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
+    c_old = cell(old, "standard", CFG)
+    write_inputs(c_old.input_dir, input_rows(7, prefix="q", docs=3), 3)
+    assert set(run(c_old.input_dir, c_old.output_dir, engine).values()) == {("ok", None)}
+    assert cell_archive.archive_cell(c_old, archive) == {"added": 3, "present": 0}
+
+    c_new = cell(new, "standard", CFG)
+    write_inputs(c_new.input_dir, input_rows(7, prefix="q", docs=3), 3)
+    got = cell_archive.restore_cell(c_new, archive)
+    assert got == {"restored": 3, "not_restored": [], "refused": None}
+    inp, out = str(c_new.input_dir), str(c_new.output_dir)
+    for s in plan_shards(inp)[0]:  # the product's resume accepts every restored marker
+        o = shard_output_uri(inp, s, out)
+        m = resume.completed_shard(out, o, CFG.config_hash(), resume.input_fingerprint(s))
+        assert m is not None and m["result"]["status"] == "ok" and m["result"]["input"] == s
+        old_o = shard_output_uri(str(c_old.input_dir), s.replace(str(new), str(old)), str(c_old.output_dir))
+        kept = list(cell_archive.KEPT_COLUMNS)
+        restored, original = storage.read_parquet(o), storage.read_parquet(old_o)
+        assert restored.schema.names == original.schema.names  # the whole output schema
+        assert restored.select(kept).to_pylist() == [
+            {**r, "drafts": r["drafts"] and [{**d, "doc_ids": None} for d in r["drafts"]]}
+            for r in original.select(kept).to_pylist()]
+        assert any(r["drafts"] for r in original.to_pylist())
+    before = len(engine.calls)
+    assert run(c_new.input_dir, c_new.output_dir, engine) == {f"part-000{i}.parquet": ("done", None) for i in range(3)}
+    assert len(engine.calls) == before  # nothing computed again
+
+    entry = json.loads(next(archive.glob("popqa/standard/*/part-0000.*.json")).read_text())
+    assert entry["config_hash"] == CFG.config_hash() and entry["result"]["status"] == "ok"
+    assert entry["input_sha256"] == cell_archive.table_sha256(pq.read_table(c_new.input_dir / "part-0000.parquet"))
+    assert set(entry["machine"]) >= {"id", "cpu_model", "cpus", "platform", "machine_id", "boot_id", "date"}
+    assert entry["machine"]["cpus"] and entry["machine"]["id"] and entry["machine"]["date"]
+
+
+# --- the analysis is the same over restored cells --------------------------------------
+
+def test_restored_cells_give_the_same_analysis(base, tmp_path):
+    old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
+    cells = rich_runs(old, base)
+    want = analyse(cells, base, tmp_path / "out-old")
+    for c in cells:
+        assert cell_archive.archive_cell(c, archive)["added"] == len(list(c.input_dir.glob("*.parquet")))
+    new_cells = fresh(old, new, base)
+    for c in new_cells:
+        assert cell_archive.restore_cell(c, archive)["restored"] == len(list(c.input_dir.glob("*.parquet")))
+        assert all(d is not None for _, _, d in decision.cell_shards(c))
+    got = analyse(new_cells, base, tmp_path / "out-new")
+    assert got[1] == want[1] and got[2] == want[2]  # results.json and tables.md byte for byte
+    # the figures under test are there: post-hoc re-selection, fallback, calibration
+    res = want[0]
+    assert res["calibration"]["popqa"]["tau_min"] and res["datasets"]["popqa"]["fallback"]["fallback_standard"]["n_flagged"]
+    assert res["self_reflection"]["tuning"]["datasets"]["popqa"]["n"] > 0
+    assert res["datasets"]["popqa"]["comparisons"]["speculative - standard"]["seconds"]["n"] == 4
+    # and the tuning cell's τ_min, read from restored rows, is the same
+    assert decision.calibrate_all(new_cells) == decision.calibrate_all(cells)
+
+
+# --- what is not restored --------------------------------------------------------------
+
+def test_a_changed_input_shard_or_config_is_not_restored(base, tmp_path, capsys):
+    old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
+    for c in rich_runs(old, base):
+        cell_archive.archive_cell(c, archive)
+    rows = input_rows(20, prefix="r")
+    rows[7] = {**rows[7], "query": "another question?"}  # shard part-0001 changed, the others not
+    write_inputs(new / "popqa" / "input", rows, 5)
+    spec = cell(new, "speculative", decision.arm_config(base, "speculative"))
+    got = cell_archive.restore_cell(spec, archive)
+    assert got["restored"] == 3 and got["not_restored"] == [("part-0001.parquet", "archived for other input rows")]
+    assert [d is not None for _, _, d in decision.cell_shards(spec)] == [True, False, True, True]
+
+    m3 = cell(new, "speculative", decision.arm_config(base, "m3"))  # another config into the arm's directory
+    shutil.rmtree(m3.output_dir)
+    got = cell_archive.restore_cell(m3, archive)
+    assert got["restored"] == 0 and len(got["not_restored"]) == 4
+    assert all(why.startswith("archived under other config hash " + spec.config.config_hash())
+               for _, why in got["not_restored"])
+    assert not m3.output_dir.exists()
+    line = cell_archive.restore_line(m3, got, archive)
+    assert line.count("\n") == 0 and "0 shard(s) restored" in line and "part-0003.parquet" in line
+
+    # an output directory holding another config's results: nothing restored (run_batch refuses it too)
+    spec_dir_other = cell(new, "speculative", decision.arm_config(base, "m3"))
+    spec_dir_other.output_dir = spec.output_dir
+    from specrag_batch import resume, storage
+    resume.claim_output(storage.normalize_uri(str(spec.output_dir)), storage.normalize_uri(str(spec.input_dir)),
+                        spec.config.config_hash(), {}, "r")
+    assert cell_archive.restore_cell(spec_dir_other, archive)["refused"]
+
+    # a tampered archived Parquet is not restored
+    std = cell(new, "standard", decision.arm_config(base, "standard"))
+    victim = next(archive.glob("popqa/standard/*/part-0002.*.parquet"))
+    victim.write_bytes(victim.read_bytes() + b"x")
+    got = cell_archive.restore_cell(std, archive)
+    assert got["restored"] == 2 and got["not_restored"] == [
+        ("part-0001.parquet", "archived for other input rows"),
+        ("part-0002.parquet", "archived Parquet does not match its recorded sha256")]
+
+
+def test_input_content_not_file_version_addresses_an_entry(tmp_path):
+    """The same rows written again (new mtime, possibly other writer bytes) hash the same; a
+    changed value does not."""
+    import pyarrow as pa
+
+    t = pa.Table.from_pylist(input_rows(3))
+    pq.write_table(t, tmp_path / "a.parquet", compression="snappy")
+    pq.write_table(t, tmp_path / "b.parquet", compression="zstd")
+    assert (tmp_path / "a.parquet").read_bytes() != (tmp_path / "b.parquet").read_bytes()
+    h = cell_archive.table_sha256(pq.read_table(tmp_path / "a.parquet"))
+    assert h == cell_archive.table_sha256(pq.read_table(tmp_path / "b.parquet"))
+    changed = input_rows(3)
+    changed[2]["documents"][1]["text"] = "passage one"
+    assert cell_archive.table_sha256(pa.Table.from_pylist(changed)) != h
+
+
+# --- archive files are written once ----------------------------------------------------
+
+def test_archiving_again_rewrites_no_file(base, tmp_path):
+    old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
+    cells = rich_runs(old, base)
+    for c in cells:
+        cell_archive.archive_cell(c, archive)
+
+    def snapshot():
+        return {p: (p.stat().st_mtime_ns, p.stat().st_ino, p.read_bytes()) for p in sorted(archive.rglob("*"))
+                if p.is_file()}
+    first = snapshot()
+    assert len(first) == 2 * (4 * 3 + 3) and not list(archive.rglob(".*.tmp"))
+    for c in cells:  # again, over the same runs directory
+        assert cell_archive.archive_cell(c, archive)["added"] == 0
+    for c in fresh(old, new, base):  # and over restored shards (their markers are new files)
+        cell_archive.restore_cell(c, archive)
+        assert cell_archive.archive_cell(c, archive) == {"added": 0, "present": len(list(c.input_dir.glob("*.parquet")))}
+    assert snapshot() == first
+
+
+def test_the_archive_is_small_and_zstd(base, tmp_path):
+    cells = rich_runs(tmp_path / "runs", base)
+    cell_archive.archive_cell(cells[1], tmp_path / "archive")
+    f = next((tmp_path / "archive").glob("popqa/speculative/*/part-0000.*.parquet"))
+    meta = pq.ParquetFile(f).metadata
+    assert meta.num_rows == 5 and meta.schema.to_arrow_schema().names == list(cell_archive.KEPT_COLUMNS)
+    assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+    kept = pq.read_table(f).column("drafts").type.value_type
+    assert "doc_ids" not in [x.name for x in kept] and "rationale" in [x.name for x in kept]
+
+
+# --- sync before cells run; the watcher while a cell computes --------------------------
+
+def test_sync_archives_then_restores_once_per_cell_and_no_archive_does_nothing(base, tmp_path, capsys):
+    old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
+    cells = rich_runs(old, base)
+    decision.sync_archive(cells, None)  # --no-archive
+    assert not archive.exists()
+    decision.sync_archive(cells, archive)
+    assert "4 finished shard(s) added to the archive" in capsys.readouterr().out
+    new_cells, synced = fresh(old, new, base), set()
+    decision.sync_archive(new_cells, archive, synced)
+    out = capsys.readouterr().out.splitlines()
+    assert [x.split(":")[0] for x in out] == [f"[decision] {c.name}" for c in new_cells]
+    assert all("shard(s) restored from" in x for x in out)
+    decision.sync_archive(new_cells, archive, synced)
+    assert capsys.readouterr().out == ""
+
+
+def test_the_watcher_archives_shards_as_they_finish(base, tmp_path):
+    runs, archive = tmp_path / "runs", tmp_path / "archive"
+    write_inputs(runs / "popqa" / "input", input_rows(10, prefix="r"), 5)
+    c = cell(runs, "standard", decision.arm_config(base, "standard"))
+    w = decision._ArchiveWatcher(c, archive, every=0.05)
+    try:
+        write_cell(c.input_dir, c.output_dir, c.config, [{"m": (1, 1, 1)}] * 2)
+        import time
+
+        deadline = time.time() + 10
+        while time.time() < deadline and len(list(archive.rglob("*.json"))) < 2:
+            time.sleep(0.05)
+        assert len(list(archive.rglob("*.json"))) == 2  # before the cell ends
+    finally:
+        w.stop()
+    assert w.error is None
+
+
+def test_help_documents_no_archive(capsys):
+    with pytest.raises(SystemExit):
+        decision.main(["--help"])
+    text = capsys.readouterr().out
+    assert "--no-archive" in text and "--archive ARCHIVE" in text
+
+
+# --- time ratios only on one machine ---------------------------------------------------
+
+def test_no_time_ratio_between_cells_of_different_machines(base, tmp_path, monkeypatch):
+    old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
+    cells = {c.arm: c for c in rich_runs(old, base)}
+    for arm, c in cells.items():  # standard computed on machine A, the others on machine B
+        on_machine(monkeypatch, MACHINE_A if arm == "standard" else MACHINE_B)
+        cell_archive.archive_cell(c, archive)
+    on_machine(monkeypatch, {**MACHINE_A, "id": "cccccccccccc"})  # the new session's machine
+    new_cells = fresh(old, new, base)
+    for c in new_cells:
+        cell_archive.restore_cell(c, archive)
+    res, results_json, tables = analyse(new_cells, base, tmp_path / "out")
+    cmps = res["datasets"]["popqa"]["comparisons"]
+    sec = cmps["speculative - standard"]["seconds"]
+    assert sec["withheld"] == "n/a (different machines)" and sec["ratio"] is None
+    assert (sec["machines_a"], sec["machines_b"]) == (["bbbbbbbbbbbb"], ["aaaaaaaaaaaa"])
+    assert cmps["speculative - standard"]["tokens"]["n"] == 4  # tokens still compared
+    assert cmps["speculative - standard"]["n"] == 20  # accuracy too
+    assert res["pooled"]["comparisons"]["speculative - standard"]["seconds"]["withheld"]
+    # same machine (B): the ratio stands
+    assert cmps["fallback_standard - speculative"]["seconds"]["ratio"] == pytest.approx(14.0 / 12.0)
+    assert res["cells_loaded"]["popqa"]["standard"]["machines"] == ["aaaaaaaaaaaa"]
+    assert res["cells_loaded"]["popqa"]["speculative"]["machines"] == ["bbbbbbbbbbbb"]
+    assert set(res["machines"]) == {"aaaaaaaaaaaa", "bbbbbbbbbbbb"} and res["machines"]["aaaaaaaaaaaa"]["cpu_model"] == "CPU A"
+    assert "Faster? **not measured (different machines)**" in tables
+    assert "n/a (different machines)" in tables.split("## Tables")[1].split("\n\n")[1]  # headline table
+    assert "| popqa | standard | aaaaaaaaaaaa |" in tables and "| bbbbbbbbbbbb | CPU B | 2 |" in tables
+    spec_std_line = next(x for x in tables.splitlines() if x.startswith("| popqa | 20 |"))
+    assert "n/a (different machines)" in spec_std_line and "[" in spec_std_line.split("|")[3]
+
+
+def test_same_machine_rule():
+    a, b = {"machines": ["m1"]}, {"machines": ["m1"]}
+    assert ds.same_machine(a, b) is True
+    assert ds.same_machine(a, {"machines": ["m2"]}) is False
+    assert ds.same_machine({"machines": ["m1", "m2"]}, {"machines": ["m1", "m2"]}) is False  # spread: mixed
+    assert ds.same_machine({"machines": [None]}, {"machines": [None]}) is False  # unknown
+    assert ds.same_machine({}, b) is None  # no machine information: as before
+
+
+def test_fallback_added_seconds_withheld_across_machines():
+    shards = [{"name": "p0", "rows_out": 2, "seconds": 10.0, "engines": {"m": {"prompt_tokens": 5, "generated_tokens": 1}}}]
+    base_shards = [{**shards[0], "seconds": 4.0}]
+    rows = [{"query_id": "q", "task": "qa", "gold": ["a"], "answer": "a", "correct": True}]
+    base = {"rows": rows, "shards": base_shards}
+    same = ds.fallback_figures(rows, shards, base, {}, [], reps=10, machines_match=True)["cost"]
+    other = ds.fallback_figures(rows, shards, base, {}, [], reps=10, machines_match=False)["cost"]
+    assert same["added_s_per_row"] == 3.0 and "time" not in same
+    assert other["added_s_per_row"] is None and other["time"] == "n/a (different machines)"
+    assert other["added_tokens_per_row"] == same["added_tokens_per_row"] == 0

@@ -90,9 +90,12 @@ def archive_schema() -> pa.Schema:
 def table_sha256(table: pa.Table) -> str:
     """sha256 (64 hex) of a table's content: its column names and types and its rows as
     canonical JSON (keys sorted, UTF-8), so it is the same for the same rows whatever Parquet
-    writer, compression or file time made the file. Values JSON cannot hold (bytes, dates)
-    are hashed by their ``repr``."""
-    schema = [[f.name, str(f.type)] for f in table.schema]
+    writer, compression or file time made the file. List child names are left out of the
+    types (pyarrow calls them ``item`` in memory and ``element`` when read from Parquet).
+    Values JSON cannot hold (bytes, dates) are hashed by their ``repr``."""
+    import re
+
+    schema = [[f.name, re.sub(r"list<[^:<>]+: ", "list<", str(f.type))] for f in table.schema]
     blob = json.dumps({"schema": schema, "rows": table.to_pylist()}, sort_keys=True, ensure_ascii=False,
                       default=repr, allow_nan=True)
     return hashlib.sha256(blob.encode()).hexdigest()

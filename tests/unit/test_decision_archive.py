@@ -236,10 +236,10 @@ def test_input_content_not_file_version_addresses_an_entry(tmp_path):
     pq.write_table(t, tmp_path / "b.parquet", compression="zstd")
     assert (tmp_path / "a.parquet").read_bytes() != (tmp_path / "b.parquet").read_bytes()
     h = cell_archive.table_sha256(pq.read_table(tmp_path / "a.parquet"))
-    assert h == cell_archive.table_sha256(pq.read_table(tmp_path / "b.parquet"))
+    assert h == cell_archive.table_sha256(pq.read_table(tmp_path / "b.parquet")) == cell_archive.table_sha256(t)
     changed = input_rows(3)
     changed[2]["documents"][1]["text"] = "passage one"
-    assert cell_archive.table_sha256(pa.Table.from_pylist(changed)) != h
+    assert cell_archive.table_sha256(pa.Table.from_pylist(changed, schema=t.schema)) != h
 
 
 # --- archive files are written once ----------------------------------------------------
@@ -279,8 +279,10 @@ def test_the_archive_is_small_and_zstd(base, tmp_path):
 def test_sync_archives_then_restores_once_per_cell_and_no_archive_does_nothing(base, tmp_path, capsys):
     old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
     cells = rich_runs(old, base)
-    decision.sync_archive(cells, None)  # --no-archive
-    assert not archive.exists()
+    tree = lambda: {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}  # noqa: E731
+    before = tree()
+    decision.sync_archive(cells, None)  # --no-archive: nothing written anywhere
+    assert tree() == before and not archive.exists()
     decision.sync_archive(cells, archive)
     assert "4 finished shard(s) added to the archive" in capsys.readouterr().out
     new_cells, synced = fresh(old, new, base), set()

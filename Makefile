@@ -55,6 +55,8 @@ test-fast: models-test
 # run the same command again. TUNED=<model dir> adds the tuned drafter (or TUNED=smol=<dir>,qwen=<dir>:
 # one arm speculative-tuned-<label> each, beside speculative-smol); BENCH_ARGS runs a
 # documented subset (benchmarks/README.md, "How to run / resume"), e.g. BENCH_ARGS="--arms main".
+# Finished shards are copied into benchmarks/decision/cells/ (commit it before a session ends)
+# and restored from there on a new machine; BENCH_ARGS="--no-archive" turns that off.
 # The previous 16-row benchmark: benchmarks/bench.py + benchmarks/report.py.
 TUNED      ?=
 BENCH_ARGS ?=

@@ -49,16 +49,17 @@ KEPT_COLUMNS = (
     "query_id", "task", "query", "answer", "score", "score_draft", "score_self_consistency",
     "score_self_reflection", "low_confidence", "fast_path", "drafts", "flags", "error", "error_reason",
     "gold", "correct", "answer_source", "first_answer", "first_correct", "fallback_error",
-    "verifier_drafts_deduplicated", "mode",
+    "verifier_drafts_deduplicated", "mode", "draft_rounds",
 )
 """Output columns kept in the archive: those ``decision_stats.summarise`` (accuracy, drafts,
 oracle, post-hoc re-selection, self-reflection and rule variants, selection diagnosis,
 verifier duplicates, fallback), ``decision.calibrate_tuning`` (``calibration.calibrate`` and
 ``report.rows.with_mean_logprob``: ``mode``, ``fast_path``, ``flags``, the scores) and the
-product's resume planning (``run.answered_ids``: ``query_id``, ``error_reason``) read. Left
-out: the row's ``rationale`` (its selected draft's), ``num_documents``, the drafts'
-``doc_ids``, ``exact_match``, ``f1``, ``draft_rounds``, ``first_score`` and the provenance
-columns (``drafter_model``, ``verifier_model``, ``run_id``, ``source_file``)."""
+product's resume planning (``run.answered_ids``: ``query_id``, ``error_reason``) read, and
+``draft_rounds`` (``benchmarks/cost_model.py``, adaptive drafting's rounds). Left out: the
+row's ``rationale`` (its selected draft's), ``num_documents``, the drafts' ``doc_ids``,
+``exact_match``, ``f1``, ``first_score`` and the provenance columns (``drafter_model``,
+``verifier_model``, ``run_id``, ``source_file``)."""
 
 FORMAT = 1
 """Version of the entry layout, written in every ``.json``."""

@@ -87,7 +87,7 @@ def rich_runs(runs, base, monkeypatch_machine=None) -> list[decision.Cell]:
     use = {"m": (900, 120, 3)}
     for c, seed, sec in zip(cells, range(len(cells)), (8.0, 12.0, 11.0, 14.0)):
         n = 4 if c.arm != "tuning" else 3
-        write_cell(c.input_dir, c.output_dir, c.config, [use] * n, seconds=sec,
+        write_cell(c.input_dir, c.output_dir, c.config, [use] * n, seconds=sec, rounds=1 + seed % 2,
                    fields=rich_fields(seed, fallback=c.arm == "fallback_standard"))
     return cells
 
@@ -182,6 +182,9 @@ def test_restored_cells_give_the_same_analysis(base, tmp_path):
     assert res["datasets"]["popqa"]["comparisons"]["speculative - standard"]["seconds"]["n"] == 4
     # and the tuning cell's τ_min, read from restored rows, is the same
     assert decision.calibrate_all(new_cells) == decision.calibrate_all(cells)
+    # adaptive drafting's rounds (benchmarks/cost_model.py) survive too
+    rounds = [[r["draft_rounds"] for r in decision.load_cell(c)["rows"]] for c in (*cells, *new_cells)]
+    assert rounds[:4] == rounds[4:] and {x for r in rounds for x in r} == {1, 2}
 
 
 # --- what is not restored --------------------------------------------------------------

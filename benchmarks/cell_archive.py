@@ -102,6 +102,25 @@ def table_sha256(table: pa.Table) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+_INPUT_HASHES: dict[tuple[str, int, str], str] = {}
+
+
+def input_sha256(uri: str) -> str:
+    """:func:`table_sha256` of the input shard at ``uri``, remembered per file version
+    (``resume.input_fingerprint``: size and mtime/ETag, the product's own resume key), so the
+    archive watcher does not read a cell's finished inputs again every minute.
+
+    Raises:
+        OSError, pyarrow.ArrowInvalid: the shard cannot be read as Parquet."""
+    from specrag_batch import resume, storage
+
+    fp = resume.input_fingerprint(uri)
+    key = (uri, fp["size"], fp["tag"])
+    if key not in _INPUT_HASHES:
+        _INPUT_HASHES[key] = table_sha256(storage.read_parquet(uri))
+    return _INPUT_HASHES[key]
+
+
 def _read(path: str) -> str | None:
     try:
         return Path(path).read_text().strip() or None
@@ -243,7 +262,7 @@ def archive_cell(cell, archive: Path) -> dict:
         marker = resume.completed_shard(out, o, h, resume.input_fingerprint(s))
         if marker is None:
             continue
-        in_hash = table_sha256(storage.read_parquet(s))
+        in_hash = input_sha256(s)
         stem = entry_stem(archive, cell, h, o, in_hash)
         pq_path, js_path = stem.with_name(stem.name + ".parquet"), stem.with_name(stem.name + ".json")
         if js_path.exists() and pq_path.exists():
@@ -335,7 +354,7 @@ def restore_cell(cell, archive: Path) -> dict:
         got["refused"] = str(e)
         return got
     for s, o in todo:
-        in_hash = table_sha256(storage.read_parquet(s))
+        in_hash = input_sha256(s)
         entry, why = _entry(entry_stem(archive, cell, h, o, in_hash), h, in_hash)
         if entry is None:
             why = why or _why_absent(archive, cell, h, o)

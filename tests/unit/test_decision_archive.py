@@ -376,3 +376,28 @@ def test_fallback_added_seconds_withheld_across_machines():
     assert same["added_s_per_row"] == 3.0 and "time" not in same
     assert other["added_s_per_row"] is None and other["time"] == "n/a (different machines)"
     assert other["added_tokens_per_row"] == same["added_tokens_per_row"] == 0
+
+
+def test_analyse_only_on_a_new_machine_restores_then_analyses(base, tmp_path, monkeypatch, capsys):
+    """``decision.py --analyse-only`` over an empty ``--runs`` (a new session's machine):
+    the archive's cells are restored and summarised; with ``--no-archive`` nothing is."""
+    old, archive = tmp_path / "old", tmp_path / "archive"
+    for c in rich_runs(old, base):
+        cell_archive.archive_cell(c, archive)
+    monkeypatch.setattr(decision, "reported_rows", lambda name, shared, rows: input_rows(20, prefix="r"))
+    for k in ("PREFECT_HOME", "SPECRAG_PROGRESS", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"):
+        monkeypatch.setenv(k, "0" if k == "SPECRAG_PROGRESS" else str(tmp_path / k))
+    args = ["--analyse-only", "--config", str(ROOT / "configs" / "test-smollm2.yaml"), "--datasets", "popqa",
+            "--arms", "main", "--rows", "20", "--shard-rows", "5", "--reps", "50", "--archive", str(archive)]
+    assert decision.main([*args, "--runs", str(tmp_path / "new"), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "[decision] popqa/standard: 4 shard(s) restored from" in printed
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {arm: v["complete"] for arm, v in res["cells_loaded"]["popqa"].items()} == {"standard": True, "speculative": True}
+    assert res["datasets"]["popqa"]["comparisons"]["speculative - standard"]["n"] == 20
+    assert res["archive"] == str(archive) and res["machine"]["id"] == cell_archive.this_machine()["id"]
+
+    assert decision.main([*args, "--no-archive", "--runs", str(tmp_path / "new2"), "--out", str(tmp_path / "out2")]) == 0
+    assert "restored" not in capsys.readouterr().out
+    res = json.loads((tmp_path / "out2" / "results.json").read_text())
+    assert res["cells_loaded"] == {} and res["archive"] is None

@@ -76,19 +76,29 @@ def rich_fields(seed: int, fallback: bool = False):
     return fields
 
 
-def rich_runs(runs, base, monkeypatch_machine=None) -> list[decision.Cell]:
+def plan(runs, base, tau_min=None) -> list[decision.Cell]:
+    return decision.plan_cells(["popqa"], decision.expand_arms("main,fallback"), base, runs, tuned_drafter=None,
+                               ablation_datasets=[], ablation_input={}, tau_min=tau_min)[0]
+
+
+def rich_runs(runs, base) -> list[decision.Cell]:
     """A runs tree of popqa with finished standard, speculative, tuning and fallback_standard
-    cells (20 reported rows, 12 tuning rows, shards of 5), as the benchmark plans them."""
+    cells (20 reported rows, 12 tuning rows, shards of 5), as the benchmark plans them:
+    ``fallback_standard`` with the τ_min its tuning cell gives (``decision.calibrate_all``)."""
     write_inputs(runs / "popqa" / "input", input_rows(20, prefix="r"), 5)
     write_inputs(runs / "popqa" / "input-tuning", input_rows(12, prefix="t"), 5)
-    cells, _ = decision.plan_cells(["popqa"], decision.expand_arms("main,fallback"), base, runs,
-                                   tuned_drafter=None, ablation_datasets=[], ablation_input={},
-                                   tau_min={"popqa": {"qa": -20.0}})
     use = {"m": (900, 120, 3)}
-    for c, seed, sec in zip(cells, range(len(cells)), (8.0, 12.0, 11.0, 14.0)):
-        n = 4 if c.arm != "tuning" else 3
-        write_cell(c.input_dir, c.output_dir, c.config, [use] * n, seconds=sec, rounds=1 + seed % 2,
-                   fields=rich_fields(seed, fallback=c.arm == "fallback_standard"))
+    seconds = {"standard": 8.0, "speculative": 12.0, "tuning": 11.0, "fallback_standard": 14.0}
+    first = plan(runs, base)
+    assert [c.arm for c in first] == ["standard", "speculative", "tuning"]
+    for seed, c in enumerate(first):
+        write_cell(c.input_dir, c.output_dir, c.config, [use] * (4 if c.arm != "tuning" else 3),
+                   seconds=seconds[c.arm], rounds=1 + seed % 2, fields=rich_fields(seed))
+    cells = plan(runs, base, {d: x["tau_min"] for d, x in decision.calibrate_all(first).items()})
+    fb = cells[-1]
+    assert fb.arm == "fallback_standard"
+    write_cell(fb.input_dir, fb.output_dir, fb.config, [use] * 4, seconds=seconds[fb.arm], rounds=2,
+               fields=rich_fields(3, fallback=True))
     return cells
 
 
@@ -104,10 +114,7 @@ def fresh(runs_from, runs_to, base) -> list[decision.Cell]:
     input shards written again (new files, new mtimes), no output."""
     write_inputs(runs_to / "popqa" / "input", input_rows(20, prefix="r"), 5)
     write_inputs(runs_to / "popqa" / "input-tuning", input_rows(12, prefix="t"), 5)
-    cells, _ = decision.plan_cells(["popqa"], decision.expand_arms("main,fallback"), base, runs_to,
-                                   tuned_drafter=None, ablation_datasets=[], ablation_input={},
-                                   tau_min={"popqa": {"qa": -20.0}})
-    return cells
+    return plan(runs_to, base, {d: x["tau_min"] for d, x in decision.calibrate_all(plan(runs_from, base)).items()})
 
 
 @pytest.fixture
@@ -385,15 +392,18 @@ def test_analyse_only_on_a_new_machine_restores_then_analyses(base, tmp_path, mo
     for c in rich_runs(old, base):
         cell_archive.archive_cell(c, archive)
     monkeypatch.setattr(decision, "reported_rows", lambda name, shared, rows: input_rows(20, prefix="r"))
+    monkeypatch.setattr(decision, "tuning_rows", lambda name, shared: input_rows(12, prefix="t"))
     for k in ("PREFECT_HOME", "SPECRAG_PROGRESS", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"):
         monkeypatch.setenv(k, "0" if k == "SPECRAG_PROGRESS" else str(tmp_path / k))
     args = ["--analyse-only", "--config", str(ROOT / "configs" / "test-smollm2.yaml"), "--datasets", "popqa",
-            "--arms", "main", "--rows", "20", "--shard-rows", "5", "--reps", "50", "--archive", str(archive)]
+            "--arms", "main,fallback", "--rows", "20", "--shard-rows", "5", "--reps", "50", "--archive", str(archive)]
     assert decision.main([*args, "--runs", str(tmp_path / "new"), "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert "[decision] popqa/standard: 4 shard(s) restored from" in printed
     res = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert {arm: v["complete"] for arm, v in res["cells_loaded"]["popqa"].items()} == {"standard": True, "speculative": True}
+    assert {arm: v["complete"] for arm, v in res["cells_loaded"]["popqa"].items()} == {
+        "standard": True, "speculative": True, "fallback_standard": True}
+    assert res["calibration"]["popqa"]["tau_min"]  # from the restored tuning cell
     assert res["datasets"]["popqa"]["comparisons"]["speculative - standard"]["n"] == 20
     assert res["archive"] == str(archive) and res["machine"]["id"] == cell_archive.this_machine()["id"]
 

@@ -1601,8 +1601,8 @@ def verdicts(res: dict) -> str:
                     f"difference {100 * cmp['diff']:+.1f} points [{100 * cmp['ci95'][0]:+.1f}, "
                     f"{100 * cmp['ci95'][1]:+.1f}], McNemar p = {m['p']:.3g}, {m['b']} vs {m['c']} discordant rows).")
             if sec and sec.get("withheld"):
-                line += (f" Faster? **{verdict_speed(sec)}**: seconds per row ratio {_ratio(sec)}: "
-                         f"{a} ran on {_machines(sec['machines_a'])}, standard on {_machines(sec['machines_b'])}.")
+                line += (f" Faster? **{verdict_speed(sec)}**: {a} ran on {_machines(sec['machines_a'])}, "
+                         f"standard on {_machines(sec['machines_b'])}.")
             elif sec:
                 line += (f" Faster? **{verdict_speed(sec)}** (seconds per row ratio {_ratio(sec)}, "
                          f"sign test over shards p = {sec['p_sign']:.3g}).")

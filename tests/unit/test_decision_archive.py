@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from ..conftest import ROOT, small_config
+from ..conftest import ROOT
 from .product_runs import input_rows, write_cell, write_inputs
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -196,7 +196,7 @@ def test_restored_cells_give_the_same_analysis(base, tmp_path):
 
 # --- what is not restored --------------------------------------------------------------
 
-def test_a_changed_input_shard_or_config_is_not_restored(base, tmp_path, capsys):
+def test_a_changed_input_shard_or_config_is_not_restored(base, tmp_path):
     old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
     for c in rich_runs(old, base):
         cell_archive.archive_cell(c, archive)

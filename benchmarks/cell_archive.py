@@ -246,7 +246,9 @@ def archive_cell(cell, archive: Path) -> dict:
     """Copy every finished shard of ``cell`` (a ``decision.Cell``: its done marker valid for
     the cell's config and input, ``resume.completed_shard``) that the archive does not hold
     yet into ``archive`` (layout in the module docstring). Existing entries are never
-    rewritten (so git sees no change). Input shards are hashed only for finished shards.
+    rewritten (so git sees no change). Input shards are hashed only for finished shards. A
+    temporary file a killed archiver left in the cell's archive directory (``.*.tmp``) is
+    removed first, so it is never committed.
 
     Returns ``{"added": int, "present": int}``: entries written now, finished shards already
     archived.
@@ -258,6 +260,8 @@ def archive_cell(cell, archive: Path) -> dict:
     h = cell.config.config_hash()
     inp, out, pairs = _shards(cell)
     counts = {"added": 0, "present": 0}
+    for stale in (archive / cell.dataset / cell.arm).glob("*/.*.tmp"):
+        stale.unlink(missing_ok=True)
     if not storage.exists(out):
         return counts
     for s, o in pairs:

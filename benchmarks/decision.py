@@ -37,10 +37,14 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   ``m1``/``m3``/``m7`` (m drafts) and ``k1``/``k3``/``k4`` (k clusters); shorter drafts
   (issue 13 item 4): ``draft48``/``draft160`` (the drafter's token budget
   ``drafter.max_tokens``, beside the config's) and ``one_sentence`` (``drafter.rationale_style:
-  one_sentence``, a one-sentence rationale instruction); ``dedupe_verifier``
-  (``verifier.deduplicate_drafts``: a row's drafts with the same verifier input share one
-  verifier pass; accuracy should equal ``speculative``'s, seconds and verifier prompt tokens
-  per row fall with the share of repeated drafts). The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
+  one_sentence``, a one-sentence rationale instruction); ``no_dedupe_verifier``
+  (``verifier.deduplicate_drafts`` off; it is on by default since this benchmark's arm
+  ``dedupe_verifier`` measured it: a row's drafts with the same verifier input share one
+  verifier pass, so accuracy should equal ``speculative``'s, and seconds and verifier prompt
+  tokens per row rise by the share of repeated drafts); ``dedupe_verifier`` (the switch on) is
+  the same ablation for a config that turns it off. Of these two the one whose setting the
+  config already has is skipped with a note (the same cells as ``speculative``).
+  The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
   need no run: they re-select the speculative cell's scored drafts (``decision_stats``).
 * ``fallback_standard`` (group ``fallback``; issue 14 item 3): the config with
   ``selection.fallback: standard`` and ``selection.tau_min`` from the dataset's *tuning cell*
@@ -146,18 +150,24 @@ ARM_OVERRIDES: dict[str, dict] = {
     "k1": {"sampling.num_clusters": 1}, "k3": {"sampling.num_clusters": 3}, "k4": {"sampling.num_clusters": 4},
     "draft48": {"drafter.max_tokens": 48}, "draft160": {"drafter.max_tokens": 160},
     "one_sentence": {"drafter.rationale_style": "one_sentence"},
-    "dedupe_verifier": {"verifier.deduplicate_drafts": True},
+    "no_dedupe_verifier": {"verifier.deduplicate_drafts": False},
+    "dedupe_verifier": {"verifier.deduplicate_drafts": True},  # for a config with it off
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
 }
 GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-smol", TUNED_ARM),
           "ablations": ("sampling_random", "sampling_single_cluster", "adaptive", "question_first",
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
-                        "draft48", "draft160", "one_sentence", "dedupe_verifier"),
+                        "draft48", "draft160", "one_sentence", "no_dedupe_verifier", "dedupe_verifier"),
           "fallback": ("fallback_standard",)}
 GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
 RUN_ORDER = ("main", "tuned", "ablations", "fallback")
 """Groups in the order their cells run: the headline first, the fallback (a second full
 speculative pass over the reported rows plus its tuning cells) last."""
+
+DEDUPE_ARMS = decision_stats.DEDUPE_ARMS
+"""Arms that set ``verifier.deduplicate_drafts`` (arm -> its value; ``decision_stats`` tables
+them beside ``speculative``, "Repeated drafts"). Earlier results (benchmarks/decision/
+results.json) hold ``dedupe_verifier``, run when the switch was off by default."""
 
 TUNING_ARM = "tuning"
 """Cell name of the speculative arm (the config as it is) on a dataset's tuning split (rows
@@ -261,8 +271,9 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
 
     Raises:
         ValueError: unknown arm, a tuned arm without its drafter, ``speculative-smol`` when
-            the config's drafter already is :data:`SMOL_DRAFTER` (the same cells as
-            ``speculative``), ``fallback_standard`` without ``tau_min``, or an override the
+            the config's drafter already is :data:`SMOL_DRAFTER` or a :data:`DEDUPE_ARMS` arm
+            whose setting the config already has (the same cells as ``speculative``),
+            ``fallback_standard`` without ``tau_min``, or an override the
             config does not have (e.g. ``adaptive`` before adaptive drafting exists)."""
     drafters = parse_tuned_drafters(tuned_drafter) if not isinstance(tuned_drafter, dict) else tuned_drafter
     if arm not in ARM_OVERRIDES and not is_tuned_arm(arm):
@@ -276,6 +287,10 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
         over["drafter.model"] = str(drafters[arm])
     if arm == "speculative-smol" and base.drafter.model == SMOL_DRAFTER:
         raise ValueError(f"arm speculative-smol: the config's drafter already is {SMOL_DRAFTER} "
+                         "(the same cells as speculative)")
+    if arm in DEDUPE_ARMS and base.verifier.deduplicate_drafts is DEDUPE_ARMS[arm]:
+        setting = str(DEDUPE_ARMS[arm]).lower()
+        raise ValueError(f"arm {arm}: the config already sets verifier.deduplicate_drafts {setting} "
                          "(the same cells as speculative)")
     if arm == "fallback_standard":
         if not tau_min:
@@ -541,7 +556,8 @@ def load_cell(cell: Cell) -> dict | None:
     rows, "shards": done-marker results with ``name`` and ``machine`` (the machine dict of
     :func:`cell_archive.shard_machine`: archived for a restored shard, else this machine or
     unknown), "machines": sorted distinct machine ids of its shards (None = unknown),
-    "roles", "complete", "config_hash"}``; None when no shard is done."""
+    "roles", "complete", "config_hash", "deduplicate_drafts": the cell's
+    ``verifier.deduplicate_drafts``}``; None when no shard is done."""
     import pyarrow.parquet as pq
 
     rows, shards = [], []
@@ -555,7 +571,8 @@ def load_cell(cell: Cell) -> dict | None:
         return None
     machines = sorted({s["machine"].get("id") for s in shards}, key=lambda m: (m is None, m or ""))
     return {"rows": rows, "shards": shards, "roles": roles(cell.config), "machines": machines,
-            "complete": len(shards) == len(planned), "config_hash": cell.config.config_hash()}
+            "complete": len(shards) == len(planned), "config_hash": cell.config.config_hash(),
+            "deduplicate_drafts": cell.config.verifier.deduplicate_drafts}
 
 
 def calibrate_tuning(cell: Cell, *, target_coverage: float = TAU_TARGET_COVERAGE, n_boot: int = 1000) -> dict:

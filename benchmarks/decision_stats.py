@@ -32,8 +32,9 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
 * repeated drafts (:func:`verifier_duplicates`, :func:`dedupe_table`): per cell, the verified
   drafts that repeat another draft of their row byte for byte (the verifier passes
   ``verifier.deduplicate_drafts`` would save, estimated from stored drafts, no engine run),
-  and the ``dedupe_verifier`` arm's measured passes saved, verifier tokens and seconds per row
-  beside ``speculative``;
+  and the measured passes saved, verifier tokens and seconds per row of ``speculative`` and the
+  arm that flips ``verifier.deduplicate_drafts`` (:data:`DEDUPE_ARMS`: ``no_dedupe_verifier``
+  now that it is on by default; ``dedupe_verifier`` in earlier results);
 * the fallback pass (:data:`FALLBACK_ARMS`, :func:`fallback_figures`): the flagged rows'
   accuracy before/after with a paired bootstrap and McNemar, and the added cost vs speculative;
 * post-hoc selection variants (:data:`POST_HOC`, :func:`variant_split`), each a re-selection
@@ -1023,7 +1024,9 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
     Args:
         cells: dataset -> arm -> ``{"rows": output rows (dicts), "shards": done-marker
             results with ``name``, "roles": model -> role, "complete": bool}`` and optionally
-            ``"machines"``: the machine ids its shards ran on (None = unknown); seconds of
+            ``"deduplicate_drafts"``: the cell's ``verifier.deduplicate_drafts`` (kept in its
+            figures, :func:`dedupe_table`), and ``"machines"``: the machine ids its shards ran
+            on (None = unknown); seconds of
             cells that did not run on one and the same machine are not divided
             (:func:`same_machine`; pooled: a seconds ratio only when every dataset's pair of
             cells ran on one machine each, the same for both).
@@ -1059,6 +1062,8 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
             fig["complete"] = cell.get("complete", True)
             if "machines" in cell:
                 fig["machines"] = list(cell["machines"])
+            if cell.get("deduplicate_drafts") is not None:  # the cell's verifier.deduplicate_drafts
+                fig["deduplicate_drafts"] = bool(cell["deduplicate_drafts"])
             entry["arms"][arm] = fig
             outcomes[arm] = [row_correct(r, ch.get(r["query_id"]), labels) for r in cell["rows"]]
         derived = {}
@@ -1373,7 +1378,7 @@ def verifier_duplicates(rows: Sequence[dict]) -> dict:
     the duplicates' share of the verified drafts' α and β verifier tokens
     (``tokens_answer`` + ``tokens_rationale``; None when a verified draft lacks them)}``.
     The Q and R tokens of each pass are not stored, so the share of the verifier's whole
-    prompt tokens is not given here (the ``dedupe_verifier`` arm measures it)."""
+    prompt tokens is not given here (the :data:`DEDUPE_ARMS` measure it)."""
     n_rows = verified = duplicates = 0
     ab_all = ab_dup = 0
     ab_known = True
@@ -1399,8 +1404,25 @@ def verifier_duplicates(rows: Sequence[dict]) -> dict:
             "ab_tokens_share": (ab_dup / ab_all) if ab_known and ab_all else None}
 
 
-DEDUPE_ARM = "dedupe_verifier"
-"""The decision arm with ``verifier.deduplicate_drafts`` on (``benchmarks/decision.py``)."""
+DEDUPE_ARMS = {"no_dedupe_verifier": False, "dedupe_verifier": True}
+"""The decision arms that set ``verifier.deduplicate_drafts`` (arm -> value;
+``benchmarks/decision.py``): ``no_dedupe_verifier`` turns it off now that it is on by
+default; ``dedupe_verifier`` turned it on when it was off (benchmarks/decision/results.json
+of the measurement holds that arm)."""
+
+
+def dedupe_setting(res: dict, arm: str, f: dict) -> bool | None:
+    """``verifier.deduplicate_drafts`` of a cell: as its figures record it (``summarise`` of a
+    cell that ``decision.load_cell`` read), else by the arm (:data:`DEDUPE_ARMS`), else for
+    any other arm the benchmark config's (``res["config"]``, false when it predates the
+    field: the behaviour then); None when none of these is known."""
+    if f.get("deduplicate_drafts") is not None:
+        return f["deduplicate_drafts"]
+    if arm in DEDUPE_ARMS:
+        return DEDUPE_ARMS[arm]
+    if isinstance(res.get("config"), dict):
+        return bool(res["config"].get("verifier", {}).get("deduplicate_drafts", False))
+    return None
 
 
 def _verifier_prompt_tokens(f: dict) -> str:
@@ -1410,36 +1432,44 @@ def _verifier_prompt_tokens(f: dict) -> str:
 
 
 def dedupe_table(res: dict) -> list[str]:
-    """Markdown lines of repeated drafts, per dataset: for ``speculative`` and
-    :data:`DEDUPE_ARM` (the cells that ran): accuracy, seconds per row, verifier prompt tokens
-    per row, verified drafts and the repeated ones (:func:`verifier_duplicates`, from the
-    stored drafts), verifier passes the arm saved (its rows' ``verifier_drafts_deduplicated``),
-    and the paired difference and seconds / tokens ratios vs ``speculative``. Empty when no
-    cell has verified drafts."""
+    """Markdown lines of repeated drafts, per dataset: for ``speculative`` and each of
+    :data:`DEDUPE_ARMS` (the cells that ran): the cell's ``verifier.deduplicate_drafts``
+    (:func:`dedupe_setting`), accuracy, seconds per row, verifier prompt tokens per row,
+    verified drafts and the repeated ones (:func:`verifier_duplicates`, from the stored
+    drafts), verifier passes the cell saved (its rows' ``verifier_drafts_deduplicated``: 0 with
+    the switch off), and the paired difference and seconds / tokens ratios arm / ``speculative``
+    (below 1 when the arm has the switch on and speculative off, as ``dedupe_verifier`` in
+    earlier results; above 1 for ``no_dedupe_verifier`` against a speculative with it on).
+    Empty when no cell has verified drafts."""
     lines = []
     for ds, e in res["datasets"].items():
-        for arm in ("speculative", DEDUPE_ARM):
+        for arm in ("speculative", *DEDUPE_ARMS):
             f = e["arms"].get(arm)
             if not f or "cost" not in f or not f["verifier_duplicates"]["verified"]:
                 continue
             v = f["verifier_duplicates"]
+            on = dedupe_setting(res, arm, f)
             cmp = e["comparisons"].get(f"{arm} - speculative")
-            lines.append(f"| {ds} | {arm} | {f['n']} | {_pct(f['accuracy'])}{_ci(f['ci95'])} | "
+            lines.append(f"| {ds} | {arm} | {'n/a' if on is None else ('on' if on else 'off')} | {f['n']} | "
+                         f"{_pct(f['accuracy'])}{_ci(f['ci95'])} | "
                          f"{f['cost']['s_per_row']:.2f} | {_verifier_prompt_tokens(f)} | {v['verified']} | "
                          f"{v['duplicates']} ({_hits(v['share'])}, α+β tokens {_hits(v['ab_tokens_share'])}) | "
                          f"{f['verifier_passes_saved']} | {_diff(cmp) if cmp else ''} | "
                          f"{_ratio(cmp.get('seconds')) if cmp else ''} | {_ratio(cmp.get('tokens')) if cmp else ''} |")
     if not lines:
         return []
-    return ["", "Repeated drafts and `verifier.deduplicate_drafts` (arm `dedupe_verifier`): verified "
-            "drafts and those repeating another draft of their row byte for byte (same α as written "
-            "and β: the same verifier input; counted from the stored drafts, the passes the switch "
-            "would save, with their share of the drafts and of the α+β verifier tokens; Q and R "
-            "tokens are not stored), the passes the arm saved, verifier prompt tokens per row, and "
-            "accuracy (should not change), seconds and all tokens vs speculative on the same rows.", "",
-            "| dataset | arm | n | accuracy % | s/row | verifier prompt tokens/row | verified drafts | "
-            "repeated (share) | passes saved | arm - speculative | s/row ratio | tokens ratio |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|", *lines]
+    return ["", "Repeated drafts and `verifier.deduplicate_drafts` (on by default; arm `no_dedupe_verifier` "
+            "turns it off, arm `dedupe_verifier` turned it on when it was off): each cell's setting, "
+            "verified drafts and those repeating another draft of their row byte for byte (same α as "
+            "written and β: the same verifier input; counted from the stored drafts, the passes the "
+            "switch saves, with their share of the drafts and of the α+β verifier tokens; Q and R "
+            "tokens are not stored), the passes the cell saved (0 with the switch off), verifier "
+            "prompt tokens per row, and accuracy (should not change), seconds and all tokens arm / "
+            "speculative on the same rows (ratios below 1 when only the arm has the switch on, above "
+            "1 when only speculative has it).", "",
+            "| dataset | arm | deduplicate_drafts | n | accuracy % | s/row | verifier prompt tokens/row | "
+            "verified drafts | repeated (share) | passes saved | arm - speculative | s/row ratio | tokens ratio |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *lines]
 
 
 def fallback_table(res: dict) -> list[str]:

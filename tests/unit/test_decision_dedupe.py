@@ -1,11 +1,18 @@
 """Repeated drafts in the decision benchmark, no engine: the post-hoc count of verified drafts
 that repeat another draft of their row (``decision_stats.verifier_duplicates``) on hand-made
-rows, and the ``dedupe_verifier`` arm (``verifier.deduplicate_drafts``) with its table beside
-``speculative`` on a run tree written with the product's own writers (tests/unit/product_runs.py)."""
+rows, and the arms that flip ``verifier.deduplicate_drafts`` (``no_dedupe_verifier`` now that it is
+on by default, ``dedupe_verifier`` for a config with it off) with their table beside
+``speculative`` on a run tree written with the product's own writers (tests/unit/product_runs.py),
+and the same table from the results of the run that measured the switch (a copy of that
+part of benchmarks/decision/results.json at 40a79f3, arm ``dedupe_verifier``)."""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
+
+import pytest
 
 from ..conftest import ROOT
 from .product_runs import input_rows, write_cell, write_inputs
@@ -45,20 +52,41 @@ def test_repeated_verified_drafts_are_counted_within_their_row():
     assert ds.verifier_duplicates([])["share"] is None
 
 
-def test_dedupe_verifier_arm_and_its_table(tmp_path):
+def test_the_dedupe_arms_flip_the_configs_setting_only():
+    """``no_dedupe_verifier`` turns the switch off, ``dedupe_verifier`` on (both in the
+    ablations group); each is skipped with a note when the config already has its setting."""
     from specrag_batch.config import load_config
 
     base = load_config(ROOT / "configs" / "test-smollm2.yaml")
-    assert "dedupe_verifier" in decision.expand_arms("ablations")
-    arm = decision.arm_config(base, "dedupe_verifier")
-    assert arm.verifier.deduplicate_drafts and not decision.arm_config(base, "speculative").verifier.deduplicate_drafts
-    assert arm.model_copy(update={"verifier": base.verifier}) == base  # nothing else changes
+    assert base.verifier.deduplicate_drafts is True  # the default
+    off_base = load_config(ROOT / "configs" / "test-smollm2.yaml", {"verifier.deduplicate_drafts": False})
+    assert {"no_dedupe_verifier", "dedupe_verifier"} <= set(decision.expand_arms("ablations"))
+    for arm, value in decision.DEDUPE_ARMS.items():
+        assert decision.ARM_OVERRIDES[arm] == {"verifier.deduplicate_drafts": value}
+    for cfg, arm, other in ((base, "no_dedupe_verifier", "dedupe_verifier"),
+                            (off_base, "dedupe_verifier", "no_dedupe_verifier")):
+        got = decision.arm_config(cfg, arm)
+        assert got.verifier.deduplicate_drafts is not cfg.verifier.deduplicate_drafts
+        assert got.model_copy(update={"verifier": cfg.verifier}) == cfg  # nothing else changes
+        assert decision.arm_config(cfg, "speculative") == cfg
+        with pytest.raises(ValueError, match=f"arm {other}: the config already sets verifier.deduplicate_drafts "
+                                             f"{str(cfg.verifier.deduplicate_drafts).lower()}"):
+            decision.arm_config(cfg, other)
+        cells, notes = decision.plan_cells(["popqa"], ["speculative", *decision.DEDUPE_ARMS], cfg, Path("/nonexistent"),
+                                           tuned_drafter=None, ablation_datasets=["popqa"],
+                                           ablation_input={"popqa": Path("/nonexistent/input")})
+        assert [c.arm for c in cells] == ["speculative", arm] and len(notes) == 1 and other in notes[0]
 
+
+def test_no_dedupe_arm_and_its_table(tmp_path):
+    from specrag_batch.config import load_config
+
+    base = load_config(ROOT / "configs" / "test-smollm2.yaml")
     write_inputs(tmp_path / "popqa" / "input", input_rows(4), 4)
-    cells = {c.arm: c for c in decision.plan_cells(["popqa"], ["speculative", "dedupe_verifier"], base, tmp_path,
+    cells = {c.arm: c for c in decision.plan_cells(["popqa"], ["speculative", "no_dedupe_verifier"], base, tmp_path,
                                                    tuned_drafter=None, ablation_datasets=["popqa"],
                                                    ablation_input={"popqa": tmp_path / "popqa" / "input"})[0]}
-    spec, dedupe = cells["speculative"], cells["dedupe_verifier"]
+    spec, off = cells["speculative"], cells["no_dedupe_verifier"]
     model = base.verifier.model
 
     def rows(saved):  # each row: 3 verified drafts, two the same -> one repeat per row
@@ -66,19 +94,39 @@ def test_dedupe_verifier_arm_and_its_table(tmp_path):
             return {"drafts": [draft("a", "r"), draft("a", "r"), draft("b", "s")], "correct": True,
                     "verifier_drafts_deduplicated": saved}
         return fields
-    write_cell(spec.input_dir, spec.output_dir, spec.config, [{model: (800, 100, 2)}], seconds=8.0, fields=rows(None))
-    write_cell(dedupe.input_dir, dedupe.output_dir, dedupe.config, [{model: (600, 100, 2)}], seconds=6.0,
-               fields=rows(1))
-    loaded = {"popqa": {c.arm: decision.load_cell(c) for c in (spec, dedupe)}}
+    write_cell(spec.input_dir, spec.output_dir, spec.config, [{model: (600, 100, 2)}], seconds=6.0, fields=rows(1))
+    write_cell(off.input_dir, off.output_dir, off.config, [{model: (800, 100, 2)}], seconds=8.0, fields=rows(None))
+    loaded = {"popqa": {c.arm: decision.load_cell(c) for c in (spec, off)}}
+    assert (loaded["popqa"]["speculative"]["deduplicate_drafts"], loaded["popqa"]["no_dedupe_verifier"]
+            ["deduplicate_drafts"]) == (True, False)
     res = ds.summarise(loaded, {"popqa": {}}, ["SUPPORTS", "REFUTES"], reps=200)
     arms = res["datasets"]["popqa"]["arms"]
-    assert arms["dedupe_verifier"]["verifier_passes_saved"] == 4 and arms["speculative"]["verifier_passes_saved"] == 0
-    assert arms["speculative"]["verifier_duplicates"] == {"rows": 4, "verified": 12, "duplicates": 4,
-                                                          "share": 4 / 12, "ab_tokens_share": 4 / 12}
+    assert arms["speculative"]["verifier_passes_saved"] == 4 and arms["no_dedupe_verifier"]["verifier_passes_saved"] == 0
+    assert arms["no_dedupe_verifier"]["verifier_duplicates"] == {"rows": 4, "verified": 12, "duplicates": 4,
+                                                                 "share": 4 / 12, "ab_tokens_share": 4 / 12}
     text = ds.tables(res)
-    # 8 s / 4 rows; 800 prompt tokens / 4 rows; 12 verified drafts, 4 repeats; no passes saved
-    assert ("| popqa | speculative | 4 | 100.0 [100.0, 100.0] | 2.00 | 200 (drafter+verifier) | 12 | "
-            "4 (33.3%, α+β tokens 33.3%) | 0 |  |  |  |") in text
-    assert ("| popqa | dedupe_verifier | 4 | 100.0 [100.0, 100.0] | 1.50 | 150 (drafter+verifier) | 12 | "
-            "4 (33.3%, α+β tokens 33.3%) | 4 | +0.0 [+0.0, +0.0], p = 1 (0/0) | 0.75 [0.75, 0.75] (n = 1 shards) | "
-            "0.78 [0.78, 0.78] (n = 1 shards) |") in text
+    # 6 s / 4 rows; 600 prompt tokens / 4 rows; 12 verified drafts, 4 repeats, 4 passes saved
+    assert ("| popqa | speculative | on | 4 | 100.0 [100.0, 100.0] | 1.50 | 150 (drafter+verifier) | 12 | "
+            "4 (33.3%, α+β tokens 33.3%) | 4 |  |  |  |") in text
+    # switch off: no pass saved, 8 s / 6 s and 900 / 700 tokens: ratios above 1
+    assert ("| popqa | no_dedupe_verifier | off | 4 | 100.0 [100.0, 100.0] | 2.00 | 200 (drafter+verifier) | 12 | "
+            "4 (33.3%, α+β tokens 33.3%) | 0 | +0.0 [+0.0, +0.0], p = 1 (0/0) | 1.33 [1.33, 1.33] (n = 1 shards) | "
+            "1.29 [1.29, 1.29] (n = 1 shards) |") in text
+
+
+def test_the_table_still_reads_the_results_that_measured_the_switch():
+    """Results written before the flip: arm ``dedupe_verifier``, no per-cell setting, the
+    benchmark config with the switch off. The table reads speculative as off, the arm as on,
+    with the figures of benchmarks/decision/tables.md at 40a79f3."""
+    res = json.loads((Path(__file__).parent / "decision_results_dedupe_40a79f3.json").read_text())
+    assert "deduplicate_drafts" not in res["datasets"]["climate_fever"]["arms"]["dedupe_verifier"]
+    text = "\n".join(ds.dedupe_table(res))
+    assert ("| climate_fever | speculative | off | 100 | 37.0 [27.0, 46.0] | 15.89 | 267 (verifier) | 176 | "
+            "41 (23.3%, α+β tokens 18.7%) | 0 |  |  |  |") in text
+    assert ("| climate_fever | dedupe_verifier | on | 50 | 44.0 [30.0, 58.0] | 14.74 | 201 (verifier) | 88 | "
+            "23 (26.1%, α+β tokens 20.6%) | 23 | +0.0 [+0.0, +0.0], p = 1 (0/0) | 0.90 [0.86, 0.94] (n = 5 shards) | "
+            "0.95 [0.93, 0.97] (n = 5 shards) |") in text
+    # a config written before the field existed ran without deduplication
+    del res["config"]["verifier"]["deduplicate_drafts"]
+    assert ds.dedupe_setting(res, "speculative", res["datasets"]["climate_fever"]["arms"]["speculative"]) is False
+    assert ds.dedupe_setting({}, "speculative", {}) is None

@@ -90,9 +90,15 @@ class DataOptions:
 
     def key(self, cfg: RunConfig) -> str:
         """sha256 (16 hex) of these options, the teacher/drafter names, the teacher prompt
-        (:func:`.teacher.teacher_prompt_hash`) and the config hash."""
+        (:func:`.teacher.teacher_prompt_hash`) and the config hash, taken with
+        ``verifier.deduplicate_drafts`` false: the data step never runs the verifier's scoring,
+        so the switch changes none of its output, and data made before its default became true
+        (config files that leave it out) keeps its key and resumes instead of being generated
+        again."""
+        verifier = cfg.verifier.model_copy(update={"deduplicate_drafts": False})
         blob = json.dumps({**asdict(self), "teacher": self.teacher_name(cfg), "teacher_prompt": teacher_prompt_hash(),
-                           "drafter": self.drafter_name(cfg), "config": cfg.config_hash()}, sort_keys=True)
+                           "drafter": self.drafter_name(cfg),
+                           "config": cfg.model_copy(update={"verifier": verifier}).config_hash()}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def teacher_name(self, cfg: RunConfig) -> str:

@@ -164,7 +164,8 @@ def test_consensus_fast_path_skips_the_verifier(tmp_path):
 
 
 def test_consensus_off_sends_every_valid_draft_to_the_verifier():
-    cfg = config(**{"selection.consensus_enabled": False})
+    # deduplication off: every draft here is the same, so on it would score one per row
+    cfg = config(**{"selection.consensus_enabled": False, "verifier.deduplicate_drafts": False})
     drafter, verifier = FakeEngine(reply=lambda text, h: " Same.\nAnswer: Paris"), FakeEngine()
     recs = fused(cfg, drafter, verifier)
     answered = [r for r in recs if r["error"] is None]

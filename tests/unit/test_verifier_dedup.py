@@ -57,7 +57,7 @@ def dedupe(**over):
 def runs():
     """(switch-off records, its verifier, switch-on records, its verifier)."""
     off_verifier, on_verifier = RecordingVerifier(), RecordingVerifier()
-    off = fused(config(), FakeEngine(reply=reply), off_verifier)
+    off = fused(config(**{"verifier.deduplicate_drafts": False}), FakeEngine(reply=reply), off_verifier)
     on = fused(dedupe(), FakeEngine(reply=reply), on_verifier)
     return off, off_verifier, on, on_verifier
 
@@ -153,15 +153,33 @@ def test_verify_deduplicates_within_a_row_key_only():
     assert all(d.flags == [Flag.VERIFIER_INPUT_TOO_LONG] and d.tokens_answer is None for _, _, d in long_items)
 
 
-def test_the_switch_is_hash_neutral_at_its_default():
-    """At its default the config hash is the one of the same config before the field existed
-    (the verifier section a plain ``ModelConfig``): earlier runs resume under their hash."""
-    before = config().model_copy(update={"verifier": ModelConfig(**config().verifier.model_dump(
+def test_the_switch_is_on_by_default_and_hash_neutral_off():
+    """On by default (measured by the decision benchmark). Off, the config hash is the one of
+    the same config before the field existed (the verifier section a plain ``ModelConfig``):
+    those runs ran without deduplication and resume only under a config that turns it off.
+    On, whether by default or written out (configs/bench.yaml), the hash is one and the same,
+    and differs from the old runs' hash."""
+    import yaml
+
+    from specrag_batch.config import ADDED_FIELDS, load_config
+
+    from ..conftest import ROOT
+
+    assert RunConfig().verifier.deduplicate_drafts is True and config().verifier.deduplicate_drafts is True
+    assert ("verifier", "deduplicate_drafts", False) in ADDED_FIELDS  # the behaviour before the field
+    off = config(**{"verifier.deduplicate_drafts": False})
+    before = off.model_copy(update={"verifier": ModelConfig(**off.verifier.model_dump(
         exclude={"deduplicate_drafts"}))})
     assert "deduplicate_drafts" not in before.model_dump()["verifier"]
-    assert config(**{"verifier.deduplicate_drafts": False}).config_hash() == before.config_hash()
-    assert dedupe().config_hash() != config().config_hash()
-    assert RunConfig().verifier.deduplicate_drafts is False
+    assert off.config_hash() == before.config_hash()
+    assert dedupe().config_hash() == config().config_hash() != off.config_hash()
+    # configs/bench.yaml writes the switch out; left out it now means the same, so the same hash
+    bench = yaml.safe_load((ROOT / "configs" / "bench.yaml").read_text())
+    assert bench["verifier"]["deduplicate_drafts"] is True
+    del bench["verifier"]["deduplicate_drafts"]
+    assert load_config(None, base=bench).config_hash() == load_config(ROOT / "configs" / "bench.yaml").config_hash()
+    bench["verifier"]["deduplicate_drafts"] = False
+    assert load_config(None, base=bench).config_hash() != load_config(ROOT / "configs" / "bench.yaml").config_hash()
 
 
 def test_a_row_answered_again_counts_the_passes_saved_in_both_passes():

@@ -39,7 +39,14 @@ for DEBUG, e.g. ``VLLM_LOGGING_LEVEL=DEBUG``); every other vLLM record passes un
   sets on purpose; the product's own sampling uses its own seeded generators);
 * ``vllm.v1.worker.cpu_worker``: "libtcmalloc / libiomp is not found in LD_PRELOAD": a
   performance hint, not a fault. It stays visible once per library and process at INFO on
-  the ``specrag_batch.engines`` logger (README, Operations, "Quiet logs").
+  the ``specrag_batch.engines`` logger (README, Operations, "Quiet logs");
+* ``vllm.platforms.cpu``: "Reset SSM cache type to float32 for accelerated GDN mamba backend
+  'none'." (a CPU with ``avx512_bf16``; backend ``none``: the model has no SSM state, so the
+  setting is never used; another backend stays a WARNING).
+
+Every vLLM engine of the product is built by ``engines.get_engine`` (``run``, ``drafter data``'s
+teacher, the drafter-training flow's evaluation), which installs the demotion first;
+``drafter train`` (TRL/PEFT) neither imports nor starts vLLM.
 """
 
 from __future__ import annotations
@@ -93,6 +100,12 @@ BENIGN_VLLM: tuple[tuple[str, str], ...] = (
     # vLLM's own CPU worker sets VLLM_DIST_IDENT, then the next engine's check calls it
     # unknown; only that variable is demoted (:data:`BENIGN_VLLM_ARGS`), a user's typo is not
     ("vllm.platforms.interface", "Unknown vLLM environment variable detected: %s"),
+    # a CPU with avx512_bf16 (vllm/platforms/cpu.py check_and_update_config): the SSM state
+    # cache dtype is set to float32 for every model, but backend 'none' means the model has no
+    # Mamba/SSM state (no inner state, no linear-attention layers: Qwen2.5, SmolLM2, Gemma are
+    # attention only), so no cache of that dtype is ever allocated. Only 'none' is demoted
+    # (:data:`BENIGN_VLLM_ARGS`); for a model with SSM layers the change is real and shown
+    ("vllm.platforms.cpu", "Reset SSM cache type to float32 for accelerated GDN mamba backend '%s'."),
 )
 """(logger name, start of the message template ``record.msg``) of the vLLM WARNING records
 that :func:`demote_benign_vllm` lowers to DEBUG; the templates are vLLM 0.32's
@@ -100,6 +113,7 @@ that :func:`demote_benign_vllm` lowers to DEBUG; the templates are vLLM 0.32's
 
 BENIGN_VLLM_ARGS: dict[str, tuple] = {
     "Unknown vLLM environment variable detected: %s": ("VLLM_DIST_IDENT",),
+    "Reset SSM cache type to float32 for accelerated GDN mamba backend '%s'.": ("none",),
 }
 """Message templates of :data:`BENIGN_VLLM` that are benign only with these exact arguments."""
 

@@ -115,10 +115,19 @@ class StoppableThreadPoolTaskRunner(ThreadPoolTaskRunner):
     sets Prefect's cancel events and cancels the queued tasks, as Prefect's own ``cancel_all``
     does, but shuts its executor down with ``wait=False``: a thread cannot be interrupted, and
     Prefect's ``wait=True`` kept a stopped run alive until its shard in flight (minutes with a
-    real model) was finished and marked done (:mod:`specrag_batch.stopping`). Leaving normally
-    or with an error, it is Prefect's runner unchanged."""
+    real model) was finished and marked done (:mod:`specrag_batch.stopping`). On Prefect's
+    ``TerminationSignal`` (SIGTERM: the process is being ended, e.g. a Prefect worker cancelling
+    the flow run) it also marks the process as stopping (:func:`stopping.request`), so that the
+    shard in flight writes no output and no done marker. Leaving normally or with an error, it
+    is Prefect's runner unchanged."""
 
     def __exit__(self, exc_type, exc_value, traceback) -> None:
+        from prefect.exceptions import TerminationSignal
+
+        from . import stopping
+
+        if exc_type is not None and issubclass(exc_type, TerminationSignal):
+            stopping.request()
         if exc_type is not None and not issubclass(exc_type, Exception) and self._executor is not None:
             for event in self._cancel_events.values():
                 event.set()

@@ -51,7 +51,8 @@ import time
 from typing import NoReturn
 
 STOP = threading.Event()
-"""Set by the first SIGTERM/SIGINT after :func:`install`: the process is stopping."""
+"""Set by the first SIGTERM/SIGINT after :func:`install` or by :func:`request`: the process is
+stopping."""
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 """Exit status of a stopped run: 128 + the signal number, as a shell reports a process the
@@ -87,7 +88,7 @@ class RunStopping(RuntimeError):
 
 
 def _on_signal(signum: int, frame) -> None:
-    if STOP.is_set():  # a second signal: its default action, now
+    if _received:  # a second signal: its default action, now
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
@@ -129,8 +130,17 @@ def install() -> None:
 
 
 def requested() -> bool:
-    """True once a SIGTERM or SIGINT was received after :func:`install`."""
+    """True once the process is stopping: a SIGTERM or SIGINT was received after
+    :func:`install`, or :func:`request` was called."""
     return STOP.is_set()
+
+
+def request() -> None:
+    """Mark the process as stopping without a signal of its own handler: a flow run left on
+    Prefect's ``TerminationSignal`` (SIGTERM under Prefect's handler, e.g. a Prefect worker
+    cancelling a deployment's run, where this module's handler is not installed), after which
+    the process only tears down (:class:`~specrag_batch.execution.StoppableThreadPoolTaskRunner`)."""
+    STOP.set()
 
 
 def check(what: str) -> None:

@@ -179,9 +179,9 @@ def exit_stopped() -> NoReturn:
     name = signal.Signals(signum).name
     try:
         sys.stdout.flush()
-        print(f"\nspecrag-batch: stopped by {name}. Shards finished before it keep their done markers "
-              "(<output>/_shards/); a shard still computing was not marked done, the next run computes "
-              f"it again. To resume, run the same command again. Exit code {code}.",
+        print(f"\nspecrag-batch: stopped by {name}. Shards finished before it keep their output and "
+              "done marker; a shard still computing was not marked done and the next run computes it "
+              f"again. To resume, run the same command again. Exit code {code}.",
               file=sys.stderr, flush=True)
     except OSError:  # a closed stdout/stderr must not keep the process alive
         pass

@@ -147,7 +147,10 @@ def run(
     file is not Parquet, lacks a column or has a wrong type, or computing it failed; the other
     shards' outputs are kept. 2 = refused before any shard ran: a bad flag or config, a
     missing input or one without .parquet shards, an output inside the input, an output
-    holding another input or config (without --overwrite), or a model that cannot be used."""
+    holding another input or config (without --overwrite), or a model that cannot be used.
+    143 / 130 = stopped by SIGTERM / SIGINT (Ctrl-C): shards finished before the signal keep
+    their done markers, the shard in flight is not marked done; run the same command again
+    to resume. A second signal ends the process at once."""
     from .config import load_config
     from .orchestration import run_batch
 
@@ -239,7 +242,8 @@ def claims(
 
     Exit codes as `run`: 0 = every shard ok; 1 = a shard failed (its file is bad or
     computing it failed; the manifest is written); 2 = refused before any shard ran (bad
-    --labels, flag or config, missing input, ...)."""
+    --labels, flag or config, missing input, ...); 143 / 130 = stopped by SIGTERM / SIGINT
+    (finished shards kept; run it again to resume)."""
     from pydantic import ValidationError
 
     from .config import load_config
@@ -352,12 +356,23 @@ def models_prepare(names: list[str] = typer.Argument(..., help="Packaged model n
 
 def main() -> None:
     """Console entry point ``specrag-batch``: log level from ``SPECRAG_LOG_LEVEL`` (default
-    WARNING), then the typer app."""
+    WARNING), then the typer app. SIGTERM and SIGINT stop the command promptly, keeping the
+    shards finished before them, and exit 143 / 130 (:mod:`specrag_batch.stopping`, README
+    "Stopping a run"), whatever the command was doing when the signal came."""
+    from . import stopping
+
     # Prefect's ephemeral API server starts in a subprocess; on a loaded 2-core machine the
     # default 20 s start-up timeout was too short.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     logging.basicConfig(level=os.environ.get("SPECRAG_LOG_LEVEL", "WARNING"))
-    app()
+    stopping.install()
+    try:
+        app()
+    except BaseException:  # SystemExit included: click exits 1 on an interrupt ("Aborted!")
+        if not stopping.requested():
+            raise
+    if stopping.requested():
+        stopping.exit_stopped()
 
 
 if __name__ == "__main__":  # pragma: no cover

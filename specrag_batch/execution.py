@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Literal
 
+from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -77,9 +78,7 @@ class ExecutionConfig(BaseModel):
             from prefect_ray import RayTaskRunner
 
             return RayTaskRunner(address=self.ray_address, init_kwargs=dict(self.ray_init_kwargs))
-        from prefect.task_runners import ThreadPoolTaskRunner
-
-        return ThreadPoolTaskRunner(max_workers=self.max_workers)
+        return StoppableThreadPoolTaskRunner(max_workers=self.max_workers)
 
     def check_mode(self, mode: str) -> None:
         """Raises ValueError when the topology cannot run this config mode (disaggregated
@@ -107,6 +106,34 @@ class ExecutionConfig(BaseModel):
         if opts.get("num_gpus") and "max_calls" not in opts:
             opts["max_calls"] = 0
         return remote_options(**opts)
+
+
+class StoppableThreadPoolTaskRunner(ThreadPoolTaskRunner):
+    """Prefect's ``ThreadPoolTaskRunner`` that does not wait for the task in flight when the
+    flow is interrupted: on leaving with a ``BaseException`` that is not an ``Exception``
+    (SIGTERM as Prefect's ``TerminationSignal``, Ctrl-C, :class:`stopping.StopRequested`) it
+    sets Prefect's cancel events and cancels the queued tasks, as Prefect's own ``cancel_all``
+    does, but shuts its executor down with ``wait=False``: a thread cannot be interrupted, and
+    Prefect's ``wait=True`` kept a stopped run alive until its shard in flight (minutes with a
+    real model) was finished and marked done (:mod:`specrag_batch.stopping`). On Prefect's
+    ``TerminationSignal`` (SIGTERM: the process is being ended, e.g. a Prefect worker cancelling
+    the flow run) it also marks the process as stopping (:func:`stopping.request`), so that the
+    shard in flight writes no output and no done marker. Leaving normally or with an error, it
+    is Prefect's runner unchanged."""
+
+    def __exit__(self, exc_type, exc_value, traceback) -> None:
+        from prefect.exceptions import TerminationSignal
+
+        from . import stopping
+
+        if exc_type is not None and issubclass(exc_type, TerminationSignal):
+            stopping.request()
+        if exc_type is not None and not issubclass(exc_type, Exception) and self._executor is not None:
+            for event in self._cancel_events.values():
+                event.set()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        super().__exit__(exc_type, exc_value, traceback)
 
 
 @contextmanager

@@ -19,12 +19,11 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
-from prefect.task_runners import ThreadPoolTaskRunner
 
 from . import resume, storage
 from .config import RunConfig, load_config
 from .engines import EngineUsage, get_engine
-from .execution import ExecutionConfig
+from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from .redaction import install_log_filter
 from .run import (
     build_manifest,
@@ -210,7 +209,7 @@ def _plan(input_uri: str, output_uri: str, cfg: RunConfig, run_id: str, shards: 
     return jobs, failed, pending
 
 
-@flow(name="specrag-batch", task_runner=ThreadPoolTaskRunner(max_workers=1), log_prints=True)
+@flow(name="specrag-batch", task_runner=StoppableThreadPoolTaskRunner(max_workers=1), log_prints=True)
 def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = None,
                          run_id: str | None = None, overwrite: bool = False,
                          execution: ExecutionConfig | None = None, allow_empty: bool = False) -> dict:

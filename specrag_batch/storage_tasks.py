@@ -11,7 +11,7 @@ import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from . import resume, storage
+from . import resume, stopping, storage
 from .run import plan_shards, read_all_ids, read_validated
 from .schema import InputSchemaError, QueryRow
 
@@ -70,7 +70,9 @@ def mark_done_task(output_uri: str, out_uri: str, config_hash: str, fingerprint:
 
 class PrefectIO:
     """:class:`~specrag_batch.shard.ShardIO` whose calls are the retrying tasks above (called
-    inside a shard task, each is a task run of its own)."""
+    inside a shard task, each is a task run of its own). Once the process is stopping
+    (SIGTERM/SIGINT, :mod:`specrag_batch.stopping`) it writes no output and no done marker:
+    the shard in flight raises :class:`stopping.RunStopping` and the next run computes it."""
 
     def read_rows(self, shard_file: str, seen_before: Mapping[str, str], task: str | None) -> list[QueryRow]:
         """:func:`read_shard` as a task run."""
@@ -81,10 +83,18 @@ class PrefectIO:
         return read_drafts(draft_file)
 
     def write_table(self, file: str, table: pa.Table) -> None:
-        """:func:`write_shard` as a task run."""
+        """:func:`write_shard` as a task run.
+
+        Raises:
+            stopping.RunStopping: the process is stopping (nothing written)."""
+        stopping.check(file)
         write_shard(file, table)
 
     def mark_done(self, prefix: str, file: str, config_hash: str, fingerprint: dict, run_id: str,
                   result: dict) -> None:
-        """:func:`mark_done_task` as a task run."""
+        """:func:`mark_done_task` as a task run.
+
+        Raises:
+            stopping.RunStopping: the process is stopping (no marker written)."""
+        stopping.check(resume.marker_uri(prefix, file))
         mark_done_task(prefix, file, config_hash, fingerprint, run_id, result)

@@ -2,7 +2,8 @@
 
 Every date of ``[start_date, end_date]`` runs :func:`specrag_batch.scheduled.nightly.run_partition` as its own
 subflow (own output partition, run key and manifest), at most ``max_concurrency`` at a time
-(a Prefect ``ThreadPoolTaskRunner`` bounds the date tasks). Re-running the same backfill skips
+(a Prefect ``ThreadPoolTaskRunner``, :class:`~specrag_batch.execution.StoppableThreadPoolTaskRunner`,
+bounds the date tasks). Re-running the same backfill skips
 finished dates and shards. A date without an input partition is reported as ``missing``; the
 flow run fails at the end if any date failed (or was missing, unless ``allow_missing``), after
 all other dates ran.
@@ -15,10 +16,9 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
-from prefect.task_runners import ThreadPoolTaskRunner
 
 from .. import storage
-from ..execution import ExecutionConfig, ray_session
+from ..execution import ExecutionConfig, StoppableThreadPoolTaskRunner, ray_session
 from ..redaction import redact
 from .nightly import MissingPartitionError, run_partition
 from .partitions import dates_between, require_directory, resolve_config
@@ -81,7 +81,7 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
     log = get_run_logger()
     log.info("backfill %s..%s: %d dates, %d at a time", dates[0], dates[-1], len(dates), max_concurrency)
     with ray_session(ex):
-        results = _run_dates.with_options(task_runner=ThreadPoolTaskRunner(max_workers=max_concurrency))(
+        results = _run_dates.with_options(task_runner=StoppableThreadPoolTaskRunner(max_workers=max_concurrency))(
             input_root, output_root, dates, cfg.model_dump(mode="json"), ex, overwrite)
     summary = {"start_date": dates[0], "end_date": dates[-1], "dates": results,
                **{k: sum(r["status"] == k for r in results) for k in ("ok", "failed", "missing")}}

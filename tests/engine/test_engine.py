@@ -32,14 +32,20 @@ def test_clean_logprob():
     assert clean_logprob(None) == (NON_FINITE_FLOOR, True)
 
 
-def test_cpu_engine_runs_in_the_dtype_chosen_for_this_cpu(engine):
+def test_cpu_engine_runs_in_the_dtype_chosen_for_this_cpu(cfg, engine):
     """No dtype in the config: on a CPU without native bf16 units the engine computes in
-    float32 (4x faster there than the checkpoint's bfloat16), else in bfloat16."""
+    float32 (4x faster there than the checkpoint's bfloat16), else in bfloat16. A dtype in
+    ``engine_kwargs`` wins (the test config pins float32, configs/test-smollm2.yaml)."""
     import torch
 
     from specrag_batch.engines import cpu_dtype
 
-    assert engine.llm.llm_engine.model_config.dtype == getattr(torch, cpu_dtype())
+    assert cfg.drafter.engine_kwargs == {"dtype": "float32"}
+    assert engine.llm.llm_engine.model_config.dtype == torch.float32
+    default = small_config(**{"drafter.engine_kwargs": {}, "sampling.num_drafts": 3})
+    own = get_engine(default.drafter, default.seed)  # another engine: the key holds the kwargs
+    assert own is not engine
+    assert own.llm.llm_engine.model_config.dtype == getattr(torch, cpu_dtype())
 
 
 def test_verifier_spans_are_the_answer_and_rationale_tokens(engine):

@@ -84,6 +84,28 @@ class DrafterConfig(ModelConfig):
         "instruction used so far); one_sentence = 'a rationale of one sentence' (shorter drafts, "
         "fewer drafter tokens; benchmarks/decision.py arm one_sentence). Also used by the "
         "drafter-training data step; Standard RAG keeps one_or_two_sentences")
+    answer_on_truncation: bool = Field(
+        False, description="recover drafts cut at max_tokens before their answer line: a "
+        "draft that stopped at the budget (finish reason 'length') with no 'Answer:' line is "
+        "given the text '\\nAnswer:' and continued for at most answer_max_tokens tokens, in one "
+        "more batched call over those drafts only; the draft keeps its truncated rationale β, "
+        "gets the continuation as α (flags truncated_at_max_tokens and answer_forced) and "
+        "log ρ_draft sums the sampled log-probs of β and α (the forced tokens were not sampled "
+        "and count in neither). An engineering recovery of a budget cut, not in the paper "
+        "(§3.2 drafts (α, β) without a budget). The drafter prompt's room shrinks by the "
+        "marker and answer_max_tokens, so prompt + draft + marker + answer fit max_model_len. "
+        "Off by default until benchmarks/decision.py arm answer_on_truncation has measured it; "
+        "off, a config hashes as before the field existed (:data:`ADDED_FIELDS`)")
+    answer_max_tokens: int = Field(
+        16, ge=1, description="generation budget, tokens, of the answer written after a forced "
+        "'\\nAnswer:' (answer_on_truncation); the answer is the continuation up to its first "
+        "line break")
+
+    @property
+    def answer_budget(self) -> int | None:
+        """``answer_max_tokens`` when ``answer_on_truncation`` is on, else None (no recovery):
+        the ``answer_max_tokens`` argument of :func:`specrag_batch.drafting.run_drafts`."""
+        return self.answer_max_tokens if self.answer_on_truncation else None
 
 
 class VerifierConfig(ModelConfig):
@@ -324,7 +346,8 @@ ADDED_FIELDS = (("selection", "confidence", "score"), ("sampling", "adaptive", F
                 ("sampling", "first_round", 2), ("selection", "fallback", "none"),
                 ("retrieval", "fallback_top_n", 20), ("drafter", "prompt_layout", "documents_first"),
                 ("drafter", "rationale_style", "one_or_two_sentences"), ("selection", "rule", "argmax"),
-                ("verifier", "deduplicate_drafts", False))
+                ("verifier", "deduplicate_drafts", False), ("drafter", "answer_on_truncation", False),
+                ("drafter", "answer_max_tokens", 16))
 """(section, field, value before the field existed) of fields added after 0.1: left out of
 :meth:`RunConfig.config_hash` at that value, so a run started before they existed resumes under
 the same hash. The value is what the code did before the field existed (its default when it was

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from .. import resume, storage
 from ..config import RunConfig
-from ..drafting import PromptTooLongError, fitted_prompt, truncate_documents
+from ..drafting import PromptTooLongError, fitted_prompt, max_prompt_tokens, truncate_documents
 from ..pipeline import multi_perspective_subsets, retrieve
 from ..run import new_run_id, plan_shards, read_validated, shard_output_uri
 from ..schema import Document, QueryRow
@@ -149,7 +149,9 @@ def _row_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, draft
             ex = _Example(r, s, sel, answer=ans)
             try:
                 ex.prompt_ids, _ = fitted_prompt(drafter_tok, r.task, r.query, sel, r.choices, cfg.claim_labels,
-                                                 cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens,
+                                                 cfg.retrieval.max_doc_tokens,
+                                                 max_prompt_tokens(drafter_tok, d.max_model_len, d.max_tokens,
+                                                                   d.answer_budget),
                                                  d.prompt_layout, d.rationale_style)
             except PromptTooLongError:
                 ex.reason = DropReason.PROMPT_TOO_LONG

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from ..config import RunConfig
-from ..drafting import DraftRequest, PromptTooLongError, fitted_prompt, run_drafts
+from ..drafting import DraftRequest, PromptTooLongError, fitted_prompt, max_prompt_tokens, run_drafts
 from ..evaluation import score_row
 from ..records import Flag
 from ..schema import Document
@@ -22,8 +22,9 @@ from .train import is_held_out
 def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eval_fraction: float = 0.05,
                       max_rows: int = 50) -> dict:
     """Per model: rows, share of drafts that parse (have an answer of the right kind), share
-    with an ``Answer:`` field, accuracy vs gold (match for QA, label/option for the others),
-    mean generated tokens per draft.
+    with an ``Answer:`` field the drafter wrote itself (not forced after a budget cut,
+    ``drafter.answer_on_truncation``), accuracy vs gold (match for QA, label/option for the
+    others), mean generated tokens per draft (both calls when answers are recovered).
 
     Args:
         data_uri: prefix written by the data step; its held-out examples
@@ -52,20 +53,23 @@ def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eva
             docs = [Document(x["doc_id"], x["title"], x["text"]) for x in r["documents"]]
             try:
                 ids, _ = fitted_prompt(eng.tokenizer, r["task"], r["query"], docs, r["choices"], cfg.claim_labels,
-                                       cfg.retrieval.max_doc_tokens, d.max_model_len - d.max_tokens, d.prompt_layout,
-                                       d.rationale_style)
+                                       cfg.retrieval.max_doc_tokens,
+                                       max_prompt_tokens(eng.tokenizer, d.max_model_len, d.max_tokens, d.answer_budget),
+                                       d.prompt_layout, d.rationale_style)
             except PromptTooLongError:
                 continue
             reqs.append(DraftRequest(i, r["task"], r["doc_ids"], ids, r["choices"]))
             kept.append(r)
         before = eng.stats.generated_tokens
         drafts = run_drafts(eng, reqs, max_tokens=d.max_tokens, temperature=d.temperature, top_p=d.top_p,
-                            seed=cfg.seed, labels=cfg.claim_labels, desc=f"evaluate {label}")
+                            seed=cfg.seed, labels=cfg.claim_labels, desc=f"evaluate {label}",
+                            answer_max_tokens=d.answer_budget)
         correct = [bool(score_row(r["task"], x.answer if x.valid else None, r["gold"]).correct)
                    for r, x in zip(kept, drafts)]
         out[label] = {"model": model, "rows": len(kept),
                       "parsed": round(statistics.fmean(x.valid for x in drafts), 4) if drafts else None,
-                      "answer_field": round(statistics.fmean(Flag.NO_ANSWER_FIELD not in x.flags for x in drafts), 4)
+                      "answer_field": round(statistics.fmean(not {Flag.NO_ANSWER_FIELD, Flag.ANSWER_FORCED} & set(x.flags)
+                                                             for x in drafts), 4)
                       if drafts else None,
                       "accuracy": round(statistics.fmean(correct), 4) if correct else None,
                       "generated_tokens_per_draft": round((eng.stats.generated_tokens - before) / max(1, len(drafts)), 1)}

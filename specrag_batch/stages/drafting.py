@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Callable, Iterator, Sequence
 
 from ..config import ModelConfig, RunConfig
-from ..drafting import PROCESSING_ERROR, DraftRequest, PromptTooLongError, fitted_prompt, run_drafts
+from ..drafting import (PROCESSING_ERROR, DraftRequest, PromptTooLongError, fitted_prompt, max_prompt_tokens,
+                        run_drafts)
 from ..records import Draft, ErrorReason, Flag, QueryRow, add_flag
 from ..selection import consensus
 from .base import EngineLike, Stage
@@ -33,6 +34,9 @@ class _Generation(Stage):
     """Drafter prompt layout (:data:`specrag_batch.prompts.PROMPT_LAYOUTS`)."""
     rationale_style = "one_or_two_sentences"
     """Rationale instruction (:data:`specrag_batch.prompts.RATIONALE_STYLES`)."""
+    answer_max_tokens: int | None = None
+    """Budget of answers recovered after a budget cut (``drafter.answer_budget``,
+    :func:`specrag_batch.drafting.force_answers`); None = no recovery."""
 
     def __init__(self, config: RunConfig, engine: EngineLike, model: ModelConfig):
         self.config, self.engine, self.model = config, engine, model
@@ -55,7 +59,8 @@ class _Generation(Stage):
                 requests += self._requests(position, row, prompts)
         drafts = run_drafts(self.engine, requests, max_tokens=self.model.max_tokens,
                             temperature=self.model.temperature, top_p=self.model.top_p,
-                            seed=self.config.seed, labels=self.config.claim_labels, desc=self.desc)
+                            seed=self.config.seed, labels=self.config.claim_labels, desc=self.desc,
+                            answer_max_tokens=self.answer_max_tokens)
         by_row: dict[int, list[Draft]] = {}
         for request, draft in zip(requests, drafts):
             row = rows[request.row]
@@ -86,7 +91,8 @@ class _Generation(Stage):
         prompt_ids, truncated = fitted_prompt(
             self.engine.tokenizer, row.task, row.query, documents, row.choices,
             self.config.claim_labels, self.config.retrieval.max_doc_tokens,
-            self.model.max_model_len - self.model.max_tokens, self.layout, self.rationale_style)
+            max_prompt_tokens(self.engine.tokenizer, self.model.max_model_len, self.model.max_tokens,
+                              self.answer_max_tokens), self.layout, self.rationale_style)
         return [d.doc_id for d in documents], prompt_ids, truncated
 
 
@@ -95,7 +101,10 @@ class Drafting(_Generation):
     holding the subset's documents cut to fit ``drafter.max_model_len - drafter.max_tokens``
     tokens (flag ``truncated_documents``) in the layout ``drafter.prompt_layout`` with the
     rationale instruction ``drafter.rationale_style``; ``score_draft`` = log ρ_draft =
-    log P(β, α | Q, δ) in nats (paper §3.2; :mod:`specrag_batch.drafting`)."""
+    log P(β, α | Q, δ) in nats (paper §3.2; :mod:`specrag_batch.drafting`). With
+    ``drafter.answer_on_truncation`` drafts cut before their answer line get one written after
+    a forced ``"\\nAnswer:"`` (a second batched call; flag ``answer_forced``), and the prompt
+    room shrinks by the marker and ``drafter.answer_max_tokens``."""
 
     name = timer_name = "drafting"
     reads = ("task", "query", "choices", "top_documents", "subsets")
@@ -105,6 +114,7 @@ class Drafting(_Generation):
         super().__init__(config, drafter, config.drafter)
         self.layout = config.drafter.prompt_layout
         self.rationale_style = config.drafter.rationale_style
+        self.answer_max_tokens = config.drafter.answer_budget
 
     def prompts(self, row: QueryRow, subsets: slice = slice(None)) -> Iterator[Prompt]:
         """Drafter prompts of ``row.subsets[subsets]`` (all subsets by default)."""
@@ -144,8 +154,9 @@ class StandardAnswer(_Generation):
     """Standard RAG (paper §4): the verifier-sized model answers once per row from all N
     documents, with the drafter's prompt and parser (one draft per row). Its prompt keeps the
     ``documents_first`` layout and the ``one_or_two_sentences`` rationale instruction
-    whatever ``drafter.prompt_layout`` and ``drafter.rationale_style`` say: one prompt per
-    row shares nothing a layout could add, and the baseline stays fixed."""
+    whatever ``drafter.prompt_layout`` and ``drafter.rationale_style`` say, and recovers no
+    answer after a budget cut (``drafter.answer_on_truncation``): one prompt per row shares
+    nothing a layout could add, and the baseline stays fixed."""
 
     name = "standard_answer"
     timer_name = "drafting"

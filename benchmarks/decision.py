@@ -37,7 +37,11 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   ``m1``/``m3``/``m7`` (m drafts) and ``k1``/``k3``/``k4`` (k clusters); shorter drafts
   (issue 13 item 4): ``draft48``/``draft160`` (the drafter's token budget
   ``drafter.max_tokens``, beside the config's) and ``one_sentence`` (``drafter.rationale_style:
-  one_sentence``, a one-sentence rationale instruction); ``no_dedupe_verifier``
+  one_sentence``, a one-sentence rationale instruction); ``answer_on_truncation``
+  (``drafter.answer_on_truncation: true``: a draft cut at ``drafter.max_tokens`` before its
+  ``Answer:`` line gets its answer written after a forced ``"\\nAnswer:"``, one more drafter
+  call; compare accuracy, valid-draft share and seconds per row with ``speculative``; skipped
+  with a note when the config already turns it on); ``no_dedupe_verifier``
   (``verifier.deduplicate_drafts`` off; it is on by default since this benchmark's arm
   ``dedupe_verifier`` measured it: a row's drafts with the same verifier input share one
   verifier pass, so accuracy should equal ``speculative``'s, and seconds and verifier prompt
@@ -150,6 +154,7 @@ ARM_OVERRIDES: dict[str, dict] = {
     "k1": {"sampling.num_clusters": 1}, "k3": {"sampling.num_clusters": 3}, "k4": {"sampling.num_clusters": 4},
     "draft48": {"drafter.max_tokens": 48}, "draft160": {"drafter.max_tokens": 160},
     "one_sentence": {"drafter.rationale_style": "one_sentence"},
+    "answer_on_truncation": {"drafter.answer_on_truncation": True},
     "no_dedupe_verifier": {"verifier.deduplicate_drafts": False},
     "dedupe_verifier": {"verifier.deduplicate_drafts": True},  # for a config with it off
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
@@ -157,7 +162,8 @@ ARM_OVERRIDES: dict[str, dict] = {
 GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-smol", TUNED_ARM),
           "ablations": ("sampling_random", "sampling_single_cluster", "adaptive", "question_first",
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
-                        "draft48", "draft160", "one_sentence", "no_dedupe_verifier", "dedupe_verifier"),
+                        "draft48", "draft160", "one_sentence", "answer_on_truncation", "no_dedupe_verifier",
+                        "dedupe_verifier"),
           "fallback": ("fallback_standard",)}
 GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
 RUN_ORDER = ("main", "tuned", "ablations", "fallback")
@@ -271,8 +277,9 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
 
     Raises:
         ValueError: unknown arm, a tuned arm without its drafter, ``speculative-smol`` when
-            the config's drafter already is :data:`SMOL_DRAFTER` or a :data:`DEDUPE_ARMS` arm
-            whose setting the config already has (the same cells as ``speculative``),
+            the config's drafter already is :data:`SMOL_DRAFTER`, a :data:`DEDUPE_ARMS` arm
+            whose setting the config already has or ``answer_on_truncation`` when the config
+            already turns it on (the same cells as ``speculative``),
             ``fallback_standard`` without ``tau_min``, or an override the
             config does not have (e.g. ``adaptive`` before adaptive drafting exists)."""
     drafters = parse_tuned_drafters(tuned_drafter) if not isinstance(tuned_drafter, dict) else tuned_drafter
@@ -292,6 +299,9 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
         setting = str(DEDUPE_ARMS[arm]).lower()
         raise ValueError(f"arm {arm}: the config already sets verifier.deduplicate_drafts {setting} "
                          "(the same cells as speculative)")
+    if arm == "answer_on_truncation" and base.drafter.answer_on_truncation:
+        raise ValueError("arm answer_on_truncation: the config already sets drafter.answer_on_truncation "
+                         "true (the same cells as speculative)")
     if arm == "fallback_standard":
         if not tau_min:
             raise ValueError("arm fallback_standard needs selection.tau_min: its dataset's tuning cell "

@@ -28,7 +28,8 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
 * tuned vs untuned drafters (issue 12, :func:`tuned_table`): per tuned arm and baseline,
   paired accuracy, parse share, drafter tokens per row, seconds per row and their ratio;
 * shorter drafts (:data:`DRAFT_LENGTH_ARMS`): generated tokens per row and per draft, share of
-  drafts cut at the token budget, beside accuracy and seconds per row;
+  drafts cut at the token budget and of those given a forced answer line (arm
+  ``answer_on_truncation``), beside accuracy and seconds per row;
 * repeated drafts (:func:`verifier_duplicates`, :func:`dedupe_table`): per cell, the verified
   drafts that repeat another draft of their row byte for byte (the verifier passes
   ``verifier.deduplicate_drafts`` would save, estimated from stored drafts, no engine run),
@@ -75,9 +76,11 @@ from specrag_batch.verification import SELF_REFLECTION_MODES, self_reflection_sc
 PARSE_FLAGS = frozenset({Flag.NO_ANSWER_FIELD, Flag.EMPTY_DRAFT, Flag.EMPTY_ANSWER,
                          Flag.EMPTY_RATIONALE, Flag.TRUNCATED_AT_MAX_TOKENS, Flag.REPETITION,
                          Flag.ANSWER_NOT_A_LABEL, Flag.ANSWER_NOT_A_CHOICE,
-                         Flag.DRAFT_PROCESSING_ERROR})
+                         Flag.DRAFT_PROCESSING_ERROR, Flag.ANSWER_FORCED})
 """Flags the parser puts on a draft whose output broke the format (``records.Flag``'s
-"parsing the drafter's output" group): a draft without any of them parsed."""
+"parsing the drafter's output" group): a draft without any of them parsed. ``answer_forced``
+(an answer recovered after a budget cut, ``drafter.answer_on_truncation``) always comes with
+``truncated_at_max_tokens``: such a draft is valid, not parsed."""
 
 SELECTION_ABLATIONS = {
     "without_draft_score": {"use_draft": False},
@@ -1324,17 +1327,20 @@ def tuned_table(res: dict) -> list[str]:
             "s/row ratio tuned / baseline |", "|---|---|---|---|---|---|---|---|---|---|---|", *lines]
 
 
-DRAFT_LENGTH_ARMS = ("speculative", "draft48", "draft160", "one_sentence")
-"""Arms of the drafter's token budget and rationale instruction (issue 13 item 4), shown side
-by side by :func:`draft_length_table` so the default can be chosen from the figures."""
+DRAFT_LENGTH_ARMS = ("speculative", "draft48", "draft160", "one_sentence", "answer_on_truncation")
+"""Arms of the drafter's token budget, rationale instruction (issue 13 item 4) and answer
+recovery after a budget cut (``drafter.answer_on_truncation``), shown side by side by
+:func:`draft_length_table` so the defaults can be chosen from the figures."""
 
 
 def draft_length_table(res: dict) -> list[str]:
     """Markdown lines: per dataset, each arm of :data:`DRAFT_LENGTH_ARMS` that ran (besides
     ``speculative``): accuracy, seconds per row, generated tokens per row (every model of the
     cell), mean generated tokens per draft (``tokens_draft``), share of drafts cut at
-    ``max_tokens`` (flag ``truncated_at_max_tokens``), and the paired difference / seconds
-    ratio vs ``speculative``. Empty when none of these arms ran."""
+    ``max_tokens`` (flag ``truncated_at_max_tokens``), share of drafts whose answer was written
+    after a forced ``Answer:`` line (flag ``answer_forced``), share of drafts valid for
+    selection, and the paired difference / seconds ratio vs ``speculative``. Empty when none
+    of these arms ran."""
     lines = []
     for ds, e in res["datasets"].items():
         arms = [a for a in DRAFT_LENGTH_ARMS if a in e["arms"] and "cost" in e["arms"][a]]
@@ -1344,22 +1350,27 @@ def draft_length_table(res: dict) -> list[str]:
             f = e["arms"][arm]
             d = f["drafts"]
             gen = sum(m["generated_tokens_per_row"] for m in f["cost"]["models"].values())
-            cut = (d["by_flag"].get("truncated_at_max_tokens", 0) / d["n_drafts"]) if d["n_drafts"] else None
+            cut, forced = ((d["by_flag"].get(flag, 0) / d["n_drafts"]) if d["n_drafts"] else None
+                           for flag in (Flag.TRUNCATED_AT_MAX_TOKENS, Flag.ANSWER_FORCED))
             cmp = e["comparisons"].get(f"{arm} - speculative")
             per_draft = f.get("tokens_per_draft")
             lines.append(f"| {ds} | {arm} | {f['n']} | {_pct(f['accuracy'])}{_ci(f['ci95'])} | "
                          f"{f['cost']['s_per_row']:.2f} | {gen:.0f} | "
-                         f"{'n/a' if per_draft is None else f'{per_draft:.1f}'} | {_pct(cut)} | "
+                         f"{'n/a' if per_draft is None else f'{per_draft:.1f}'} | {_pct(cut)} | {_pct(forced)} | "
+                         f"{_pct(d['valid'])} | "
                          f"{_diff(cmp) if cmp else ''} | {_ratio(cmp.get('seconds')) if cmp else ''} |")
     if not lines:
         return []
     return ["", "Shorter drafts (issue 13 item 4): the drafter's token budget (`draft48`, `draft160`; "
-            "`speculative` is the config's) and the one-sentence rationale instruction (`one_sentence`). "
+            "`speculative` is the config's), the one-sentence rationale instruction (`one_sentence`) and "
+            "answers recovered after the budget cut (`answer_on_truncation`). "
             "Generated tokens per row: every model of the cell; tokens per draft: mean `tokens_draft`; "
-            "cut: drafts flagged `truncated_at_max_tokens`; difference and time ratio vs speculative "
-            "on the same rows.", "",
-            "| dataset | arm | n | accuracy % | s/row | generated tokens/row | tokens/draft | cut % | "
-            "arm - speculative | s/row ratio |", "|---|---|---|---|---|---|---|---|---|---|", *lines]
+            "cut: drafts flagged `truncated_at_max_tokens`; forced: drafts flagged `answer_forced` (cut "
+            "before their answer line, answer written after a forced `Answer:`); valid: drafts selection may "
+            "use; difference and time ratio vs speculative on the same rows.", "",
+            "| dataset | arm | n | accuracy % | s/row | generated tokens/row | tokens/draft | cut % | forced % | "
+            "valid % | arm - speculative | s/row ratio |", "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            *lines]
 
 
 VERIFIED_KEYS = ("tokens_answer", "score_self_consistency", "logprob_yes")

@@ -168,7 +168,8 @@ def test_decision_draft_arms_and_their_table(tmp_path):
     f = res["datasets"]["popqa"]["arms"]["draft48"]
     assert f["tokens_per_draft"] == 36.0 and res["datasets"]["popqa"]["arms"]["speculative"]["tokens_per_draft"] == 40.0
     text = ds.tables(res)
-    # 6 s / 4 rows; 120 generated tokens / 4 rows; drafts 48 and 24 -> 36; 4 of 8 drafts cut
-    assert "| popqa | draft48 | 4 | 75.0 [" in text and "| 1.50 | 30 | 36.0 | 50.0 | -25.0 [" in text
-    assert "| popqa | speculative | 4 | 100.0 [100.0, 100.0] | 2.00 | 50 | 40.0 | 0.0 |" in text
+    # 6 s / 4 rows; 120 generated tokens / 4 rows; drafts 48 and 24 -> 36; 4 of 8 drafts cut,
+    # none given a forced answer, all valid
+    assert "| popqa | draft48 | 4 | 75.0 [" in text and "| 1.50 | 30 | 36.0 | 50.0 | 0.0 | 100.0 | -25.0 [" in text
+    assert "| popqa | speculative | 4 | 100.0 [100.0, 100.0] | 2.00 | 50 | 40.0 | 0.0 | 0.0 | 100.0 |" in text
     assert "0.75 [0.75, 0.75] (n = 1 shards)" in text

@@ -266,3 +266,50 @@ def test_prefix_cache_hits_are_counted_and_skipped_for_prompt_logprobs(cfg, engi
     assert gen["cached_prompt_tokens"] % block == 0 and gen["prefix_cache_hit_rate"] > 0
     scored = cached(lambda: engine.prompt_and_next_logprobs(prompts, top_k=2))
     assert scored["prompt_tokens"] == sum(map(len, prompts)) and scored["cached_prompt_tokens"] == 0
+
+
+def test_drafts_cut_at_a_tiny_budget_get_a_forced_answer(engine):
+    """``drafter.answer_on_truncation`` on the real drafter: at ``drafter.max_tokens`` 6 every
+    rationale is cut before its ``Answer:`` line; the drafting stage continues those drafts
+    after a forced ``"\\nAnswer:"`` in one more call (two engine calls in all), flags them
+    ``answer_forced`` and gets answers. Their log ρ_draft equals the drafter's own log-probs of
+    the β and α tokens when prompt + draft + marker + answer is fed back through it (the marker,
+    not sampled, counts in neither)."""
+    from specrag_batch.drafting import force_answers, score_generation, span_logprob
+    from specrag_batch.parsing import parse_draft
+    from specrag_batch.pipeline import draft_rows
+    from specrag_batch.prompts import drafter_prompt_ids
+
+    cut = small_config(**{"sampling.num_drafts": 3, "drafter.max_tokens": 6, "drafter.answer_on_truncation": True})
+    rows = validate_table(sample_rows("popqa", 2), "popqa") + validate_table(sample_rows("climate_fever", 2), "cf")
+    calls, generated = engine.stats.calls, engine.stats.generated_tokens
+    by_row = draft_rows(rows, cut, engine, StageTimer())
+    drafts = [d for row_drafts in by_row.values() for d in row_drafts]
+    assert len(by_row) == 4 and drafts
+    assert engine.stats.calls - calls == 2  # the drafting call and the one answer call
+    forced = [d for d in drafts if "answer_forced" in d.flags]
+    assert forced, [(d.flags, d.rationale) for d in drafts]
+    assert not any({"truncated_at_max_tokens", "no_answer_field"} <= set(d.flags) for d in drafts)
+    for d in forced:
+        assert "truncated_at_max_tokens" in d.flags and "no_answer_field" not in d.flags
+        assert math.isfinite(d.score_draft) and d.score_draft <= 0
+        assert d.tokens_draft <= 6 + cut.drafter.answer_max_tokens
+    assert any(d.valid and d.answer.strip() for d in forced)
+    # the generated tokens of both calls are in the engine's usage: 6 per cut draft, >= 1 per answer
+    assert engine.stats.generated_tokens - generated >= 7 * len(forced)
+
+    # replay one forced draft through the drafter's forward pass
+    tok = engine.tokenizer
+    prompt = drafter_prompt_ids(tok, "qa", rows[0].query, rows[0].documents[:2], None, ())
+    first = engine.generate([prompt], max_tokens=6, temperature=0.0, top_p=1.0, seed=0)
+    assert first[0].finish_reason == "length"
+    gens, marks = force_answers(engine, [prompt], first, answer_max_tokens=16, temperature=0.0, top_p=1.0, seed=0)
+    joined, marker = gens[0], marks[0]
+    parsed, score, _ = score_generation(tok, joined, "qa", [], None, marker)
+    assert parsed.answer and "answer_forced" in parsed.flags
+    text, spans = token_char_spans(tok, joined.token_ids)
+    assert parse_draft(text, "qa").answer == parsed.answer
+    replay = engine.prompt_logprobs([prompt + joined.token_ids])[0][len(prompt):]
+    rescored = sum(span_logprob(spans, [0.0 if i in marker else x for i, x in enumerate(replay)], span)[0]
+                   for span in (parsed.rationale_span, parsed.answer_span))
+    assert score < 0 and rescored == pytest.approx(score, rel=0.1, abs=0.5)

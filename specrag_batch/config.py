@@ -67,7 +67,8 @@ DEFAULT_VERIFIER = "qwen2.5-coder-1.5b-instruct"
 class DrafterConfig(ModelConfig):
     """The drafter's model (:class:`ModelConfig`; default the packaged Qwen2.5-Coder-0.5B, so a
     ``drafter:`` section that sets only other keys keeps it), its prompt layout and rationale
-    instruction."""
+    instruction, and whether drafts cut at the token budget before their answer line get one
+    (``answer_on_truncation``)."""
 
     model: str = Field(DEFAULT_DRAFTER, min_length=1, description=ModelConfig.model_fields["model"].description)
 

@@ -8,7 +8,7 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   choice; a row that came out with an error counts as wrong) with a bootstrap 95% interval;
 * the **paired** difference of two arms on the same rows (speculative - standard,
   tuned - standard, tuned - speculative, tuned - the untuned arm of its base model
-  (``same_base``), each ablation - speculative) with a paired bootstrap
+  (``same_base``), each ablation - speculative, each composed arm - its base arm) with a paired bootstrap
   95% interval and McNemar's exact p-value (two-sided binomial test on the discordant pairs);
 * **oracle** accuracy (a row counts when any of its drafts is right, scored with the
   product's :func:`specrag_batch.evaluation.score_row`) and the share of oracle rows the
@@ -27,6 +27,10 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same);
 * tuned vs untuned drafters (issue 12, :func:`tuned_table`): per tuned arm and baseline,
   paired accuracy, parse share, drafter tokens per row, seconds per row and their ratio;
+* ablations on other drafters (:func:`composed_table`): each composed arm
+  ``<base arm>+<ablation>`` (:data:`COMPOSE_SEP`) vs its base arm on the same rows: paired
+  accuracy, parse / forced / valid shares, drafter tokens per row, seconds per row and their
+  ratio;
 * shorter drafts (:data:`DRAFT_LENGTH_ARMS`): generated tokens per row and per draft, share of
   drafts cut at the token budget and of those given a forced answer line (arm
   ``answer_on_truncation``), beside accuracy and seconds per row;
@@ -966,11 +970,30 @@ UNTUNED_ARMS = ("speculative", "speculative-smol")
 the tuned arms besides ``standard`` (:func:`tuned_table`)."""
 
 
+COMPOSE_SEP = "+"
+"""Separator of a composed arm ``<base arm>+<ablation arm>`` (``benchmarks/decision.py``): the
+base arm's config (``speculative``, ``speculative-smol`` or a tuned drafter) with the
+ablation's overrides on top. Arm labels and ablation names never hold it, so the name splits
+at its first ``+`` unambiguously."""
+
+
+def composed_parts(arm: str) -> tuple[str, str] | None:
+    """``(base arm, ablation arm)`` of a composed arm ``<base>+<ablation>``
+    (:data:`COMPOSE_SEP`), split at the first ``+``; None for any other arm. Names are not
+    checked here (``decision.composed_arm`` does)."""
+    base, sep, ablation = arm.partition(COMPOSE_SEP)
+    return (base, ablation) if sep else None
+
+
 def baselines_of(arm: str, same_base: dict[str, str | None] | None = None) -> list[tuple[str, str]]:
-    """The comparisons (arm, baseline) of ``arm``: its :data:`BASELINES`; a tuned arm
+    """The comparisons (arm, baseline) of ``arm``: a composed arm (:func:`composed_parts`) vs
+    its base arm only; its :data:`BASELINES`; a tuned arm
     (:data:`TUNED_PREFIX`) vs ``standard``, ``speculative`` and ``same_base[arm]`` (the untuned
     arm of its base model, when known and not ``speculative``); any other arm but
     ``speculative``/``standard`` vs ``speculative``; plus :data:`ARM_BASELINES`."""
+    parts = composed_parts(arm)
+    if parts:
+        return [(arm, parts[0])]
     if arm.startswith(TUNED_PREFIX):
         own = (same_base or {}).get(arm)
         pairs = [(arm, "standard"), (arm, "speculative")] + ([(arm, own)] if own and own != "speculative" else [])
@@ -1044,7 +1067,9 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
     Returns ``{"datasets": {dataset: {"arms": {arm: cell_figures}, "comparisons":
     {"a - b": compare_cells}, "fallback": {arm: fallback_figures}}}, "pooled": {"arms":
     {arm: {"n", "accuracy", "ci95", "datasets"}}, "comparisons": {"a - b": paired + seconds
-    ratio}, "fallback": {arm: flagged rows before/after, stratified}}}``. Re-selected Table 3
+    ratio}, "fallback": {arm: flagged rows before/after, stratified}}}``, and when a composed
+    arm ran, ``"composed_arms": {arm: {"base", "ablation"}}`` (its comparison with its base
+    arm is ``"<arm> - <base>"`` in ``comparisons``, :func:`composed_table`). Re-selected Table 3
     arms (:data:`SELECTION_ABLATIONS`) appear beside the cells run, derived from
     ``speculative``; ``fallback`` only for the :data:`FALLBACK_ARMS` run (their whole-cell
     comparison with ``speculative`` is in ``comparisons``). Each :data:`POST_HOC` key
@@ -1138,6 +1163,9 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         elif pp["sa"]:
             cmp["seconds"] = ratio_bootstrap(pp["sa"], pp["sb"], reps=reps, strata=pp["strata"])
         res["pooled"]["comparisons"][key] = cmp
+    composed = sorted({a for arms in cells.values() for a in arms if composed_parts(a)})
+    if composed:
+        res["composed_arms"] = {a: dict(zip(("base", "ablation"), composed_parts(a))) for a in composed}
     reported = {ds: arms["speculative"] for ds, arms in cells.items() if "speculative" in arms}
     for key in POST_HOC:
         res[key] = {split: variant_split(part, choices, labels, seed=seed, comparison=key, reps=reps)
@@ -1235,7 +1263,8 @@ def tables(res: dict) -> str:
             out.append(f"| {ds} | {arm} | {c['rows']} | {c['s_per_row']:.2f} | {models} |")
     extra = {f"{a} - {b}" for a, b in ARM_BASELINES.items()}
     others = [(ds, k, v) for ds, e in res["datasets"].items() for k, v in e["comparisons"].items()
-              if (k.endswith("- speculative") and not k.startswith("speculative-tuned")) or k in extra]
+              if ((k.endswith("- speculative") and not k.startswith("speculative-tuned")) or k in extra)
+              and not composed_parts(k.partition(" - ")[0])]
     if others:
         out += ["", "Other arms vs Speculative RAG (or the baseline named) on the same rows (Table 3 "
                 "selection ablations are re-selected from the speculative cell's drafts; sampling, "
@@ -1245,6 +1274,7 @@ def tables(res: dict) -> str:
         for ds, k, v in others:
             out.append(f"| {ds} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
     out += tuned_table(res)
+    out += composed_table(res)
     out += draft_length_table(res)
     out += dedupe_table(res)
     out += fallback_table(res)
@@ -1287,31 +1317,52 @@ def drafter_generated_tokens(f: dict) -> float | None:
     return sum(got) if got else None
 
 
+def flag_share(f: dict, flag: str) -> float | None:
+    """Share of a cell's drafts (``cell_figures``) that carry ``flag``; None without drafts."""
+    d = f["drafts"]
+    return (d["by_flag"].get(flag, 0) / d["n_drafts"]) if d["n_drafts"] else None
+
+
+def _tokens(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}"
+
+
+def comparison_lines(res: dict, keep, columns: Sequence) -> list[str]:
+    """Markdown table rows of the comparisons ``"a - b"`` of each dataset, then pooled, for
+    which ``keep(a, b)`` is true: dataset, a, b, n paired rows, the accuracy of each on them,
+    the paired difference [bootstrap 95%] with McNemar p, one cell ``"<a> / <b>"`` per
+    function of ``columns`` (cell figures -> text; empty on pooled rows, whose per-cell
+    figures are in the dataset rows) and the seconds ratio a / b over the shards both
+    finished. Used by :func:`tuned_table` and :func:`composed_table`."""
+    lines = []
+    for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
+        for key, cmp in e["comparisons"].items():
+            a, _, b = key.partition(" - ")
+            if not keep(a, b):
+                continue
+            if ds == "pooled":  # per-cell figures are in the dataset rows
+                cells = " ".join(["|"] * (len(columns) - 1))
+            else:
+                fa, fb = e["arms"][a], e["arms"][b]
+                cells = " | ".join(f"{col(fa)} / {col(fb)}" for col in columns)
+            lines.append(f"| {ds} | {a} | {b} | {cmp['n']} | {_pct(cmp['accuracy_a'])} | {_pct(cmp['accuracy_b'])} | "
+                         f"{_diff(cmp)} | {cells} | {_ratio(cmp.get('seconds'))} |")
+    return lines
+
+
 def tuned_table(res: dict) -> list[str]:
     """Markdown lines "Tuned vs untuned drafter" (issue 12): per dataset, each comparison of a
-    tuned arm (:data:`TUNED_PREFIX`) with ``standard`` or an untuned drafter arm
+    tuned arm (:data:`TUNED_PREFIX`, not composed) with ``standard`` or an untuned drafter arm
     (:data:`UNTUNED_ARMS`) that ran: n paired rows, the accuracy of each on them, the paired
     difference [bootstrap 95%] with McNemar p, the share of drafts that parse, drafter
     generated tokens per row (:func:`drafter_generated_tokens`), seconds per row of each and
     the seconds ratio tuned / baseline over the shards both finished; then the pooled rows
     (stratified by dataset; accuracy, difference and time ratio only). Empty when no tuned arm
     was compared."""
-    lines = []
-    for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
-        for key, cmp in e["comparisons"].items():
-            a, _, b = key.partition(" - ")
-            if not a.startswith(TUNED_PREFIX) or b not in ("standard", *UNTUNED_ARMS):
-                continue
-            if ds == "pooled":  # per-cell figures are in the dataset rows
-                cells = "| |"
-            else:
-                fa, fb = e["arms"][a], e["arms"][b]
-                ta, tb = drafter_generated_tokens(fa), drafter_generated_tokens(fb)
-                cells = (f"{_pct(fa['drafts']['parsed'])} / {_pct(fb['drafts']['parsed'])} | "
-                         f"{'n/a' if ta is None else f'{ta:.0f}'} / {'n/a' if tb is None else f'{tb:.0f}'} | "
-                         f"{fa['cost']['s_per_row']:.2f} / {fb['cost']['s_per_row']:.2f}")
-            lines.append(f"| {ds} | {a} | {b} | {cmp['n']} | {_pct(cmp['accuracy_a'])} | {_pct(cmp['accuracy_b'])} | "
-                         f"{_diff(cmp)} | {cells} | {_ratio(cmp.get('seconds'))} |")
+    lines = comparison_lines(
+        res, lambda a, b: a.startswith(TUNED_PREFIX) and not composed_parts(a) and b in ("standard", *UNTUNED_ARMS),
+        (lambda f: _pct(f["drafts"]["parsed"]), lambda f: _tokens(drafter_generated_tokens(f)),
+         lambda f: f"{f['cost']['s_per_row']:.2f}"))
     if not lines:
         return []
     return ["", "Tuned vs untuned drafter (issue 12), the same verifier: each tuned arm vs Standard RAG, vs "
@@ -1325,6 +1376,35 @@ def tuned_table(res: dict) -> list[str]:
             "| dataset | tuned arm | baseline | n | accuracy % tuned | accuracy % baseline | tuned - baseline | "
             "parsed % tuned / baseline | drafted tokens/row tuned / baseline | s/row tuned / baseline | "
             "s/row ratio tuned / baseline |", "|---|---|---|---|---|---|---|---|---|---|---|", *lines]
+
+
+def composed_table(res: dict) -> list[str]:
+    """Markdown lines "Ablations on other drafters": per dataset, then pooled, each composed
+    arm ``<base>+<ablation>`` (:func:`composed_parts`) vs its base arm on the same rows
+    (:func:`baselines_of`): n paired rows, the accuracy of each, the paired difference
+    [bootstrap 95%] with McNemar p, then arm / base: the share of drafts that parse, that
+    carry ``answer_forced`` (answer written after a forced ``Answer:`` line) and that are valid
+    for selection, the drafter's generated tokens per row (:func:`drafter_generated_tokens`),
+    seconds per row, and the seconds ratio arm / base over the shards both finished (pooled:
+    accuracy, difference and ratio only). Empty when no composed arm was compared."""
+    lines = comparison_lines(
+        res, lambda a, b: (composed_parts(a) or ("",))[0] == b,
+        (lambda f: _pct(f["drafts"]["parsed"]), lambda f: _pct(flag_share(f, Flag.ANSWER_FORCED)),
+         lambda f: _pct(f["drafts"]["valid"]), lambda f: _tokens(drafter_generated_tokens(f)),
+         lambda f: f"{f['cost']['s_per_row']:.2f}"))
+    if not lines:
+        return []
+    return ["", "Ablations on other drafters: each composed arm `<base arm>+<ablation>` (the base arm's config, "
+            "e.g. a tuned drafter, with the ablation's overrides on top) vs its base arm on the same rows. "
+            "Accuracy of each on the paired rows; difference arm - base in points [paired bootstrap 95%], "
+            "McNemar p (discordant pairs); parsed: drafts without a parse flag; forced: drafts flagged "
+            "`answer_forced`; valid: drafts selection may use; drafted tokens: the drafter's generated "
+            "tokens per row; s/row of each (all shards) and the ratio arm / base over the shards both "
+            "finished. Pooled: rows of every dataset where both ran, resampled within each dataset.", "",
+            "| dataset | arm | base arm | n | accuracy % arm | accuracy % base | arm - base | "
+            "parsed % arm / base | forced % arm / base | valid % arm / base | drafted tokens/row arm / base | "
+            "s/row arm / base | s/row ratio arm / base |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *lines]
 
 
 DRAFT_LENGTH_ARMS = ("speculative", "draft48", "draft160", "one_sentence", "answer_on_truncation")
@@ -1350,8 +1430,7 @@ def draft_length_table(res: dict) -> list[str]:
             f = e["arms"][arm]
             d = f["drafts"]
             gen = sum(m["generated_tokens_per_row"] for m in f["cost"]["models"].values())
-            cut, forced = ((d["by_flag"].get(flag, 0) / d["n_drafts"]) if d["n_drafts"] else None
-                           for flag in (Flag.TRUNCATED_AT_MAX_TOKENS, Flag.ANSWER_FORCED))
+            cut, forced = (flag_share(f, flag) for flag in (Flag.TRUNCATED_AT_MAX_TOKENS, Flag.ANSWER_FORCED))
             cmp = e["comparisons"].get(f"{arm} - speculative")
             per_draft = f.get("tokens_per_draft")
             lines.append(f"| {ds} | {arm} | {f['n']} | {_pct(f['accuracy'])}{_ci(f['ci95'])} | "
@@ -1629,7 +1708,7 @@ def verdicts(res: dict) -> str:
     (:func:`verdict_variant_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
-        for a in ["speculative", *(x for x in e["arms"] if x.startswith(TUNED_PREFIX))]:
+        for a in ["speculative", *(x for x in e["arms"] if x.startswith(TUNED_PREFIX) and not composed_parts(x))]:
             cmp = e["comparisons"].get(f"{a} - standard")
             if not cmp:
                 continue

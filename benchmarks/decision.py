@@ -166,9 +166,21 @@ GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-smol", TUN
                         "dedupe_verifier"),
           "fallback": ("fallback_standard",)}
 GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
-RUN_ORDER = ("main", "tuned", "ablations", "fallback")
-"""Groups in the order their cells run: the headline first, the fallback (a second full
-speculative pass over the reported rows plus its tuning cells) last."""
+RUN_ORDER = ("main", "tuned", "ablations", "composed", "fallback")
+"""Groups in the order their cells run: the headline first, then the tuned drafters, the
+ablations, the composed arms (:data:`COMPOSED`, named one by one in ``--arms``, no group of
+:data:`GROUPS`), the fallback (a second full speculative pass over the reported rows plus its
+tuning cells) last."""
+
+COMPOSED = "composed"
+"""Run-order slot (:data:`RUN_ORDER`) of the composed arms ``<base arm>+<ablation>``
+(:func:`composed_arm`); not a group of ``--arms``."""
+
+COMPOSE_SEP = decision_stats.COMPOSE_SEP
+"""``+``: a composed arm is ``<base arm>+<ablation arm>`` (:func:`composed_arm`)."""
+
+COMPOSABLE_BASES = ("speculative", "speculative-smol")
+"""Base arms of a composed arm besides the tuned arms (:func:`is_tuned_arm`)."""
 
 DEDUPE_ARMS = decision_stats.DEDUPE_ARMS
 """Arms that set ``verifier.deduplicate_drafts`` (arm -> its value; ``decision_stats`` tables
@@ -181,6 +193,20 @@ TUNING_ARM = "tuning"
 read only to choose its τ_min (:func:`calibrate_tuning`) and the post-hoc selection variants
 (``selection.self_reflection``, ``selection.rule``), never reported. ``--arms tuning`` runs
 these cells alone (the ``fallback`` group runs them too)."""
+
+NOT_COMPOSABLE = {
+    "fallback_standard": "its selection.tau_min comes from the dataset's tuning cell, not from a fixed override",
+    "standard": "it is Standard RAG (no drafter), not an ablation",
+    "speculative": "it is a base arm, not an ablation",
+    "speculative-smol": "it is a base arm (a drafter), not an ablation",
+    TUNED_ARM: "it is a base arm (a drafter), not an ablation",
+    TUNING_ARM: "it is the tuning-split cell, not an ablation",
+    **{k: "it is re-selected from the speculative cell's drafts by decision_stats, not a run"
+       for k in decision_stats.SELECTION_ABLATIONS},
+}
+"""Arm names refused as the ablation of a composed arm, with the reason: every arm of the
+``ablations`` group is a pure config override of :data:`ARM_OVERRIDES` and may be composed;
+these are not."""
 
 TAU_TARGET_COVERAGE = 0.5
 """Calibration target of ``fallback_standard``'s τ_min: ``specrag-batch calibrate
@@ -249,8 +275,86 @@ def parse_tuned_drafters(spec: str | None) -> dict[str, str]:
 
 
 def is_tuned_arm(arm: str) -> bool:
-    """Whether ``arm`` runs a tuned drafter: ``speculative-tuned`` or ``speculative-tuned-<label>``."""
-    return arm == TUNED_ARM or arm.startswith(TUNED_ARM + "-")
+    """Whether ``arm`` is a tuned-drafter arm: ``speculative-tuned`` or
+    ``speculative-tuned-<label>`` (a composed arm ``<tuned arm>+<ablation>`` is not:
+    :func:`composed_arm`)."""
+    return COMPOSE_SEP not in arm and (arm == TUNED_ARM or arm.startswith(TUNED_ARM + "-"))
+
+
+def _close(name: str, options) -> str:
+    """``"; did you mean a, b?"`` for the options close to ``name`` (difflib), else ``""``."""
+    import difflib
+
+    near = difflib.get_close_matches(name, list(options), n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(near)}?" if near else ""
+
+
+def composed_arm(arm: str, tuned_arms: list[str] | tuple[str, ...] | None = None) -> tuple[str, str] | None:
+    """``(base arm, ablation arm)`` of a composed arm ``<base arm>+<ablation arm>``
+    (:data:`COMPOSE_SEP`, split at its only ``+``; tuned-drafter labels and ablation names
+    hold none), None for an arm without ``+``. The base arm is one of
+    :data:`COMPOSABLE_BASES` or a tuned arm: one of ``tuned_arms`` (keys of
+    :func:`parse_tuned_drafters`) when given, any :func:`is_tuned_arm` name when None
+    (:func:`arm_config` then checks its drafter). The ablation is an arm of the ``ablations``
+    group: each a pure config override of :data:`ARM_OVERRIDES`. Its cells are the base
+    arm's config with the ablation's overrides (:func:`arm_config`), on the reported rows of
+    every ``--datasets`` dataset, like the base arm it is compared with
+    (``decision_stats.composed_table``), not on ``--ablation-rows``/``--ablation-datasets``.
+
+    Raises:
+        ValueError: naming the arm: more than one ``+``, an unknown base arm or a tuned one
+            without its ``--tuned-drafter label=dir``, an ablation that is not a pure override
+            (:data:`NOT_COMPOSABLE`, with the reason) or unknown (with close names)."""
+    parts = decision_stats.composed_parts(arm)
+    if parts is None:
+        return None
+    base_arm, ablation = parts
+    if COMPOSE_SEP in ablation:
+        raise ValueError(f"arm {arm!r}: one '{COMPOSE_SEP}<ablation>' suffix only (<base arm>+<ablation arm>)")
+    bases = [*COMPOSABLE_BASES, *(tuned_arms or ())]
+    if base_arm not in bases and not (tuned_arms is None and is_tuned_arm(base_arm)):
+        if is_tuned_arm(base_arm):
+            label = base_arm.removeprefix(TUNED_ARM).lstrip("-")
+            raise ValueError(f"arm {arm!r}: base arm {base_arm} needs --tuned-drafter "
+                             + (f"{label}=<model dir>" if label else "<model dir>"))
+        raise ValueError(f"arm {arm!r}: base arm {base_arm!r} cannot be composed (choose from "
+                         f"{', '.join(bases)}, or a tuned arm of --tuned-drafter){_close(base_arm, bases)}")
+    if ablation in NOT_COMPOSABLE:
+        raise ValueError(f"arm {arm!r}: {ablation} cannot be composed: {NOT_COMPOSABLE[ablation]} "
+                         f"(choose from {', '.join(GROUPS['ablations'])})")
+    if ablation not in GROUPS["ablations"]:
+        raise ValueError(f"arm {arm!r}: unknown ablation {ablation!r} (choose from "
+                         f"{', '.join(GROUPS['ablations'])}){_close(ablation, GROUPS['ablations'])}")
+    return base_arm, ablation
+
+
+def _already_set(cfg: RunConfig, arm: str) -> str | None:
+    """The setting ``cfg`` already has that ablation ``arm`` would set (``"drafter.
+    answer_on_truncation true"``, ``"verifier.deduplicate_drafts false"``), so its cells would
+    be the same as without it; None otherwise. Only these ablations are checked."""
+    if arm in DEDUPE_ARMS and cfg.verifier.deduplicate_drafts is DEDUPE_ARMS[arm]:
+        return f"verifier.deduplicate_drafts {str(DEDUPE_ARMS[arm]).lower()}"
+    if arm == "answer_on_truncation" and cfg.drafter.answer_on_truncation:
+        return "drafter.answer_on_truncation true"
+    return None
+
+
+def _apply(cfg: RunConfig, over: dict, arm: str) -> RunConfig:
+    """``cfg`` with the dotted-key overrides ``over``; a mapping value is merged into the
+    config's mapping (``engine_kwargs``).
+
+    Raises:
+        ValueError: naming ``arm``: a key the config does not have."""
+    data = cfg.model_dump(mode="json")
+    for key, value in over.items():
+        node = data
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node[p]
+        if last not in node:
+            raise ValueError(f"arm {arm!r}: config has no {key!r}")
+        node[last] = {**node[last], **value} if isinstance(value, dict) and isinstance(node[last], dict) else value
+    return RunConfig.model_validate(data)
 
 
 def untuned_arm(model: str, base: RunConfig) -> str | None:
@@ -273,7 +377,9 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
     mapping value is merged into the base's mapping (``engine_kwargs``). ``tuned_drafter``:
     the ``--tuned-drafter`` text or its :func:`parse_tuned_drafters` mapping (tuned arms set
     ``drafter.model`` from it). ``tau_min`` (``fallback_standard`` only):
-    ``selection.tau_min``, one value or task -> value, from :func:`calibrate_tuning`.
+    ``selection.tau_min``, one value or task -> value, from :func:`calibrate_tuning`. A
+    composed arm ``<base arm>+<ablation>`` (:func:`composed_arm`): the base arm's config with
+    the ablation's overrides on top.
 
     Raises:
         ValueError: unknown arm, a tuned arm without its drafter, ``speculative-smol`` when
@@ -281,11 +387,30 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
             whose setting the config already has or ``answer_on_truncation`` when the config
             already turns it on (the same cells as ``speculative``),
             ``fallback_standard`` without ``tau_min``, or an override the
-            config does not have (e.g. ``adaptive`` before adaptive drafting exists)."""
+            config does not have (e.g. ``adaptive`` before adaptive drafting exists); for a
+            composed arm, naming it: any of these of its base arm or ablation (the base arm's
+            config already having the ablation's setting: the same cells as the base arm), a
+            name :func:`composed_arm` refuses, or overrides that leave the base arm's config
+            unchanged."""
     drafters = parse_tuned_drafters(tuned_drafter) if not isinstance(tuned_drafter, dict) else tuned_drafter
+    parts = composed_arm(arm)
+    if parts is not None:
+        base_arm, ablation = parts
+        try:
+            cfg = arm_config(base, base_arm, drafters)
+        except ValueError as e:
+            raise ValueError(f"arm {arm}: {e}") from None
+        if (have := _already_set(cfg, ablation)) is not None:
+            raise ValueError(f"arm {arm}: the config of {base_arm} already sets {have} "
+                             f"(the same cells as {base_arm})")
+        out = _apply(cfg, ARM_OVERRIDES[ablation], arm)
+        if out == cfg:
+            raise ValueError(f"arm {arm}: {ablation}'s overrides {ARM_OVERRIDES[ablation]} leave the config of "
+                             f"{base_arm} unchanged (the same cells as {base_arm})")
+        return out
     if arm not in ARM_OVERRIDES and not is_tuned_arm(arm):
         raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(ARM_OVERRIDES)} or a group "
-                         f"{', '.join(GROUPS)})")
+                         f"{', '.join(GROUPS)}){_close(arm, ARM_OVERRIDES)}")
     over = dict(ARM_OVERRIDES.get(arm, {}))
     if is_tuned_arm(arm):
         if not drafters.get(arm):
@@ -295,28 +420,14 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
     if arm == "speculative-smol" and base.drafter.model == SMOL_DRAFTER:
         raise ValueError(f"arm speculative-smol: the config's drafter already is {SMOL_DRAFTER} "
                          "(the same cells as speculative)")
-    if arm in DEDUPE_ARMS and base.verifier.deduplicate_drafts is DEDUPE_ARMS[arm]:
-        setting = str(DEDUPE_ARMS[arm]).lower()
-        raise ValueError(f"arm {arm}: the config already sets verifier.deduplicate_drafts {setting} "
-                         "(the same cells as speculative)")
-    if arm == "answer_on_truncation" and base.drafter.answer_on_truncation:
-        raise ValueError("arm answer_on_truncation: the config already sets drafter.answer_on_truncation "
-                         "true (the same cells as speculative)")
+    if (have := _already_set(base, arm)) is not None:
+        raise ValueError(f"arm {arm}: the config already sets {have} (the same cells as speculative)")
     if arm == "fallback_standard":
         if not tau_min:
             raise ValueError("arm fallback_standard needs selection.tau_min: its dataset's tuning cell "
                              "has not finished (or met no calibration target)")
         over["selection.tau_min"] = tau_min
-    data = base.model_dump(mode="json")
-    for key, value in over.items():
-        node = data
-        *parents, last = key.split(".")
-        for p in parents:
-            node = node[p]
-        if last not in node:
-            raise ValueError(f"arm {arm!r}: config has no {key!r}")
-        node[last] = {**node[last], **value} if isinstance(value, dict) and isinstance(node[last], dict) else value
-    return RunConfig.model_validate(data)
+    return _apply(base, over, arm)
 
 
 def needs_tuning(arms: list[str]) -> bool:
@@ -339,19 +450,23 @@ def group_arms(group: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> tupl
 def expand_arms(spec: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> list[str]:
     """Arm names from a comma-separated list of arms and groups, in the order given, once each.
     ``tuned_arms``: the tuned drafters' arms (keys of :func:`parse_tuned_drafters`); a
-    ``speculative-tuned-<label>`` arm must be one of them.
+    ``speculative-tuned-<label>`` arm must be one of them, also as the base of a composed arm
+    ``<base arm>+<ablation>`` (:func:`composed_arm`; no group holds composed arms).
 
     Raises:
-        ValueError: an unknown arm or group, or a labelled tuned arm without its ``label=dir``."""
+        ValueError: an unknown arm or group, a labelled tuned arm without its ``label=dir``,
+            or a composed arm :func:`composed_arm` refuses."""
     out: list[str] = []
     known = [*ARM_OVERRIDES, *(a for a in tuned_arms if a not in ARM_OVERRIDES)]
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         for arm in group_arms(part, tuned_arms) if part in GROUPS else (part,):
-            if arm not in known and arm != TUNING_ARM:
+            if composed_arm(arm, list(tuned_arms)) is not None:  # raises for a name it refuses
+                pass
+            elif arm not in known and arm != TUNING_ARM:
                 hint = (f"; give --tuned-drafter {arm.removeprefix(TUNED_ARM + '-')}=<model dir>"
                         if arm.startswith(TUNED_ARM + "-") else "")
-                raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(known)} or a group "
-                                 f"{', '.join(GROUPS)}){hint}")
+                raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(known)}, a group "
+                                 f"{', '.join(GROUPS)} or <base arm>+<ablation>){hint or _close(arm, known)}")
             if arm not in out:
                 out.append(arm)
     return out
@@ -376,7 +491,9 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
                tuned_drafter: str | dict[str, str] | None, ablation_datasets: list[str], ablation_input: dict[str, Path],
                tau_min: dict[str, dict | None] | None = None) -> tuple[list[Cell], list[str]]:
     """Cells in run order (:data:`RUN_ORDER`: main arms for every dataset, then the ``tuned``
-    group (``speculative-smol``, the tuned drafters), then the ablations, then per dataset its
+    group (``speculative-smol``, the tuned drafters), then the ablations, then the composed
+    arms ``<base arm>+<ablation>`` (on every dataset's reported rows, ``<runs>/<dataset>/input``,
+    like their base arms: :func:`composed_arm`), then per dataset its
     :data:`TUNING_ARM` cell and ``fallback_standard``) and notes on arms skipped (no tuned
     drafter, config without the option, ``speculative-smol`` on a SmolLM2 config, no τ_min
     yet). ``tuned_drafter``: as :func:`arm_config`'s; every tuned arm (:func:`is_tuned_arm`)
@@ -391,7 +508,8 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
             if group == "fallback" and needs_tuning(arms):
                 cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
                                   runs / ds / TUNING_ARM))
-            in_group = [a for a in arms if (a in GROUPS[group] or (group == "tuned" and is_tuned_arm(a)))
+            in_group = [a for a in arms if (a in GROUPS.get(group, ()) or (group == "tuned" and is_tuned_arm(a))
+                                            or (group == COMPOSED and decision_stats.composed_parts(a) is not None))
                         and a != TUNING_ARM]
             for arm in in_group:
                 try:
@@ -730,7 +848,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, fallback, all; "
                     "'tuning' = only the tuning-split cells; tuned = speculative-smol and the tuned drafters, "
-                    "each also by name: speculative-smol, speculative-tuned, speculative-tuned-<label>)")
+                    "each also by name: speculative-smol, speculative-tuned, speculative-tuned-<label>; "
+                    "composed arms <base arm>+<ablation>, e.g. speculative-tuned-qwen+answer_on_truncation: "
+                    "the base arm's config with the ablation on top, on the --rows rows, vs the base arm)")
     ap.add_argument("--tuned-drafter", default=None,
                     help="model dir of the tuned drafter (arm speculative-tuned), or comma-separated "
                     "label=dir pairs, one arm speculative-tuned-<label> each (e.g. "

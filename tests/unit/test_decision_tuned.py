@@ -2,7 +2,9 @@
 (``--tuned-drafter`` as one dir or ``label=dir`` pairs, ``speculative-smol``, their configs and
 distinct cells) and the "Tuned vs untuned drafter" table on a run tree written with the
 product's own writers (tests/unit/product_runs.py), each tuned arm paired with the untuned arm
-of its base model from its training manifest."""
+of its base model from its training manifest; composed arms ``<base arm>+<ablation>`` (names,
+refusals, config = base arm's + overrides, plan, '+' in run and archive paths) and their table
+"Ablations on other drafters" against the base arm."""
 
 from __future__ import annotations
 
@@ -169,3 +171,157 @@ def test_tuned_vs_untuned_table(bench, tmp_path):
     # pooled over the one dataset: the same paired figures, no per-cell columns
     assert ("| pooled | speculative-tuned-smol | speculative-smol | 4 | 75.0 | 25.0 | +50.0 [+0.0, +100.0], "
             "p = 0.5 (2/0) | | | | 0.60 [0.60, 0.60] (n = 2 shards) |") in text
+
+
+# --- composed arms: <base arm>+<ablation> (an ablation on a tuned drafter) --------------------------------------
+
+COMPOSED_QWEN = "speculative-tuned-qwen+answer_on_truncation"
+
+
+def test_composed_arm_names_and_refusals():
+    tuned = list(decision.parse_tuned_drafters("smol=/a,qwen=/b"))
+    assert decision.composed_arm(COMPOSED_QWEN, tuned) == ("speculative-tuned-qwen", "answer_on_truncation")
+    assert decision.composed_arm("speculative-smol+block32", tuned) == ("speculative-smol", "block32")
+    assert decision.composed_arm("speculative-tuned-qwen", tuned) is None
+    assert not decision.is_tuned_arm(COMPOSED_QWEN) and decision.is_tuned_arm("speculative-tuned-qwen")
+    spec = f"{COMPOSED_QWEN},speculative-tuned-smol+answer_on_truncation"
+    assert decision.expand_arms(spec, tuned) == [COMPOSED_QWEN, "speculative-tuned-smol+answer_on_truncation"]
+    assert not any("+" in a for a in decision.expand_arms("all", tuned))  # named one by one only
+    # one dir: the arm speculative-tuned is a base too
+    assert decision.expand_arms("speculative-tuned+draft48", ["speculative-tuned"]) == ["speculative-tuned+draft48"]
+    bad = {"speculative-tuned-qwen+fallback_standard": "fallback_standard cannot be composed: its selection.tau_min",
+           "speculative-tuned-qwen+without_draft_score": "without_draft_score cannot be composed: it is re-selected",
+           "speculative-tuned-qwen+speculative-smol": "speculative-smol cannot be composed: it is a base arm",
+           "speculative-tuned-qwen+answer_on_trunc": "unknown ablation 'answer_on_trunc' .*; did you mean "
+                                                     "answer_on_truncation",
+           "standard+draft48": "base arm 'standard' cannot be composed",
+           "speculativ+draft48": "base arm 'speculativ' .*; did you mean speculative",
+           "speculative-tuned-gemma+draft48": "base arm speculative-tuned-gemma needs --tuned-drafter gemma=<model dir>",
+           "speculative-tuned-qwen+draft48+m3": "one '\\+<ablation>' suffix only"}
+    for arm, msg in bad.items():
+        with pytest.raises(ValueError, match=f"arm '{arm.replace('+', '[+]')}': {msg}"):
+            decision.expand_arms(f"speculative,{arm}", tuned)
+    with pytest.raises(ValueError, match="base arm speculative-tuned-qwen needs --tuned-drafter qwen="):
+        decision.expand_arms(COMPOSED_QWEN)  # no tuned drafters given
+    with pytest.raises(ValueError, match="a group .* or <base arm>[+]<ablation>\\); did you mean answer_on_truncation"):
+        decision.expand_arms("answer_on_truncaton", tuned)
+
+
+def test_composed_arm_config_is_its_base_arm_with_the_ablation_on_top(bench, tmp_path):
+    drafters = decision.parse_tuned_drafters("smol=/m/smol-tuned,qwen=/m/qwen-tuned")
+    tuned = decision.arm_config(bench, "speculative-tuned-qwen", drafters)
+    cfg = decision.arm_config(bench, COMPOSED_QWEN, drafters)
+    assert not tuned.drafter.answer_on_truncation
+    assert cfg == tuned.model_copy(update={"drafter": tuned.drafter.model_copy(update={"answer_on_truncation": True})})
+    assert cfg.drafter.model == "/m/qwen-tuned"
+    assert cfg.config_hash() != tuned.config_hash()
+    assert cfg.config_hash() != decision.arm_config(bench, "answer_on_truncation").config_hash()  # not its drafter
+    # a mapping override merges into the base arm's mapping, as the plain ablation does
+    blk = decision.arm_config(bench, "speculative-smol+block32", drafters)
+    assert blk.drafter.model == decision.SMOL_DRAFTER
+    assert blk.drafter.engine_kwargs == {**bench.drafter.engine_kwargs, "block_size": 32}
+    # refused: the base arm's config already has the ablation's setting (the same cells as the base arm)
+    on = bench.model_copy(update={"drafter": bench.drafter.model_copy(update={"answer_on_truncation": True})})
+    with pytest.raises(ValueError, match=r"arm speculative-tuned-qwen\+answer_on_truncation: the config of "
+                       r"speculative-tuned-qwen already sets drafter.answer_on_truncation true \(the same cells as "
+                       r"speculative-tuned-qwen\)"):
+        decision.arm_config(on, COMPOSED_QWEN, drafters)
+    long = bench.model_copy(update={"drafter": bench.drafter.model_copy(update={"max_tokens": 160})})
+    with pytest.raises(ValueError, match=r"arm speculative-smol\+draft160: draft160's overrides .* leave the config "
+                       r"of speculative-smol unchanged"):
+        decision.arm_config(long, "speculative-smol+draft160")
+    with pytest.raises(ValueError, match=r"arm speculative-tuned-qwen\+draft48: arm speculative-tuned-qwen needs "
+                       r"--tuned-drafter qwen=<model dir>"):
+        decision.arm_config(bench, "speculative-tuned-qwen+draft48", {"speculative-tuned-smol": "/m/smol-tuned"})
+    # plan: composed cells after the ablations, on every dataset's reported rows (not --ablation-rows), each its
+    # own run directory; a refused one is a note, as the plain arms' are
+    arms = decision.expand_arms(f"speculative,speculative-tuned-qwen,{COMPOSED_QWEN},answer_on_truncation",
+                                list(drafters))
+    first = tmp_path / "popqa" / "input-first5"
+    cells, notes = decision.plan_cells(["climate_fever", "popqa"], arms, bench, tmp_path, tuned_drafter=drafters,
+                                       ablation_datasets=["popqa"], ablation_input={"popqa": first})
+    assert notes == []
+    assert [c.name for c in cells][-3:] == ["popqa/answer_on_truncation", f"climate_fever/{COMPOSED_QWEN}",
+                                            f"popqa/{COMPOSED_QWEN}"]
+    by = {c.name: c for c in cells}
+    assert by["popqa/answer_on_truncation"].input_dir == first
+    for ds in ("climate_fever", "popqa"):
+        c = by[f"{ds}/{COMPOSED_QWEN}"]
+        assert (c.input_dir, c.output_dir) == (tmp_path / ds / "input", tmp_path / ds / COMPOSED_QWEN)
+        assert c.input_dir == by[f"{ds}/speculative-tuned-qwen"].input_dir and c.config == cfg
+    _, notes = decision.plan_cells(["popqa"], arms, on, tmp_path, tuned_drafter=drafters, ablation_datasets=["popqa"],
+                                   ablation_input={"popqa": first})
+    assert notes == ["arm answer_on_truncation: the config already sets drafter.answer_on_truncation true "
+                     "(the same cells as speculative)",
+                     f"arm {COMPOSED_QWEN}: the config of speculative-tuned-qwen already sets "
+                     "drafter.answer_on_truncation true (the same cells as speculative-tuned-qwen)"]
+
+
+def test_composed_arm_vs_its_base_table(bench, tmp_path):
+    import cell_archive
+
+    qwen = tuned_dir(tmp_path / "m" / "qwen", "qwen2.5-coder-0.5b-instruct")
+    drafters = {"speculative-tuned-qwen": qwen}
+    runs = tmp_path / "runs"
+    arms = decision.expand_arms(f"main,speculative-tuned-qwen,{COMPOSED_QWEN}", list(drafters))
+    cells, _ = decision.plan_cells(["popqa"], arms, bench, runs, tuned_drafter=drafters, ablation_datasets=[],
+                                   ablation_input={})
+    by = {c.arm: c for c in cells}
+    write_inputs(runs / "popqa" / "input", input_rows(4), 2)
+    ver = bench.verifier.model
+    cut = ["truncated_at_max_tokens", "no_answer_field", "empty_answer"]  # cut before its answer: unusable
+    forced = ["truncated_at_max_tokens", "answer_forced"]  # cut, answer written after a forced "Answer:": valid
+
+    def fields(right, flags):
+        """Row i right when right[i]; 2 drafts per row, the first with ``flags``."""
+        return lambda i, r: {"correct": right[i], "drafts": [
+            {"doc_ids": [], "answer": "a", "rationale": "r", "tokens_draft": 7, "flags": fl} for fl in (flags, [])]}
+    # cell -> (drafter, drafter generated tokens per shard of 2 rows, seconds per shard, rows right, first draft's flags)
+    plan = {"speculative": (bench.drafter.model, 120, 8.0, [1, 1, 0, 0], []),
+            "speculative-tuned-qwen": (qwen, 100, 6.0, [1, 0, 0, 0], cut),
+            COMPOSED_QWEN: (qwen, 110, 7.5, [1, 1, 1, 0], forced)}
+    write_cell(by["standard"].input_dir, by["standard"].output_dir, by["standard"].config, [{ver: (100, 10, 1)}] * 2,
+               seconds=4.0, fields=lambda i, r: {"correct": i == 0})
+    for arm, (model, gen, sec, right, flags) in plan.items():
+        c = by[arm]
+        write_cell(c.input_dir, c.output_dir, c.config, [{model: (500, gen, 5), ver: (300, 5, 5)}] * 2,
+                   seconds=sec, fields=fields([bool(x) for x in right], flags))
+    # the '+' in the run directory and archive path: the product's resume API finds the done shards, the archive
+    # keeps and restores them
+    composed = by[COMPOSED_QWEN]
+    assert composed.output_dir.name == COMPOSED_QWEN
+    assert all(d is not None for _, _, d in decision.cell_shards(composed))
+    archive = tmp_path / "archive"
+    assert cell_archive.archive_cell(composed, archive) == {"added": 2, "present": 0}
+    assert (archive / "popqa" / COMPOSED_QWEN).is_dir()
+    moved = decision.Cell("popqa", COMPOSED_QWEN, composed.config, composed.input_dir, tmp_path / "runs2" / COMPOSED_QWEN)
+    assert cell_archive.restore_cell(moved, archive)["restored"] == 2
+    assert [r["query_id"] for r in decision.load_cell(moved)["rows"]] == ["q0", "q1", "q2", "q3"]
+
+    res = decision.analyse(cells, {"popqa": input_rows(4)}, bench, tmp_path / "out",
+                           {"config_path": "bench.yaml", "rows_per_dataset": {"popqa": 4}}, 200)
+    cmps = res["datasets"]["popqa"]["comparisons"]
+    # compared with its base arm only (not with standard or speculative), per dataset and pooled
+    assert {k for k in cmps if k.startswith(COMPOSED_QWEN)} == {f"{COMPOSED_QWEN} - speculative-tuned-qwen"}
+    cmp = cmps[f"{COMPOSED_QWEN} - speculative-tuned-qwen"]
+    assert (cmp["n"], cmp["diff"], cmp["mcnemar"]["b"], cmp["mcnemar"]["c"]) == (4, 0.5, 2, 0)
+    assert cmp["seconds"]["ratio"] == pytest.approx(1.25)
+    assert f"{COMPOSED_QWEN} - speculative-tuned-qwen" in res["pooled"]["comparisons"]
+    assert res["composed_arms"] == {COMPOSED_QWEN: {"base": "speculative-tuned-qwen", "ablation": "answer_on_truncation"}}
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["composed_arms"] == res["composed_arms"]
+    assert saved["datasets"]["popqa"]["comparisons"][f"{COMPOSED_QWEN} - speculative-tuned-qwen"]["n"] == 4
+    text = (tmp_path / "out" / "tables.md").read_text()
+    assert "Ablations on other drafters" in text
+    # 4 paired rows: 3 vs 1 right, +50 points, McNemar p = 0.5 (2/0); 2 drafts per row, one of them cut: parsed
+    # 50% both, forced 50% vs 0%, valid 100% vs 50%; drafter tokens per row 110/2 vs 100/2; 7.5 s vs 6 s per shard
+    assert (f"| popqa | {COMPOSED_QWEN} | speculative-tuned-qwen | 4 | 75.0 | 25.0 | +50.0 [+0.0, +100.0], "
+            "p = 0.5 (2/0) | 50.0 / 50.0 | 50.0 / 0.0 | 100.0 / 50.0 | 55 / 50 | 3.75 / 3.00 | "
+            "1.25 [1.25, 1.25] (n = 2 shards) |") in text
+    assert (f"| pooled | {COMPOSED_QWEN} | speculative-tuned-qwen | 4 | 75.0 | 25.0 | +50.0 [+0.0, +100.0], "
+            "p = 0.5 (2/0) | | | | | | 1.25 [1.25, 1.25] (n = 2 shards) |") in text
+    # not in the tuned table, the other-arms table or the verdicts (its base arm is its only baseline)
+    tuned_part = text.split("Tuned vs untuned drafter")[1].split("Ablations on other drafters")[0]
+    assert "| popqa | speculative-tuned-qwen | speculative |" in tuned_part and COMPOSED_QWEN not in tuned_part
+    assert f"| popqa | {COMPOSED_QWEN} - " not in text
+    assert COMPOSED_QWEN not in text.split("## Tables")[0]

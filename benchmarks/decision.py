@@ -50,6 +50,15 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   config already has is skipped with a note (the same cells as ``speculative``).
   The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
   need no run: they re-select the speculative cell's scored drafts (``decision_stats``).
+* composed arms ``<base arm>+<ablation>`` (:func:`composed_arm`; named one by one, in no
+  group): an ablation on another drafter, e.g. ``speculative-tuned-qwen+answer_on_truncation``:
+  the base arm's config (``speculative``, ``speculative-smol`` or a tuned arm) with the
+  overrides of one arm of the ``ablations`` group on top (``fallback_standard``, the Table 3
+  re-selections and unknown names are refused), skipped with a note when the base arm's config
+  already has the setting. They run after the ablations on the ``--rows`` rows of every
+  dataset, like their base arm, not on ``--ablation-rows``; the base arm is added to
+  ``--arms`` when not named (skipped when its cells are done); ``decision_stats`` compares each
+  composed arm with its base arm on the same rows only (table "Ablations on other drafters");
 * ``fallback_standard`` (group ``fallback``; issue 14 item 3): the config with
   ``selection.fallback: standard`` and ``selection.tau_min`` from the dataset's *tuning cell*
   (:data:`TUNING_ARM`: the speculative arm on the tuning split, never reported), calibrated by
@@ -76,16 +85,20 @@ between cells that ran on the same machine (otherwise ``n/a (different machines)
 lists each cell's machines). ``--no-archive`` turns all of this off.
 
 Cells run in this order: standard and speculative for every dataset, then the tuned group
-(``speculative-smol`` and the tuned drafters), then the ablations, then per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
+(``speculative-smol`` and the tuned drafters), then the ablations, then the composed arms, then
+per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
 file are the tuning split (prompt work may look at them; never reported); reported rows start
 at :data:`REPORT_START` and stay inside the first ``BENCHMARK_RESERVE`` (300) rows of each file,
 which drafter training never reads (``drafter_training/sources.py``).
 
     python benchmarks/decision.py --config configs/bench.yaml \\
         --tuned-drafter /work/train/smol-tuned --rows 100            # hours; resumable
-    python benchmarks/decision.py --config configs/bench.yaml --rows 100 --datasets climate_fever \
-        --arms speculative-smol,speculative-tuned-smol \
+    python benchmarks/decision.py --config configs/bench.yaml --rows 100 --datasets climate_fever \\
+        --arms speculative-smol,speculative-tuned-smol \\
         --tuned-drafter smol=/work/train/smol-tuned,qwen=/work/train/qwen-tuned
+    python benchmarks/decision.py --config configs/bench.yaml --rows 100 \\
+        --arms speculative-tuned-qwen+answer_on_truncation,speculative-tuned-smol+answer_on_truncation \\
+        --tuned-drafter qwen=/work/train/qwen-tuned,smol=/work/train/smol-tuned
     python benchmarks/decision.py --analyse-only                      # rewrite the summary
     python benchmarks/decision.py --no-archive --runs /tmp/r ...      # no archive copy/restore
     python benchmarks/decision.py --config configs/test-smollm2.yaml --rows 3 \\
@@ -451,7 +464,9 @@ def expand_arms(spec: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> list
     """Arm names from a comma-separated list of arms and groups, in the order given, once each.
     ``tuned_arms``: the tuned drafters' arms (keys of :func:`parse_tuned_drafters`); a
     ``speculative-tuned-<label>`` arm must be one of them, also as the base of a composed arm
-    ``<base arm>+<ablation>`` (:func:`composed_arm`; no group holds composed arms).
+    ``<base arm>+<ablation>`` (:func:`composed_arm`; no group holds composed arms). A composed
+    arm brings its base arm in, before it, when not named earlier: the summary compares it with
+    the base arm only when both are in it (a finished base cell is skipped, not run again).
 
     Raises:
         ValueError: an unknown arm or group, a labelled tuned arm without its ``label=dir``,
@@ -460,8 +475,9 @@ def expand_arms(spec: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> list
     known = [*ARM_OVERRIDES, *(a for a in tuned_arms if a not in ARM_OVERRIDES)]
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         for arm in group_arms(part, tuned_arms) if part in GROUPS else (part,):
-            if composed_arm(arm, list(tuned_arms)) is not None:  # raises for a name it refuses
-                pass
+            if (parts := composed_arm(arm, list(tuned_arms))) is not None:  # raises for a name it refuses
+                if parts[0] not in out:  # its baseline: compared only when both are in the summary
+                    out.append(parts[0])
             elif arm not in known and arm != TUNING_ARM:
                 hint = (f"; give --tuned-drafter {arm.removeprefix(TUNED_ARM + '-')}=<model dir>"
                         if arm.startswith(TUNED_ARM + "-") else "")

@@ -185,10 +185,15 @@ def test_composed_arm_names_and_refusals():
     assert decision.composed_arm("speculative-tuned-qwen", tuned) is None
     assert not decision.is_tuned_arm(COMPOSED_QWEN) and decision.is_tuned_arm("speculative-tuned-qwen")
     spec = f"{COMPOSED_QWEN},speculative-tuned-smol+answer_on_truncation"
-    assert decision.expand_arms(spec, tuned) == [COMPOSED_QWEN, "speculative-tuned-smol+answer_on_truncation"]
+    # each brings its base arm (the baseline of its comparison) unless named before it
+    assert decision.expand_arms(spec, tuned) == ["speculative-tuned-qwen", COMPOSED_QWEN, "speculative-tuned-smol",
+                                                 "speculative-tuned-smol+answer_on_truncation"]
+    assert decision.expand_arms(f"tuned,{COMPOSED_QWEN}", tuned) == [
+        "speculative-smol", "speculative-tuned-smol", "speculative-tuned-qwen", COMPOSED_QWEN]
     assert not any("+" in a for a in decision.expand_arms("all", tuned))  # named one by one only
     # one dir: the arm speculative-tuned is a base too
-    assert decision.expand_arms("speculative-tuned+draft48", ["speculative-tuned"]) == ["speculative-tuned+draft48"]
+    assert decision.expand_arms("speculative-tuned+draft48", ["speculative-tuned"]) == [
+        "speculative-tuned", "speculative-tuned+draft48"]
     bad = {"speculative-tuned-qwen+fallback_standard": "fallback_standard cannot be composed: its selection.tau_min",
            "speculative-tuned-qwen+without_draft_score": "without_draft_score cannot be composed: it is re-selected",
            "speculative-tuned-qwen+speculative-smol": "speculative-smol cannot be composed: it is a base arm",

@@ -86,8 +86,8 @@ lists each cell's machines). ``--no-archive`` turns all of this off.
 
 Cells run in this order: standard and speculative for every dataset, then the tuned group
 (``speculative-smol`` and the tuned drafters), then the ablations, then the composed arms, then
-per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first :data:`TUNING_ROWS` rows of each
-file are the tuning split (prompt work may look at them; never reported); reported rows start
+per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first
+:data:`TUNING_ROWS` rows of each file are the tuning split (prompt work may look at them; never reported); reported rows start
 at :data:`REPORT_START` and stay inside the first ``BENCHMARK_RESERVE`` (300) rows of each file,
 which drafter training never reads (``drafter_training/sources.py``).
 

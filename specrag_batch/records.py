@@ -116,10 +116,6 @@ class ErrorReason(StrEnum):
     PROMPT_TOO_LONG = "prompt_too_long"
     PROMPT_FAILED = "prompt_failed"
     DRAFT_PROCESSING_ERROR = "draft_processing_error"
-    ANSWER_FORCED = "answer_forced"
-    """The draft stopped at ``drafter.max_tokens`` before its answer line; ``"\\nAnswer:"`` was
-    appended and α generated after it (``drafter.answer_on_truncation``,
-    :func:`specrag_batch.drafting.force_answers`). Always with ``truncated_at_max_tokens``."""
     # verification
     VERIFIER_INPUT_FAILED = "verifier_input_failed"
 

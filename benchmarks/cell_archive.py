@@ -248,43 +248,61 @@ def archive_cell(cell, archive: Path) -> dict:
     yet into ``archive`` (layout in the module docstring). Existing entries are never
     rewritten (so git sees no change). Input shards are hashed only for finished shards. A
     temporary file a killed archiver left in the cell's archive directory (``.*.tmp``) is
-    removed first, so it is never committed.
+    removed first, so it is never committed. A shard that cannot be archived (its output or
+    input unreadable, a kept column whose values no longer fit :func:`archive_schema`, a
+    file the archive cannot take) is left out and listed, never raised: one shard must not
+    stop a benchmark or its analysis.
 
-    Returns ``{"added": int, "present": int}``: entries written now, finished shards already
-    archived.
-
-    Raises:
-        OSError: the archive cannot be written (naming the file)."""
+    Returns ``{"added": int, "present": int, "failed": [(shard name, why)]}``: entries
+    written now, finished shards already archived, finished shards not archived with why
+    (``"<exception type>: <message>"``)."""
     from specrag_batch import resume, storage
 
     h = cell.config.config_hash()
     inp, out, pairs = _shards(cell)
-    counts = {"added": 0, "present": 0}
+    counts = {"added": 0, "present": 0, "failed": []}
     for stale in (archive / cell.dataset / cell.arm).glob("*/.*.tmp"):
         stale.unlink(missing_ok=True)
     if not storage.exists(out):
         return counts
     for s, o in pairs:
-        marker = resume.completed_shard(out, o, h, resume.input_fingerprint(s))
-        if marker is None:
-            continue
-        in_hash = input_sha256(s)
-        stem = entry_stem(archive, cell, h, o, in_hash)
-        pq_path, js_path = stem.with_name(stem.name + ".parquet"), stem.with_name(stem.name + ".json")
-        if js_path.exists() and pq_path.exists():
-            counts["present"] += 1
-            continue
-        data = parquet_bytes(archive_table(storage.read_parquet(o)))
-        machine = shard_machine(marker)
-        result = {k: v for k, v in marker["result"].items() if k != RESTORED_KEY}
-        entry = {"format": FORMAT, "dataset": cell.dataset, "arm": cell.arm, "shard": o.rsplit("/", 1)[-1],
-                 "config_hash": h, "input_sha256": in_hash, "output_sha256": hashlib.sha256(data).hexdigest(),
-                 "finished": marker.get("finished"), "machine": machine,
-                 "result": result}
-        _write_atomic(pq_path, data)  # the Parquet first: a .json always names a complete file
-        _write_atomic(js_path, (json.dumps(entry, indent=1, sort_keys=True, default=str) + "\n").encode())
-        counts["added"] += 1
+        try:
+            done = _archive_shard(cell, archive, h, out, s, o)
+            if done is not None:
+                counts[done] += 1
+        except Exception as e:  # noqa: BLE001 - one shard must not stop the others (listed)
+            counts["failed"].append((o.rsplit("/", 1)[-1], f"{type(e).__name__}: {e}"))
     return counts
+
+
+def _archive_shard(cell, archive: Path, h: str, out: str, s: str, o: str) -> str | None:
+    """Archive one shard (input URI ``s``, output URI ``o`` in output directory ``out``) of
+    ``cell`` under config hash ``h``; returns ``"added"``, ``"present"`` or None (no valid
+    done marker: not finished).
+
+    Raises:
+        OSError, pyarrow.ArrowException, ValueError, TypeError: the shard's files cannot be
+            read or archived (:func:`archive_cell` lists it)."""
+    from specrag_batch import resume, storage
+
+    marker = resume.completed_shard(out, o, h, resume.input_fingerprint(s))
+    if marker is None:
+        return None
+    in_hash = input_sha256(s)
+    stem = entry_stem(archive, cell, h, o, in_hash)
+    pq_path, js_path = stem.with_name(stem.name + ".parquet"), stem.with_name(stem.name + ".json")
+    if js_path.exists() and pq_path.exists():
+        return "present"
+    data = parquet_bytes(archive_table(storage.read_parquet(o)))
+    machine = shard_machine(marker)
+    result = {k: v for k, v in marker["result"].items() if k != RESTORED_KEY}
+    entry = {"format": FORMAT, "dataset": cell.dataset, "arm": cell.arm, "shard": o.rsplit("/", 1)[-1],
+             "config_hash": h, "input_sha256": in_hash, "output_sha256": hashlib.sha256(data).hexdigest(),
+             "finished": marker.get("finished"), "machine": machine,
+             "result": result}
+    _write_atomic(pq_path, data)  # the Parquet first: a .json always names a complete file
+    _write_atomic(js_path, (json.dumps(entry, indent=1, sort_keys=True, default=str) + "\n").encode())
+    return "added"
 
 
 def _entry(stem: Path, config_hash: str, in_hash: str) -> tuple[dict | None, str | None]:
@@ -338,14 +356,13 @@ def restore_cell(cell, archive: Path) -> dict:
     (``resume.check_output`` refuses it; ``run_batch`` would too).
 
     Returns ``{"restored": int, "not_restored": [(shard name, why)], "refused": str | None}``:
-    shards written back; shards the archive holds but not for this config and input (or
-    whose entry fails its checks), with why; why nothing was restored (a run conflict).
-    Shards never archived are in neither list.
-
-    Raises:
-        OSError: the runs directory cannot be written."""
+    shards written back; shards the archive holds but not for this config and input, whose
+    entry fails its checks, or that failed to restore (an unreadable archived Parquet, rows
+    that no longer fit ``OUTPUT_SCHEMA``, an unwritable runs directory:
+    ``"<exception type>: <message>"``), with why (the run computes them again); why nothing
+    was restored (a run conflict). Shards never archived are in neither list. Never raises
+    for one shard."""
     from specrag_batch import resume, storage
-    from specrag_batch.schema import OUTPUT_SCHEMA
 
     h = cell.config.config_hash()
     inp, out, pairs = _shards(cell)
@@ -360,19 +377,46 @@ def restore_cell(cell, archive: Path) -> dict:
         got["refused"] = str(e)
         return got
     for s, o in todo:
-        in_hash = input_sha256(s)
-        entry, why = _entry(entry_stem(archive, cell, h, o, in_hash), h, in_hash)
-        if entry is None:
-            why = why or _why_absent(archive, cell, h, o)
-            if why:
-                got["not_restored"].append((o.rsplit("/", 1)[-1], why))
-            continue
-        rows = pq.read_table(io.BytesIO(entry["_data"])).to_pylist()
-        storage.write_parquet_atomic(o, pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA))
-        result = {**entry["result"], "input": s, "output": o, RESTORED_KEY: entry.get("machine") or {"id": None}}
-        resume.mark_done(out, o, h, resume.input_fingerprint(s), str(result.get("run_id") or "archive"), result)
-        got["restored"] += 1
+        try:
+            why = _restore_shard(cell, archive, h, out, s, o)
+        except Exception as e:  # noqa: BLE001 - one shard must not stop the others (listed, recomputed)
+            why = f"{type(e).__name__}: {e}"
+        if why == "":
+            got["restored"] += 1
+        elif why:
+            got["not_restored"].append((o.rsplit("/", 1)[-1], why))
     return got
+
+
+def _restore_shard(cell, archive: Path, h: str, out: str, s: str, o: str) -> str | None:
+    """Restore one shard (input URI ``s``, output URI ``o`` in ``out``) of ``cell`` under
+    config hash ``h`` (:func:`restore_cell`): ``""`` when restored, why not when the archive
+    holds it but not usably, None when it never held it.
+
+    Raises:
+        OSError, pyarrow.ArrowException, ValueError, TypeError: the input shard or the
+            archived Parquet cannot be read, its rows no longer fit ``OUTPUT_SCHEMA`` (a
+            column whose type changed since it was archived), or the runs directory cannot be
+            written (:func:`restore_cell` lists the shard)."""
+    from specrag_batch import resume, storage
+    from specrag_batch.schema import OUTPUT_SCHEMA
+
+    in_hash = input_sha256(s)
+    entry, why = _entry(entry_stem(archive, cell, h, o, in_hash), h, in_hash)
+    if entry is None:
+        return why or _why_absent(archive, cell, h, o)
+    rows = pq.read_table(io.BytesIO(entry["_data"])).to_pylist()
+    table = pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA)  # before anything is written
+    storage.write_parquet_atomic(o, table)
+    result = {**entry["result"], "input": s, "output": o, RESTORED_KEY: entry.get("machine") or {"id": None}}
+    resume.mark_done(out, o, h, resume.input_fingerprint(s), str(result.get("run_id") or "archive"), result)
+    return ""
+
+
+def failed_line(failed: list[tuple[str, str]]) -> str:
+    """The line :func:`archive_cell`'s ``failed`` shards print (without the cell's prefix)."""
+    return (f"{len(failed)} finished shard(s) not archived (kept in the runs directory only): "
+            + "; ".join(f"{n}: {w}" for n, w in failed))
 
 
 def restore_line(cell, got: dict, archive: Path) -> str | None:

@@ -592,13 +592,14 @@ shard being computed, provided the archive is committed."""
 class _ArchiveWatcher:
     """Copies a computing cell's finished shards into the archive every ``every`` seconds
     (:func:`cell_archive.archive_cell`) on a daemon thread, and once more on :meth:`stop`. An
-    archive error is printed (once) and does not stop the cell."""
+    archive error is printed (once) and does not stop the cell; so is each shard that could
+    not be archived (``failed``: their names)."""
 
     def __init__(self, cell: Cell, archive: Path, every: float = ARCHIVE_POLL_S):
         import threading
 
         self.cell, self.archive, self.every, self.error = cell, archive, every, None
-        self.added = 0
+        self.added, self.failed = 0, set()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"archive {cell.name}", daemon=True)
@@ -607,7 +608,12 @@ class _ArchiveWatcher:
     def _once(self) -> None:
         with self._lock:
             try:
-                self.added += cell_archive.archive_cell(self.cell, self.archive)["added"]
+                got = cell_archive.archive_cell(self.cell, self.archive)
+                self.added += got["added"]
+                new = [(n, w) for n, w in got["failed"] if n not in self.failed]
+                if new:  # each failing shard printed once, not every poll
+                    self.failed.update(n for n, _ in new)
+                    print(f"[decision] {self.cell.name}: {cell_archive.failed_line(new)}", flush=True)
             except Exception as e:  # noqa: BLE001 - the archive must never fail the measurement
                 if self.error is None:
                     print(f"[decision] {self.cell.name}: archiving failed: {type(e).__name__}: {e}", flush=True)
@@ -664,11 +670,13 @@ def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = N
     in ``synced``), copy its finished shards into ``archive``
     (:func:`cell_archive.archive_cell`), then restore the archived shards its runs directory
     lacks (:func:`cell_archive.restore_cell`), printing one line per cell that restored
-    anything or has archived shards it could not use (another config, other input rows).
-    Nothing with ``archive`` None (``--no-archive``).
+    anything or has archived shards it could not use (another config, other input rows, an
+    entry that fails to restore: recomputed) and one per cell with finished shards that could
+    not be archived. A shard that fails either way never stops the benchmark or
+    ``--analyse-only``. Nothing with ``archive`` None (``--no-archive``).
 
     Raises:
-        OSError: the archive or runs directory cannot be written."""
+        OSError: the cell's archive directory cannot be listed."""
     if archive is None:
         return
     synced = set() if synced is None else synced
@@ -677,10 +685,12 @@ def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = N
         if key in synced:
             continue
         synced.add(key)
-        added = cell_archive.archive_cell(c, archive)["added"]
+        got = cell_archive.archive_cell(c, archive)
         line = cell_archive.restore_line(c, cell_archive.restore_cell(c, archive), archive)
-        if added:
-            print(f"[decision] {c.name}: {added} finished shard(s) added to the archive {archive}", flush=True)
+        if got["added"]:
+            print(f"[decision] {c.name}: {got['added']} finished shard(s) added to the archive {archive}", flush=True)
+        if got["failed"]:
+            print(f"[decision] {c.name}: {cell_archive.failed_line(got['failed'])}", flush=True)
         if line:
             print(line, flush=True)
 

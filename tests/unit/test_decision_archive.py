@@ -138,7 +138,7 @@ def test_a_product_run_restored_from_the_archive_is_done_for_the_product(tmp_pat
     c_old = cell(old, "standard", CFG)
     write_inputs(c_old.input_dir, input_rows(7, prefix="q", docs=3), 3)
     assert set(run(c_old.input_dir, c_old.output_dir, engine).values()) == {("ok", None)}
-    assert cell_archive.archive_cell(c_old, archive) == {"added": 3, "present": 0}
+    assert cell_archive.archive_cell(c_old, archive) == {"added": 3, "present": 0, "failed": []}
 
     c_new = cell(new, "standard", CFG)
     write_inputs(c_new.input_dir, input_rows(7, prefix="q", docs=3), 3)
@@ -236,6 +236,54 @@ def test_a_changed_input_shard_or_config_is_not_restored(base, tmp_path):
         ("part-0002.parquet", "archived Parquet does not match its recorded sha256")]
 
 
+def rewrite_entry(parquet, data: bytes) -> None:
+    """Replace an archived entry's Parquet by ``data`` and record its sha256, so the entry
+    passes its checks (``cell_archive._entry``) and fails only when read or restored."""
+    import hashlib
+
+    parquet.write_bytes(data)
+    js = parquet.with_suffix(".json")
+    js.write_text(json.dumps({**json.loads(js.read_text()), "output_sha256": hashlib.sha256(data).hexdigest()}))
+
+
+def test_a_shard_that_fails_to_archive_or_restore_is_listed_not_raised(base, tmp_path, capsys):
+    """One unreadable output shard, one corrupt archived entry and one whose column type no
+    longer matches ``OUTPUT_SCHEMA`` (a schema change since it was archived): each is listed
+    with why (restored ones: recomputed), the other shards are archived and restored, and
+    neither ``sync_archive`` nor ``--analyse-only``'s planning raises."""
+    import io
+
+    import pyarrow as pa
+
+    old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
+    cells = {c.arm: c for c in rich_runs(old, base)}
+    (cells["standard"].output_dir / "part-0001.parquet").write_bytes(b"not parquet")  # its marker stays valid
+    decision.sync_archive(list(cells.values()), archive)
+    out = capsys.readouterr().out
+    assert "popqa/standard: 3 finished shard(s) added to the archive" in out
+    line = next(x for x in out.splitlines() if "not archived" in x)
+    assert line.startswith("[decision] popqa/standard: 1 finished shard(s) not archived") and "part-0001.parquet: " in line
+    assert cell_archive.archive_cell(cells["standard"], archive)["failed"][0][0] == "part-0001.parquet"
+
+    spec = archive / "popqa" / "speculative"
+    rewrite_entry(next(spec.glob("*/part-0000.*.parquet")), b"PAR1 corrupt PAR1")
+    typed = next(spec.glob("*/part-0002.*.parquet"))
+    t = pq.read_table(typed)
+    t = t.set_column(t.schema.get_field_index("score"), "score", pa.array(["high"] * t.num_rows))  # score now a string
+    buf = io.BytesIO()
+    pq.write_table(t, buf)
+    rewrite_entry(typed, buf.getvalue())
+    new_cells = fresh(old, new, base)
+    decision.sync_archive(new_cells, archive)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("[decision] popqa/speculative:"))
+    assert "2 shard(s) restored" in line and "not restored (recomputed): part-0000.parquet: " in line
+    assert "part-0002.parquet: Arrow" in line
+    spec_cell = next(c for c in new_cells if c.arm == "speculative")
+    assert [d is not None for _, _, d in decision.cell_shards(spec_cell)] == [False, True, False, True]
+    assert not (spec_cell.output_dir / "part-0002.parquet").exists()  # nothing half-restored
+
+
 def test_input_content_not_file_version_addresses_an_entry(tmp_path):
     """The same rows written again (new mtime, possibly other writer bytes) hash the same; a
     changed value does not."""
@@ -271,7 +319,8 @@ def test_archiving_again_rewrites_no_file(base, tmp_path):
         assert cell_archive.archive_cell(c, archive)["added"] == 0
     for c in fresh(old, new, base):  # and over restored shards (their markers are new files)
         cell_archive.restore_cell(c, archive)
-        assert cell_archive.archive_cell(c, archive) == {"added": 0, "present": len(list(c.input_dir.glob("*.parquet")))}
+        assert cell_archive.archive_cell(c, archive) == {"added": 0, "present": len(list(c.input_dir.glob("*.parquet"))),
+                                                         "failed": []}
     assert snapshot() == first
 
 

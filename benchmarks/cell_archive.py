@@ -36,6 +36,7 @@ ran on different machines.
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import hashlib
 import io
 import json
@@ -336,7 +337,7 @@ def _why_absent(archive: Path, cell, config_hash: str, shard_out: str) -> str | 
     arm_dir = archive / cell.dataset / cell.arm
     if not arm_dir.is_dir():
         return None
-    others = [p.parent.name for p in arm_dir.glob(f"*/{stem}.*.json")]
+    others = [p.parent.name for p in arm_dir.glob(f"*/{glob.escape(stem)}.*.json")]  # a name's [ * ? are literal
     if config_hash in others:
         return "archived for other input rows"
     if others:

@@ -284,6 +284,22 @@ def test_a_shard_that_fails_to_archive_or_restore_is_listed_not_raised(base, tmp
     assert not (spec_cell.output_dir / "part-0002.parquet").exists()  # nothing half-restored
 
 
+def test_a_shard_name_is_not_a_glob_pattern(tmp_path):
+    """``[1]`` in a shard's name is literal when the archive is asked why it has no entry."""
+    from types import SimpleNamespace
+
+    archive = tmp_path / "archive"
+    c = SimpleNamespace(dataset="popqa", arm="standard")
+    (archive / "popqa" / "standard" / "hash_other").mkdir(parents=True)
+    (archive / "popqa" / "standard" / "hash_other" / "part[1].0123456789abcdef.json").write_text("{}")
+    (archive / "popqa" / "standard" / "hash_decoy").mkdir()
+    (archive / "popqa" / "standard" / "hash_decoy" / "part1.0123456789abcdef.json").write_text("{}")
+    assert cell_archive._why_absent(archive, c, "hash_mine", "out/part[1].parquet") == \
+        "archived under other config hash hash_other"
+    assert cell_archive._why_absent(archive, c, "hash_mine", "out/part1.parquet") == \
+        "archived under other config hash hash_decoy"
+
+
 def test_input_content_not_file_version_addresses_an_entry(tmp_path):
     """The same rows written again (new mtime, possibly other writer bytes) hash the same; a
     changed value does not."""

@@ -334,8 +334,12 @@ class RunConfig(_Strict):
         """sha256 (first 16 hex) of the canonical JSON of this config. Optional fields added
         after 0.1 (``task`` and :data:`ADDED_FIELDS`) count only when set away from the value
         the code had before they existed (for ``verifier.deduplicate_drafts`` that is False, not
-        its default True), so earlier runs keep their hash."""
+        its default True), so earlier runs keep their hash; :data:`SWITCHED_FIELDS` count only
+        while their switch is on."""
         data = self.model_dump(mode="json", exclude={"task"} if self.task is None else None)
+        for section, name, switch in SWITCHED_FIELDS:  # read before ADDED_FIELDS drops the switch
+            if not data[section].get(switch):
+                del data[section][name]
         for section, name, before in ADDED_FIELDS:  # added after 0.1: no hash change at the old behaviour
             if data[section].get(name) == before:
                 del data[section][name]
@@ -359,6 +363,13 @@ sets ``deduplicate_drafts: false``; a config that leaves it out (now on) or sets
 with ``"deduplicate_drafts": true``, the same hash either way (configs/bench.yaml sets it
 explicitly and kept its hash through the flip), and never resumes a run that ran without it
 (its rows' ``verifier_drafts_deduplicated`` would be null on part of the output)."""
+
+
+SWITCHED_FIELDS = (("drafter", "answer_max_tokens", "answer_on_truncation"),)
+"""(section, field, switch) of fields read only while the boolean ``switch`` of the same
+section is on: left out of :meth:`RunConfig.config_hash` whatever their value while it is off,
+so a config with ``answer_on_truncation: false`` and any ``answer_max_tokens`` hashes as before
+both fields existed (it behaves so)."""
 
 
 def _deep_merge(base: dict, over: dict) -> dict:

@@ -225,6 +225,8 @@ def test_switch_is_off_by_default_and_hash_neutral_off():
     data = base.model_dump(mode="json")
     del data["drafter"]["answer_on_truncation"], data["drafter"]["answer_max_tokens"]  # a config from before
     assert RunConfig.model_validate(data).config_hash() == base.config_hash()
+    for budget in (8, 32):  # off, the budget is never read: no hash of its own
+        assert small_config(**{"drafter.answer_max_tokens": budget}).config_hash() == base.config_hash()
     on = small_config(**{"drafter.answer_on_truncation": True})
     assert on.drafter.answer_budget == 16 and on.config_hash() != base.config_hash()
     assert small_config(**{"drafter.answer_on_truncation": True, "drafter.answer_max_tokens": 8}).config_hash() \

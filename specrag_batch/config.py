@@ -64,6 +64,17 @@ DEFAULT_DRAFTER = "qwen2.5-coder-0.5b-instruct"
 DEFAULT_VERIFIER = "qwen2.5-coder-1.5b-instruct"
 
 
+MIN_PROMPT_ROOM = 64
+"""Least room, tokens, a drafter config must leave for its prompt in ``max_model_len``
+(:meth:`DrafterConfig._prompt_room`): the drafter's system prompt and reply format alone take
+more, so a config leaving less could only fail every row (``PromptTooLongError``)."""
+
+ANSWER_MARKER_ROOM = 8
+"""Upper bound, tokens, of ``drafting.ANSWER_MARKER`` (``"\\nAnswer:"``, 3 tokens for the
+packaged Qwen and SmolLM2 tokenizers) kept free by :meth:`DrafterConfig._prompt_room`; the
+prompt room proper is ``drafting.max_prompt_tokens`` with the real tokenizer."""
+
+
 class DrafterConfig(ModelConfig):
     """The drafter's model (:class:`ModelConfig`; default the packaged Qwen2.5-Coder-0.5B, so a
     ``drafter:`` section that sets only other keys keeps it), its prompt layout and rationale
@@ -101,6 +112,27 @@ class DrafterConfig(ModelConfig):
         16, ge=1, description="generation budget, tokens, of the answer written after a forced "
         "'\\nAnswer:' (answer_on_truncation); the answer is the continuation up to its first "
         "line break")
+
+    @model_validator(mode="after")
+    def _prompt_room(self) -> "DrafterConfig":
+        """Leave at least :data:`MIN_PROMPT_ROOM` tokens of ``max_model_len`` for the drafter
+        prompt after the draft's ``max_tokens`` and, with ``answer_on_truncation``, the forced
+        marker (at most :data:`ANSWER_MARKER_ROOM` tokens) and ``answer_max_tokens``
+        (``drafting.max_prompt_tokens``): checked here, not first as a ``PromptTooLongError``
+        on every row of every shard after the engines have loaded.
+
+        Raises:
+            ValueError: too little room, naming the fields and their values."""
+        used = self.max_tokens + (ANSWER_MARKER_ROOM + self.answer_max_tokens if self.answer_on_truncation else 0)
+        if self.max_model_len - used < MIN_PROMPT_ROOM:
+            parts = f"max_tokens {self.max_tokens}"
+            if self.answer_on_truncation:
+                parts += (f" + up to {ANSWER_MARKER_ROOM} tokens of the forced answer marker + "
+                          f"answer_max_tokens {self.answer_max_tokens} (answer_on_truncation is on)")
+            raise ValueError(f"{parts} leave {self.max_model_len - used} of max_model_len {self.max_model_len} "
+                             f"tokens for the drafter prompt; it needs at least {MIN_PROMPT_ROOM}: raise "
+                             "max_model_len or lower the budgets")
+        return self
 
     @property
     def answer_budget(self) -> int | None:

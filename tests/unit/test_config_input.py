@@ -76,3 +76,34 @@ def test_unclear_or_silently_wrong_config_values_refused_with_a_hint(override, r
     and a positive tau_min or empty model/index/question were accepted (fresh-clone trial)."""
     with pytest.raises(ValidationError, match=reason):
         load_config(None, override)
+
+
+def test_drafter_budgets_must_leave_room_for_the_prompt():
+    """Budgets that leave the drafter prompt less than MIN_PROMPT_ROOM tokens of max_model_len
+    are refused at load, naming the fields and values (they used to fail every row with
+    PromptTooLongError, as row errors of shards that counted as ok); the answer marker and
+    answer_max_tokens count only with answer_on_truncation on."""
+    from specrag_batch.config import ANSWER_MARKER_ROOM, MIN_PROMPT_ROOM
+
+    with pytest.raises(ValidationError, match=r"max_tokens 2048 leave 0 of max_model_len 2048 .*at least 64") as e:
+        load_config(None, {"drafter.max_tokens": 2048})
+    assert isinstance(e.value, USAGE_ERRORS)
+    edge = 2048 - MIN_PROMPT_ROOM
+    assert load_config(None, {"drafter.max_tokens": edge}).drafter.max_tokens == edge  # off: just fits
+    on = {"drafter.max_tokens": edge, "drafter.answer_on_truncation": True, "drafter.answer_max_tokens": 32}
+    with pytest.raises(ValidationError, match=rf"max_tokens {edge} \+ up to {ANSWER_MARKER_ROOM} tokens of the forced "
+                       r"answer marker \+ answer_max_tokens 32 \(answer_on_truncation is on\) leave 24 of "
+                       r"max_model_len 2048"):
+        load_config(None, on)
+    fits = {**on, "drafter.max_tokens": edge - ANSWER_MARKER_ROOM - 32}
+    assert load_config(None, fits).drafter.answer_budget == 32
+
+
+def test_answer_marker_room_bounds_the_real_marker():
+    """ANSWER_MARKER_ROOM is at least the forced marker's tokens for the packaged tokenizers."""
+    from specrag_batch.config import ANSWER_MARKER_ROOM
+    from specrag_batch.drafting import answer_marker_ids
+
+    from .test_answer_on_truncation import real_tokenizer
+
+    assert 0 < len(answer_marker_ids(real_tokenizer())) <= ANSWER_MARKER_ROOM

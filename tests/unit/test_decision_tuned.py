@@ -297,7 +297,7 @@ def test_composed_arm_vs_its_base_table(bench, tmp_path):
     assert composed.output_dir.name == COMPOSED_QWEN
     assert all(d is not None for _, _, d in decision.cell_shards(composed))
     archive = tmp_path / "archive"
-    assert cell_archive.archive_cell(composed, archive) == {"added": 2, "present": 0}
+    assert cell_archive.archive_cell(composed, archive) == {"added": 2, "present": 0, "failed": []}
     assert (archive / "popqa" / COMPOSED_QWEN).is_dir()
     moved = decision.Cell("popqa", COMPOSED_QWEN, composed.config, composed.input_dir, tmp_path / "runs2" / COMPOSED_QWEN)
     assert cell_archive.restore_cell(moved, archive)["restored"] == 2

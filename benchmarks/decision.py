@@ -81,8 +81,8 @@ analysed), every shard without a valid done marker in ``--runs`` whose config ha
 content match an archived entry is restored through the product's resume API, so it is not
 computed again; archived shards that do not match are not restored (one line per cell says
 which). Commit ``benchmarks/decision/cells/`` before a session ends. Seconds are compared only
-between cells that ran on the same machine (otherwise ``n/a (different machines)``; tables.md
-lists each cell's machines). ``--no-archive`` turns all of this off.
+over shard pairs that ran on one machine (when none did, ``n/a (different machines)``;
+tables.md lists each cell's machines). ``--no-archive`` turns all of this off.
 
 Cells run in this order: standard and speculative for every dataset, then the tuned group
 (``speculative-smol`` and the tuned drafters), then the ablations, then the composed arms, then
@@ -816,7 +816,7 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
     :func:`calibrate_tuning`) is reported as the τ_min each ``fallback_standard`` cell ran with.
     Each cell's machine ids (``cells_loaded``, ``datasets.<ds>.arms.<arm>.machines``) and the
     machines (``machines``, :func:`machines_of`) are in results.json and tables.md ("Machines");
-    seconds of cells of different machines are not compared (``decision_stats.same_machine``)."""
+    seconds of shards of different machines are not compared (``decision_stats._one_machine_pairs``)."""
     loaded: dict = {}
     tuning: dict = {}
     for c in cells:

@@ -18,10 +18,10 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
 * seconds per row (sum of the shards' recorded seconds, so a resumed cell keeps the time of
   its earlier attempts), tokens per row and prefix-cache hit rate per model, the ratio speculative / standard with a
   paired bootstrap interval over shards (the same rows in both arms) and a sign test; only
-  between cells that ran on one and the same machine (:func:`same_machine`): otherwise no
-  ratio, but ``n/a (different machines)`` and the machines of each cell
-  (:data:`DIFFERENT_MACHINES`, :func:`machines_table`); accuracy and token comparisons hold
-  across machines;
+  over the shard pairs whose two shards ran on one and the same machine
+  (:func:`_one_machine_pairs`; the pairs left out are counted): when none did, no ratio, but
+  ``n/a (different machines)`` and the machines of each cell (:data:`DIFFERENT_MACHINES`,
+  :func:`machines_table`); accuracy and token comparisons hold across machines;
 * the fast-path share;
 * Table 3 selection ablations re-selected from the speculative cell's scored drafts with the
   product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same);
@@ -907,8 +907,10 @@ def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | 
     "cost": {"fallback_stage_s_per_row", "added_s_per_row", "added_tokens_per_row",
     "added_tokens_per_flagged_row"}}``. Per-row figures divide by the cell's rows; cost
     figures are None without ``base``. ``machines_match``: :func:`same_machine` of this cell
-    and ``base``; False leaves ``added_s_per_row`` None with ``"time": DIFFERENT_MACHINES`` (the
-    token figures stay)."""
+    and ``base``; False takes ``added_s_per_row`` over the shard pairs that ran on one machine
+    only (:func:`_one_machine_pairs`; ``"time"`` says how many pairs and rows, and how many
+    pairs were left out), or leaves it None with ``"time": DIFFERENT_MACHINES`` when no pair
+    did (the token figures stay over every pair)."""
     flagged = [r for r in rows if r.get("error") is None and r.get("low_confidence")]
     aft, bef = flagged_outcomes(flagged, choices, labels)
     out = {"n_rows": len(rows), "n_flagged": len(flagged),
@@ -933,8 +935,16 @@ def fallback_figures(rows: Sequence[dict], shards: Sequence[dict], base: dict | 
         if n_paired:
             cost.update(paired_rows=n_paired, added_s_per_row=(sum(sec[0]) - sum(sec[1])) / n_paired,
                         added_tokens_per_row=(sum(tok[0]) - sum(tok[1])) / n_paired)
-            if machines_match is False:  # seconds of two machines: no difference to take
-                cost.update(added_s_per_row=None, time=DIFFERENT_MACHINES)
+            if machines_match is False:  # seconds only of the shard pairs run on one machine
+                kept, dropped = _one_machine_pairs(shards, base["shards"])
+                rows_kept = sum(int(s.get("rows_out", 0)) for s, _ in kept)
+                if rows_kept:
+                    cost.update(added_s_per_row=sum(_shard_value(s, "seconds") - _shard_value(t, "seconds")
+                                                    for s, t in kept) / rows_kept,
+                                time=f"over {len(kept)} shard pairs on one machine ({rows_kept} rows); "
+                                     f"{dropped} pairs across machines left out")
+                else:
+                    cost.update(added_s_per_row=None, time=DIFFERENT_MACHINES)
             if flagged and n_paired == len(rows):  # every flagged row is in a paired shard
                 cost["added_tokens_per_flagged_row"] = (sum(tok[0]) - sum(tok[1])) / len(flagged)
         spec = {r["query_id"]: r.get("answer") for r in base["rows"]}
@@ -1009,15 +1019,52 @@ KV block size (``benchmarks/decision.py``), so the layout's effect is not the bl
 
 def _shard_pairs(a: Sequence[dict], b: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
     """Per-shard values of ``key`` (``seconds`` or ``tokens``) of shards both cells hold
-    with the same rows (same name and row count: the same input rows)."""
+    with the same rows (same name and row count: the same input rows), whatever machine."""
+    kept, _ = _one_machine_pairs(a, b, check=False)
+    return [_shard_value(s, key) for s, _ in kept], [_shard_value(t, key) for _, t in kept]
+
+
+def _seconds_pairs(a: dict, b: dict) -> tuple[list[float], list[float], int]:
+    """Per-shard seconds of the shard pairs of cells ``a`` and ``b`` (:func:`_shard_pairs`)
+    whose two shards ran on one and the same known machine (:func:`_one_machine_pairs`), and
+    how many pairs were left out. Cells without machine information (no ``machines`` key,
+    :func:`same_machine` None) keep every pair, as before."""
+    kept, dropped = _one_machine_pairs(a["shards"], b["shards"], check=same_machine(a, b) is not None)
+    return [_shard_value(s, "seconds") for s, _ in kept], [_shard_value(t, "seconds") for _, t in kept], dropped
+
+
+def _one_machine_pairs(a: Sequence[dict], b: Sequence[dict], *, check: bool = True
+                       ) -> tuple[list[tuple[dict, dict]], int]:
+    """The shard pairs of ``a`` and ``b`` with the same name and row count (the same input
+    rows, as :func:`_shard_pairs`) whose two shards ran on one and the same known machine
+    (their ``machine["id"]``, equal and not None; every pair when not ``check``), and how
+    many pairs were left out for running on two machines or an unknown one. A cell of the
+    archive often mixes sessions (rows 0-49 on one machine, 50-99 on another), yet each of
+    its shard pairs may still have run on one machine."""
     bm = {s["name"]: s for s in b}
-    xs, ys = [], []
+    kept, dropped = [], 0
     for s in a:
         t = bm.get(s["name"])
-        if t is not None and t.get("rows_out") == s.get("rows_out"):
-            xs.append(_shard_value(s, key))
-            ys.append(_shard_value(t, key))
-    return xs, ys
+        if t is None or t.get("rows_out") != s.get("rows_out"):
+            continue
+        ma, mb = (s.get("machine") or {}).get("id"), (t.get("machine") or {}).get("id")
+        if check and (ma is None or ma != mb):
+            dropped += 1
+        else:
+            kept.append((s, t))
+    return kept, dropped
+
+
+def seconds_ratio(xs: Sequence[float], ys: Sequence[float], dropped: int, machines_a: Sequence,
+                  machines_b: Sequence, *, reps: int = REPS, strata: Sequence | None = None) -> dict:
+    """The seconds ratio over the shard pairs run on one machine (:func:`_seconds_pairs`):
+    :func:`ratio_bootstrap` with ``"pairs_across_machines": dropped`` when pairs were left
+    out; :func:`withheld_ratio` (``machines_a``/``machines_b``: each side's machine ids) when
+    every pair was left out."""
+    if dropped and not xs:
+        return withheld_ratio(machines_a, machines_b)
+    r = ratio_bootstrap(xs, ys, reps=reps, strata=strata)
+    return {**r, "pairs_across_machines": dropped} if dropped else r
 
 
 def _shard_value(shard: dict, key: str) -> float:
@@ -1031,15 +1078,13 @@ def compare_cells(a: dict, b: dict, choices: dict, labels: Sequence[str], *, rep
                   a_correct: Sequence[bool | None] | None = None) -> dict:
     """Two cells of one dataset: :func:`paired` accuracy, and the ratios a / b of seconds and
     of tokens over the shards both hold (:func:`ratio_bootstrap`; absent for re-selected arms,
-    which cost nothing beyond their source cell). The seconds ratio is withheld
-    (:func:`withheld_ratio`) when the cells did not run on one and the same machine
-    (:func:`same_machine` False); tokens do not depend on the machine."""
+    which cost nothing beyond their source cell). The seconds ratio is over the shard pairs
+    that ran on one and the same machine (:func:`seconds_ratio`: the pairs left out counted,
+    withheld when none is left); tokens do not depend on the machine."""
     out = paired(a["rows"], b["rows"], choices, labels, a_correct=a_correct, reps=reps)
     if a_correct is None:
-        for key in ("seconds", "tokens"):
-            out[key] = ratio_bootstrap(*_shard_pairs(a["shards"], b["shards"], key), reps=reps)
-        if same_machine(a, b) is False:
-            out["seconds"] = withheld_ratio(a["machines"], b["machines"])
+        out["seconds"] = seconds_ratio(*_seconds_pairs(a, b), a.get("machines"), b.get("machines"), reps=reps)
+        out["tokens"] = ratio_bootstrap(*_shard_pairs(a["shards"], b["shards"], "tokens"), reps=reps)
     return out
 
 
@@ -1119,14 +1164,14 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
                 a_src = arms["speculative"] if x in derived else arms[x]
                 a_out = derived[x] if x in derived else outcomes[x]
                 pp = pooled_pairs.setdefault(key, {"a": {}, "b": {}, "sa": [], "sb": [], "strata": [],
-                                                   "machines_a": set(), "machines_b": set(), "same": True})
+                                                   "machines_a": set(), "machines_b": set(), "dropped": 0})
                 pp["a"].update({(ds, r["query_id"]): c for r, c in zip(a_src["rows"], a_out)})
                 pp["b"].update({(ds, r["query_id"]): c for r, c in zip(arms[y]["rows"], outcomes[y])})
                 if x not in derived:
-                    pp["same"] &= same_machine(arms[x], arms[y]) is not False
                     pp["machines_a"].update(arms[x].get("machines") or [])
                     pp["machines_b"].update(arms[y].get("machines") or [])
-                    xs, ys = _shard_pairs(arms[x]["shards"], arms[y]["shards"], "seconds")
+                    xs, ys, dropped = _seconds_pairs(arms[x], arms[y])
+                    pp["dropped"] += dropped
                     pp["sa"] += xs
                     pp["sb"] += ys
                     pp["strata"] += [ds] * len(xs)
@@ -1157,11 +1202,10 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         cmp = {**paired_bootstrap(a, b, reps=reps, strata=st or None),
                "accuracy_a": (sum(a) / len(a)) if a else None, "accuracy_b": (sum(b) / len(b)) if b else None,
                "mcnemar": mcnemar_exact(a, b), "datasets": sorted(set(st))}
-        if pp["sa"] and not pp["same"]:
+        if pp["sa"] or pp["dropped"]:
             key_m = lambda m: (m is None, m or "")  # noqa: E731 - None (unknown) last
-            cmp["seconds"] = withheld_ratio(sorted(pp["machines_a"], key=key_m), sorted(pp["machines_b"], key=key_m))
-        elif pp["sa"]:
-            cmp["seconds"] = ratio_bootstrap(pp["sa"], pp["sb"], reps=reps, strata=pp["strata"])
+            cmp["seconds"] = seconds_ratio(pp["sa"], pp["sb"], pp["dropped"], sorted(pp["machines_a"], key=key_m),
+                                           sorted(pp["machines_b"], key=key_m), reps=reps, strata=pp["strata"])
         res["pooled"]["comparisons"][key] = cmp
     composed = sorted({a for arms in cells.values() for a in arms if composed_parts(a)})
     if composed:
@@ -1208,6 +1252,9 @@ def _ratio(r: dict | None) -> str:
         return r["withheld"]
     if not r or not r.get("n") or r["ratio"] != r["ratio"]:
         return "n/a"
+    if r.get("pairs_across_machines"):
+        return (f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] (n = {r['n']} shard pairs on one "
+                f"machine; {r['pairs_across_machines']} pairs across machines left out)")
     return f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] (n = {r['n']} shards)"
 
 
@@ -1297,8 +1344,9 @@ def machines_table(res: dict) -> list[str]:
              if "machines" in f]
     if not cells:
         return []
-    out = ["", "Machines: seconds are compared (ratios, added s/row) only between cells that ran on one and the "
-           f"same machine; otherwise `{DIFFERENT_MACHINES}`. Accuracy and tokens compare across machines. "
+    out = ["", "Machines: seconds are compared (ratios, added s/row) only between shards that ran on one and the "
+           "same machine (shard pairs across machines are left out and counted); when no pair did, "
+           f"`{DIFFERENT_MACHINES}`. Accuracy and tokens compare across machines. "
            "Machine id: sha256 of /etc/machine-id and the boot id (each session's machine is a new id).", "",
            "| machine | CPU | cpus | platform | dates (UTC) |", "|---|---|---|---|---|"]
     for mid, m in sorted((res.get("machines") or {}).items()):
@@ -1586,7 +1634,8 @@ def fallback_table(res: dict) -> list[str]:
         tau = "; ".join(f"{t['task']}: {t['tau']:.4g} (n = {t['n']}, {_pct(t['coverage'])}%)"
                         for t in c.get("tasks", []) if t.get("tau") is not None) or "n/a"
         cost = f["cost"]
-        add_s = cost.get("time") or ("n/a" if cost["added_s_per_row"] is None else f"{cost['added_s_per_row']:+.2f}")
+        add_s = (cost.get("time") or "n/a") if cost["added_s_per_row"] is None else (
+            f"{cost['added_s_per_row']:+.2f}" + (f" ({cost['time']})" if cost.get("time") else ""))
         add_t = "n/a" if cost["added_tokens_per_row"] is None else f"{cost['added_tokens_per_row']:+.0f}"
         per_flag = cost.get("added_tokens_per_flagged_row")
         out.append(f"| {ds} | {arm} | {tau} | {f['n_rows']} | {f['n_flagged']} ({_pct(f['share_flagged'])}) | "

@@ -431,6 +431,41 @@ def test_no_time_ratio_between_cells_of_different_machines(base, tmp_path, monke
     assert "n/a (different machines)" in spec_std_line and "[" in spec_std_line.split("|")[3]
 
 
+def test_time_ratio_over_the_shard_pairs_run_on_one_machine(base, tmp_path, monkeypatch):
+    """Cells of the archive mix sessions: shards 0-1 of every cell ran on machine A, 2-3 on
+    machine B, so no cell ran on one machine, yet every shard pair of speculative - standard
+    did: its ratio stands over all 4 pairs. fallback_standard's part-0003 ran on machine C:
+    that pair is left out and counted, the ratio and the added s/row are over the other 3."""
+    old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
+    on_machine(monkeypatch, MACHINE_A)
+    for c in rich_runs(old, base):
+        cell_archive.archive_cell(c, archive)
+    machine_c = {**MACHINE_A, "id": "cccccccccccc"}
+    for js in archive.glob("popqa/*/*/part-000[23].*.json"):
+        entry = json.loads(js.read_text())
+        entry["machine"] = {**(machine_c if "fallback_standard" in str(js) and "part-0003" in js.name
+                               else MACHINE_B), "date": "2026-12-01"}
+        js.write_text(json.dumps(entry))
+    on_machine(monkeypatch, {**MACHINE_A, "id": "dddddddddddd"})  # the new session's machine
+    new_cells = fresh(old, new, base)
+    for c in new_cells:
+        assert cell_archive.restore_cell(c, archive)["not_restored"] == []
+    res, _, tables = analyse(new_cells, base, tmp_path / "out")
+    assert res["cells_loaded"]["popqa"]["standard"]["machines"] == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    cmps = res["datasets"]["popqa"]["comparisons"]
+    sec = cmps["speculative - standard"]["seconds"]
+    assert "withheld" not in sec and "pairs_across_machines" not in sec
+    assert sec["n"] == 4 and sec["ratio"] == pytest.approx(12.0 / 8.0)
+    assert res["pooled"]["comparisons"]["speculative - standard"]["seconds"]["n"] == 4
+    fb = cmps["fallback_standard - speculative"]["seconds"]
+    assert fb["n"] == 3 and fb["pairs_across_machines"] == 1 and fb["ratio"] == pytest.approx(14.0 / 12.0)
+    assert "(n = 3 shard pairs on one machine; 1 pairs across machines left out)" in tables
+    cost = res["datasets"]["popqa"]["fallback"]["fallback_standard"]["cost"]
+    assert cost["added_s_per_row"] == pytest.approx((14.0 - 12.0) / 5)
+    assert cost["time"] == "over 3 shard pairs on one machine (15 rows); 1 pairs across machines left out"
+    assert "| aaaaaaaaaaaa | CPU A |" in tables and "| cccccccccccc |" in tables  # the Machines table stays
+
+
 def test_same_machine_rule():
     a, b = {"machines": ["m1"]}, {"machines": ["m1"]}
     assert ds.same_machine(a, b) is True

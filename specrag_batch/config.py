@@ -368,15 +368,47 @@ class RunConfig(_Strict):
         the code had before they existed (for ``verifier.deduplicate_drafts`` that is False, not
         its default True), so earlier runs keep their hash; :data:`SWITCHED_FIELDS` count only
         while their switch is on."""
-        data = self.model_dump(mode="json", exclude={"task"} if self.task is None else None)
-        for section, name, switch in SWITCHED_FIELDS:  # read before ADDED_FIELDS drops the switch
-            if not data[section].get(switch):
-                del data[section][name]
-        for section, name, before in ADDED_FIELDS:  # added after 0.1: no hash change at the old behaviour
-            if data[section].get(name) == before:
-                del data[section][name]
-        blob = json.dumps(data, sort_keys=True)
+        blob = json.dumps(hashed_view(self.model_dump(mode="json")), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def hashed_view(data: dict) -> dict:
+    """The part of a config's JSON dump (``RunConfig.model_dump(mode="json")``, or the
+    ``config`` a run's ``_run.json`` stored, possibly of an older version) that
+    :meth:`RunConfig.config_hash` hashes: a copy without ``task`` when it is None, without
+    :data:`SWITCHED_FIELDS` whose switch is off and without :data:`ADDED_FIELDS` at their
+    value before they existed. Sections or keys the dump lacks are left absent."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    if data.get("task") is None:
+        data.pop("task", None)
+    for section, name, switch in SWITCHED_FIELDS:  # read before ADDED_FIELDS drops the switch
+        if isinstance(data.get(section), dict) and not data[section].get(switch):
+            data[section].pop(name, None)
+    for section, name, before in ADDED_FIELDS:  # added after 0.1: no hash change at the old behaviour
+        if isinstance(data.get(section), dict) and data[section].get(name) == before:
+            del data[section][name]
+    return data
+
+
+def config_differences(stored: dict, current: dict, limit: int = 8) -> list[str]:
+    """Dotted config keys whose hashed values (:func:`hashed_view`) differ between two
+    config dumps, as ``"<key>: <stored> in the stored run, <current> here"`` (JSON values,
+    ``absent`` where a dump lacks the key), sorted, at most ``limit`` (then ``"... and N
+    more"``): why two configs hash differently (``resume.check_output``'s conflict message)."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+    a, b = flat(hashed_view(stored)), flat(hashed_view(current))
+    absent = object()
+    show = lambda v: "absent" if v is absent else json.dumps(v, sort_keys=True)  # noqa: E731
+    keys = [k for k in sorted(a.keys() | b.keys()) if a.get(k, absent) != b.get(k, absent)]
+    lines = [f"{k}: {show(a.get(k, absent))} in the stored run, {show(b.get(k, absent))} here" for k in keys[:limit]]
+    return lines + ([f"... and {len(keys) - limit} more"] if len(keys) > limit else [])
 
 
 ADDED_FIELDS = (("selection", "confidence", "score"), ("sampling", "adaptive", False),

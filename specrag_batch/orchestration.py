@@ -335,8 +335,9 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
         config = config.model_dump(mode="json")
     # a conflicting output is refused before the flow starts (the flow checks again, for
     # callers that start it directly): a clean error, no failed flow run with a traceback
+    cfg = RunConfig.model_validate(config or {})
     resume.check_output(storage.normalize_uri(output_uri), storage.normalize_uri(input_uri),
-                        RunConfig.model_validate(config or {}).config_hash(), overwrite)
+                        cfg.config_hash(), overwrite, cfg.model_dump(mode="json"))
     shards, skipped = plan_shards(storage.normalize_uri(input_uri))
     require_shards(input_uri, shards, skipped, allow_empty)
     check_layout(storage.normalize_uri(input_uri), storage.normalize_uri(output_uri), shards)

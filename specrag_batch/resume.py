@@ -85,10 +85,14 @@ def _conflicts(existing: dict, input_uri: str, config_hash: str) -> bool:
             or existing.get("input") not in (input_uri, redact_text(input_uri)))
 
 
-def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: bool = False) -> dict | None:
+def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: bool = False,
+                 config: dict | None = None) -> dict | None:
     """Read-only: the output prefix's ``_run.json`` (None if absent), after checking that it
     belongs to this input and config. Called before a flow starts, so that a conflict is a
     clean error (CLI exit 2) and not a failed flow run with Prefect's traceback in the log.
+    Given this run's ``config`` (``RunConfig.model_dump(mode="json")``), a config conflict
+    names the config keys that differ from the stored run's (``config.config_differences``;
+    e.g. ``verifier.deduplicate_drafts``, whose default changed).
 
     A ``_run.json`` that is not a JSON object cannot be checked: with ``overwrite`` it is
     returned as ``{}`` (a key no run matches, so :func:`claim_output` replaces it).
@@ -112,9 +116,23 @@ def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: b
             f"output {redact_text(output_uri)!r} holds results of input "
             f"{redact_text(str(existing.get('input')))!r} with config "
             f"{existing.get('config_hash')} (run {existing.get('run_id')}); this run is input "
-            f"{redact_text(input_uri)!r} with config {config_hash}. Use another output URI, or "
+            f"{redact_text(input_uri)!r} with config {config_hash}."
+            f"{_config_diff_text(existing, config, config_hash)} Use another output URI, or "
             "--overwrite to replace the previous results.")
     return existing
+
+
+def _config_diff_text(existing: dict, config: dict | None, config_hash: str) -> str:
+    """`` Config keys that differ from the stored run's: ...`` (:func:`config.config_differences`
+    of the ``_run.json`` config and this run's, both redacted) when the hashes differ and both
+    configs are known; else empty."""
+    from .config import config_differences
+
+    stored = existing.get("config")
+    if config is None or not isinstance(stored, dict) or existing.get("config_hash") == config_hash:
+        return ""
+    diff = config_differences(stored, redact(config))
+    return f" Config keys that differ from the stored run's: {'; '.join(diff)}." if diff else ""
 
 
 def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict, run_id: str,
@@ -129,7 +147,7 @@ def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict
             ``overwrite`` is false.
     """
     uri = storage.join(output_uri, RUN_FILE)
-    existing = check_output(output_uri, input_uri, config_hash, overwrite)
+    existing = check_output(output_uri, input_uri, config_hash, overwrite, config)
     if existing is not None and _conflicts(existing, input_uri, config_hash):
         clear_previous(output_uri)
         existing = None

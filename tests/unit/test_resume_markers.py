@@ -87,3 +87,32 @@ def test_overwrite_replaces_a_corrupt_run_file_and_corrupt_markers(tmp_path, ver
     assert json.loads(open(run_file).read()) == key and key["config_hash"] == CFG.config_hash()
     assert not tmp_path.joinpath("out", resume.SHARDS_DIR).joinpath("a.parquet.json").exists()
     assert resume.check_output(out, inp, CFG.config_hash()) == key
+
+
+def test_a_config_conflict_names_the_keys_that_differ(tmp_path):
+    """A partial run made before verifier.deduplicate_drafts was on by default (its stored
+    config lacks the key: it ran without deduplication) is refused under a config that leaves
+    the key out (now on), and the error names that key and only it (keys added since at their
+    old behaviour do not count, as in the hash); the CLI prints it; set false, it resumes."""
+    from specrag_batch import storage
+    from specrag_batch.config import RunConfig
+
+    inp, out = tmp_path / "in", tmp_path / "out"
+    write(inp, "a.parquet", shard("x1"))
+    inp_uri, out_uri = storage.normalize_uri(str(inp)), storage.normalize_uri(str(out))
+    old = RunConfig.model_validate({"verifier": {"deduplicate_drafts": False}})
+    stored = old.model_dump(mode="json")
+    del stored["verifier"]["deduplicate_drafts"], stored["drafter"]["answer_on_truncation"]  # dumped before both
+    resume.claim_output(out_uri, inp_uri, old.config_hash(), stored, "run-old")
+    now = RunConfig()
+    with pytest.raises(resume.RunConflictError) as e:
+        resume.check_output(out_uri, inp_uri, now.config_hash(), config=now.model_dump(mode="json"))
+    named = str(e.value).split("Config keys that differ from the stored run's: ")[1].split(". Use another output")[0]
+    assert named == "verifier.deduplicate_drafts: absent in the stored run, true here"  # that key only
+    changed = RunConfig.model_validate({"verifier": {"deduplicate_drafts": False}, "seed": 7})
+    with pytest.raises(resume.RunConflictError, match=r"seed: 0 in the stored run, 7 here\."):
+        resume.check_output(out_uri, inp_uri, changed.config_hash(), config=changed.model_dump(mode="json"))
+    result = CliRunner().invoke(app, ["run", "-i", str(inp), "-o", str(out)])
+    assert result.exit_code == 2 and "verifier.deduplicate_drafts: absent in the stored run, true here" in \
+        " ".join(result.output.split()), result.output
+    assert resume.check_output(out_uri, inp_uri, old.config_hash(), config=old.model_dump(mode="json")) is not None

@@ -262,7 +262,8 @@ def test_a_shard_that_fails_to_archive_or_restore_is_listed_not_raised(base, tmp
     out = capsys.readouterr().out
     assert "popqa/standard: 3 finished shard(s) added to the archive" in out
     line = next(x for x in out.splitlines() if "not archived" in x)
-    assert line.startswith("[decision] popqa/standard: 1 finished shard(s) not archived") and "part-0001.parquet: " in line
+    assert line.startswith("[decision] popqa/standard: 1 finished shard(s) not archived")
+    assert "part-0001.parquet: " in line
     assert cell_archive.archive_cell(cells["standard"], archive)["failed"][0][0] == "part-0001.parquet"
 
     spec = archive / "popqa" / "speculative"

@@ -5,7 +5,8 @@ A *cell* is (dataset, arm). Each cell is a normal product run, ``specrag_batch.r
 over the dataset's reported rows written as small input shards (``--shard-rows``, 10) under
 ``<runs>/<dataset>/input/``, into ``<runs>/<dataset>/<arm>/``. A cell killed mid-way resumes
 shard by shard through the product's own done markers; a finished cell is skipped without
-loading an engine. Every cell that computes starts from empty vLLM prefix caches. Seconds and
+loading an engine. Every cell that computes runs in its own process (its engines are freed
+when it ends; one that is killed fails alone) and starts from empty vLLM prefix caches. Seconds and
 tokens per row come from the shards' done markers (seconds, engine usage), summed over shards,
 so a resumed cell reports the compute time of all its attempts (engine loading excluded).
 
@@ -113,8 +114,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import platform
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -665,6 +668,75 @@ def run_cell(cell: Cell, archive: Path | None = None) -> dict:
     return out if added is None else {**out, "archived": added}
 
 
+class CellProcessError(RuntimeError):
+    """A cell's child process ended without a result (killed, e.g. by the kernel's
+    out-of-memory killer, or crashed in native code)."""
+
+
+def _child_main(conn, fn, args) -> None:
+    """Body of :func:`in_child_process`'s child: send ``("ok", result)`` or ``("error",
+    exception)`` (an exception that does not pickle is sent as a ``RuntimeError`` naming it)."""
+    import pickle
+
+    try:
+        msg = ("ok", fn(*args))
+    except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
+        try:
+            pickle.dumps(e)
+            msg = ("error", e)
+        except Exception:  # noqa: BLE001
+            msg = ("error", RuntimeError(f"{type(e).__name__}: {e}"))
+    conn.send(msg)
+    conn.close()
+
+
+def in_child_process(fn, *args, name: str = "cell"):
+    """``fn(*args)`` in a fresh spawned process; returns its (picklable) result.
+
+    Each cell runs in its own process so that its vLLM engines (in-process on CPU, several
+    GB each) are freed when it ends: in one process, the engines of every cell stayed loaded
+    and the fifth drafter of a run was killed for lack of memory (24 GiB, 2026-12-01). The
+    child's engine loading is outside the measured shard seconds, as before.
+
+    Raises:
+        the exception ``fn`` raised in the child (re-raised here);
+        CellProcessError: the child ended without a result (its exit code in the message;
+            -9 is SIGKILL, usually the out-of-memory killer)."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child_main, args=(child, fn, args), name=f"decision-{name}")
+    p.start()
+    child.close()
+    try:
+        try:
+            kind, value = parent.recv()
+        except EOFError:
+            kind, value = None, None
+        p.join()
+    finally:
+        if p.is_alive():  # the parent is being stopped (SIGTERM, Ctrl-C): stop the cell too
+            p.terminate()
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+        parent.close()
+    if kind == "ok":
+        return value
+    if kind == "error":
+        raise value
+    hint = " (SIGKILL: out of memory?)" if p.exitcode == -signal.SIGKILL else ""
+    raise CellProcessError(f"{name}: its process ended with exit code {p.exitcode}{hint} and no result")
+
+
+def run_cell_isolated(cell: Cell, archive: Path | None = None) -> dict:
+    """:func:`run_cell` in a child process (:func:`in_child_process`); a cell whose shards are
+    all done is skipped here, without a process."""
+    before = cell_shards(cell)
+    if before and all(d is not None for _, _, d in before):
+        return {"cell": cell.name, "status": "skipped", "seconds": 0.0, "shards_done_before": len(before)}
+    return in_child_process(run_cell, cell, archive, name=cell.name.replace("/", "-"))
+
+
 def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = None) -> None:
     """Before cells run or are analysed: for each cell (once per cell and config hash, noted
     in ``synced``), copy its finished shards into ``archive``
@@ -944,10 +1016,12 @@ def main(argv: list[str] | None = None) -> int:
         from specrag_batch.resume import RunConflictError
 
         attempted: set[str] = set()
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # unwind, so the cell's process is stopped too
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         while (cell := next((c for c in cells if c.name not in attempted), None)) is not None:
             attempted.add(cell.name)
             try:
-                statuses.append(run_cell(cell, archive))
+                statuses.append(run_cell_isolated(cell, archive))
             except RunConflictError as e:
                 print(f"[decision] {cell.name}: {e}\n[decision] give another --runs directory per config",
                       file=sys.stderr)

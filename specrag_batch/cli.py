@@ -168,6 +168,20 @@ def run(
         raise typer.Exit(1)
 
 
+def _check_config(config_path: str | None) -> None:
+    """Before a scheduled flow starts (which reads the config again): the config file
+    validates (:func:`config.read_run_config`: one ``<file>: <field>: <message>`` line per
+    error) and its models can be used (:func:`models.check_config_models`), so that either is
+    a one-line exit 2 and not a failed flow run with Prefect's traceback.
+
+    Raises:
+        config.ConfigError, models.ModelNameError, FileNotFoundError, ValueError: see there."""
+    from .config import read_run_config
+    from .models import check_config_models
+
+    check_config_models(read_run_config(config_path))
+
+
 @app.command()
 @with_run_options
 def nightly(
@@ -189,6 +203,7 @@ def nightly(
         if date is not None:
             parse_date(date, "--date")
         check_timezone(timezone, "--timezone")
+        _check_config(config_path)
         m = nightly_flow(input_root, output_root, date, lag_days, timezone,
                          config_path=config_path, execution=execution, overwrite=overwrite)
     print_summary(m)
@@ -214,6 +229,7 @@ def backfill(
 
     with exit_codes(_fail):
         dates_between(start, end, names=("--start", "--end"))
+        _check_config(config_path)
         s = backfill_flow(input_root, output_root, start, end, max_concurrency,
                           config_path=config_path, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)

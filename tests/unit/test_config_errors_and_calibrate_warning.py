@@ -106,3 +106,21 @@ def test_calibrate_warns_when_tau_rests_on_few_rows(tmp_path, monkeypatch, right
     assert (f"# WARNING {line}" in snippet) is warned, snippet
     assert yaml.safe_load(snippet)["selection"]["tau_min"] == {"qa": -float(right)}
     assert "config snippet -> tau_min.yaml" in r.output
+
+
+@pytest.mark.parametrize("command", [["nightly", "--date", "2026-11-30"], ["backfill", "--start", "2026-11-29", "--end", "2026-11-30"]])
+def test_scheduled_commands_check_config_and_models_before_their_flow(tmp_path, monkeypatch, command):
+    """nightly and backfill read the config inside their flow: a bad key or model there was a
+    failed flow run with Prefect's traceback. Both are one line, exit 2, no flow."""
+    from specrag_batch.scheduled import backfill, nightly
+
+    monkeypatch.setattr(nightly, "nightly_flow", lambda *a, **k: pytest.fail("the flow started"))
+    monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))
+    roots = ["--input-root", str(tmp_path / "in"), "--output-root", str(tmp_path / "out")]
+    for text, line in (("sampling:\n  num_draft: 5\n", "{file}: sampling.num_draft: unknown key; did you mean 'num_drafts'?"),
+                       ("verifier:\n  model: no-such-model\n", "verifier.model: 'no-such-model' cannot be used: ")):
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+        r = _run(*command, *roots, "-c", str(path))
+        assert r.exit_code == 2 and r.output.startswith("error: " + line.format(file=path)), r.output
+        assert len(r.output.strip().splitlines()) == 1

@@ -33,6 +33,10 @@ import yaml
 from .records import Flag
 
 MEASURES = ("score", "mean_logprob")
+MIN_KEPT_ROWS = 10
+"""Least kept rows (rows at or above τ_min, fast path included) a task's τ_min should rest on:
+below it the accuracy at τ_min is a share of a handful of rows (1 of 1 is 100%), and
+``calibrate`` warns in its output and in the config snippet (:attr:`TaskThreshold.few_rows`)."""
 FORCED_LOW = (Flag.NO_VALID_DRAFT, Flag.SELECTED_DRAFT_MISSING_SCORE, Flag.NO_DRAFTS)
 """Row flags with which ``select`` flags a row low-confidence whatever τ is."""
 
@@ -125,6 +129,18 @@ class TaskThreshold:
     """Rows kept at any τ (fast path)."""
     scored: int = 0
     """Rows τ applies to that have a finite confidence (0: no row to threshold, τ is None)."""
+    kept: int = 0
+    """Rows kept at τ (coverage × n; 0 when τ is None)."""
+
+    @property
+    def few_rows(self) -> str | None:
+        """The warning when τ rests on fewer than :data:`MIN_KEPT_ROWS` kept rows, else None:
+        ``"<task>: τ_min rests on <kept> of <n> graded rows (coverage ...), fewer than 10; ..."``."""
+        if self.tau is None or self.kept >= MIN_KEPT_ROWS:
+            return None
+        return (f"{self.task}: τ_min rests on {self.kept} of {self.n} graded rows (coverage "
+                f"{self.coverage:.3g}), fewer than {MIN_KEPT_ROWS}: its accuracy is not a reliable "
+                "estimate; calibrate on more labelled rows before relying on it")
 
 
 def calibrate_task(conf, correct, always, *, target_accuracy: float | None = None,
@@ -224,7 +240,8 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
             target_coverage=target_coverage, n_boot=n_boot, seed=seed)
         aur = {m: auroc(measure_values(t, m)[~always], correct[~always]) for m in MEASURES}
         out.append(TaskThreshold(task, measure, t.height, tau, cov, acc, interval, missed, aur,
-                                 int(always.sum()), int((~always & np.isfinite(conf)).sum())))
+                                 int(always.sum()), int((~always & np.isfinite(conf)).sum()),
+                                 0 if cov is None else int(round(cov * t.height))))
     return out
 
 
@@ -232,7 +249,8 @@ def config_snippet(results: list[TaskThreshold], header: str = "") -> str:
     """YAML that :func:`specrag_batch.config.load_config` accepts: ``selection.confidence`` and
     ``selection.tau_min`` per task (tasks without a τ are left out, noted in a comment: the
     target was not met, or no row has a confidence to threshold, e.g. every graded row took
-    the fast path)."""
+    the fast path). A τ resting on fewer than :data:`MIN_KEPT_ROWS` kept rows is written with
+    a ``# WARNING`` comment (:attr:`TaskThreshold.few_rows`)."""
     taus = {r.task: r.tau for r in results if r.tau is not None}  # exact: a rounded τ may drop its row
     body = yaml.safe_dump({"selection": {"confidence": results[0].measure if results else "score",
                                          "tau_min": taus or None}}, sort_keys=False)
@@ -242,5 +260,6 @@ def config_snippet(results: list[TaskThreshold], header: str = "") -> str:
              f"# {r.task}: target not met on this data (n={r.n}); left out, so its rows are "
              "never flagged: set a value by hand"
              for r in results if r.tau is None]
+    notes += [f"# WARNING {r.few_rows}" for r in results if r.few_rows]
     return "".join(f"# {line}\n" for line in header.splitlines()) + "\n".join(notes) + \
         ("\n" if notes else "") + body

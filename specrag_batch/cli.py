@@ -151,12 +151,13 @@ def run(
     143 / 130 = stopped by SIGTERM / SIGINT (Ctrl-C): shards finished before the signal keep
     their done markers, the shard in flight is not marked done; run the same command again
     to resume. A second signal ends the process at once."""
-    from .config import load_config
+    from .cli_options import COMMON
+    from .config import read_run_config
     from .orchestration import run_batch
 
     execution = execution_from_flags(task_runner, ray_address, stages)
-    with exit_codes(_fail):
-        cfg = load_config(config, config_overrides)
+    with exit_codes(_fail):  # config errors: "<file>: <field>: <message>", one line each
+        cfg = read_run_config(config, config_overrides, {k: v[0] for k, v in COMMON.items()})
         manifest = run_batch(input, output, config=cfg, execution=execution, run_id=run_id,
                              overwrite=overwrite, allow_empty=allow_empty)
     if json_out:
@@ -165,6 +166,20 @@ def run(
         print_summary(manifest)
     if manifest["failed_shards"]:
         raise typer.Exit(1)
+
+
+def _check_config(config_path: str | None) -> None:
+    """Before a scheduled flow starts (which reads the config again): the config file
+    validates (:func:`config.read_run_config`: one ``<file>: <field>: <message>`` line per
+    error) and its models can be used (:func:`models.check_config_models`), so that either is
+    a one-line exit 2 and not a failed flow run with Prefect's traceback.
+
+    Raises:
+        config.ConfigError, models.ModelNameError, FileNotFoundError, ValueError: see there."""
+    from .config import read_run_config
+    from .models import check_config_models
+
+    check_config_models(read_run_config(config_path))
 
 
 @app.command()
@@ -188,6 +203,7 @@ def nightly(
         if date is not None:
             parse_date(date, "--date")
         check_timezone(timezone, "--timezone")
+        _check_config(config_path)
         m = nightly_flow(input_root, output_root, date, lag_days, timezone,
                          config_path=config_path, execution=execution, overwrite=overwrite)
     print_summary(m)
@@ -213,6 +229,7 @@ def backfill(
 
     with exit_codes(_fail):
         dates_between(start, end, names=("--start", "--end"))
+        _check_config(config_path)
         s = backfill_flow(input_root, output_root, start, end, max_concurrency,
                           config_path=config_path, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)
@@ -246,20 +263,23 @@ def claims(
     (finished shards kept; run it again to resume)."""
     from pydantic import ValidationError
 
-    from .config import load_config
+    from .config import explain_config_error, load_config
+    from .models import check_config_models
     from .scheduled.claim_verification import claim_verification_flow
 
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
     with exit_codes(_fail):
-        try:  # labels and config checked before the flow starts: no failed flow run first
-            load_config(config_path, {"claim_labels": label_list})
-            m = claim_verification_flow(input, output, config_path=config_path, claim_labels=label_list,
-                                        execution=execution, overwrite=overwrite)
+        try:  # labels, config and models checked before the flow starts: no failed flow run first
+            cfg = load_config(config_path, {"claim_labels": label_list})
         except ValidationError as e:
             err = e.errors()[0]
-            if err["loc"] and err["loc"][0] == "claim_labels":
+            if label_list and err["loc"] and err["loc"][0] == "claim_labels":
                 raise typer.BadParameter(str(err["msg"]), param_hint="--labels") from None
-            raise ValueError(f"config field {'.'.join(map(str, err['loc']))!r}: {err['msg']}") from None
+            raise explain_config_error(e, config_path, {"claim_labels": label_list},
+                                       {"claim_labels": "--labels"}) from None
+        check_config_models(cfg)
+        m = claim_verification_flow(input, output, config_path=config_path, claim_labels=label_list,
+                                    execution=execution, overwrite=overwrite)
     print_summary(m)
     console.print("labels: " + ", ".join(f"{k} {v}" for k, v in m["label_counts"].items()))
 
@@ -286,9 +306,13 @@ def calibrate(
     confidence: str = typer.Option("score", "--confidence", help="Measure: score (log ρ) or "
                                    "mean_logprob (per token)."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=1, help="Bootstrap resamples."),
-    out: Path = typer.Option(Path("tau_min.yaml"), "--out", help="Config snippet to write (YAML)."),
+    out: Path = typer.Option(Path("tau_min.yaml"), "--out", help="Config snippet to write (YAML); "
+                             "default tau_min.yaml in the current directory."),
 ) -> None:
-    """Choose selection.tau_min per task from a labelled run; write a config snippet."""
+    """Choose selection.tau_min per task from a labelled run; write a config snippet.
+
+    A task whose τ_min rests on fewer than 10 kept rows (calibration.MIN_KEPT_ROWS) gets a
+    warning, printed and written into the snippet as a comment."""
     from .calibration import calibrate as calibrate_rows
     from .calibration import config_snippet
     from .redaction import redact_text
@@ -313,6 +337,9 @@ def calibrate(
                   f"[{f(r.interval[0])}, {f(r.interval[1])}]" if r.interval else "–",
                   f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
     console.print(t)
+    for r in res:  # a τ_min on a handful of rows (calibration.MIN_KEPT_ROWS); also in the snippet
+        if r.few_rows:
+            console.print(Text("warning:", style="yellow"), r.few_rows)
     console.print(f"config snippet -> {out}")
 
 

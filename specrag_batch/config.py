@@ -10,6 +10,7 @@ import difflib
 import hashlib
 import json
 import math
+import re
 import string
 from pathlib import Path
 from typing import Any, Literal
@@ -490,3 +491,59 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         cur[parts[-1]] = value
         data = _deep_merge(data, node)
     return RunConfig.model_validate(data)
+
+
+class ConfigError(ValueError):
+    """A run config that does not validate, for people: one line per error,
+    ``<source>: <field path>: <message>`` (:func:`explain_config_error`). CLI exit 2."""
+
+
+def _error_line(err: dict, source: str, flagged: dict[str, str]) -> str:
+    """One pydantic error (``ValidationError.errors()`` item) as ``<source>: <field>: <msg>``:
+    pydantic's ``Value error, `` prefix dropped; an unknown key's path is the field
+    (``drafter.max_tokenz: unknown key; did you mean 'max_tokens'?``); a scalar input value shown as ``(got ...)``;
+    ``source`` replaced by the flag when the field was given on the command line (``flagged``:
+    dotted field -> flag)."""
+    field = ".".join(str(p) for p in err.get("loc", ()))
+    msg = str(err.get("msg", ""))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    unknown = re.match(r"unknown key '([^']*)'(.*)", msg, re.S)  # Strict._known_keys: the key's path
+    if unknown:
+        field, msg = ".".join(x for x in (field, unknown.group(1)) if x), "unknown key" + unknown.group(2)
+    value = err.get("input")
+    if err.get("type") != "value_error" and isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 60:
+        msg += f" (got {value!r})"
+    given = next((flag for key, flag in flagged.items() if field == key or field.startswith(key + ".")), None)
+    return ": ".join(x for x in (given or source, field, msg) if x)
+
+
+def explain_config_error(error: Any, path: str | Path | None = None,
+                         overrides: dict[str, Any] | None = None,
+                         flags: dict[str, str] | None = None) -> ConfigError:
+    """A :class:`ConfigError` for pydantic's ``ValidationError`` ``error`` raised by
+    :func:`load_config` (``path``, ``overrides`` as given to it): one line per error,
+    ``<config file>: <field path>: <message>`` (``config`` when no file was given; the flag,
+    from ``flags`` (dotted field -> flag name) or ``command line``, for a field an override
+    set), without pydantic's input dump and documentation link, keeping the validators'
+    hints (``did you mean 'num_drafts'?``)."""
+    source = str(path) if path is not None else "config"
+    given = {k: (flags or {}).get(k, "command line") for k, v in (overrides or {}).items() if v is not None}
+    return ConfigError("\n".join(_error_line(e, source, given) for e in error.errors()))
+
+
+def read_run_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                    flags: dict[str, str] | None = None) -> RunConfig:
+    """:func:`load_config` for commands: a config that does not validate raises
+    :class:`ConfigError` (:func:`explain_config_error`) instead of pydantic's ValidationError.
+
+    Raises:
+        ConfigError: a field is unknown or out of range, one line per error naming the file.
+        FileNotFoundError, ValueError: as :func:`load_config`."""
+    from pydantic import ValidationError
+
+    try:
+        return load_config(path, overrides)
+    except ValidationError as e:
+        raise explain_config_error(e, path, overrides, flags) from None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata as md
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -219,3 +220,105 @@ def model_id(name: str) -> str:
     """Human-readable model id for outputs (the HF name for packaged models)."""
     m = PACKAGED_MODELS.get(name)
     return f"{m.name} ({m.hf_name})" if m else name
+
+
+class ModelNameError(ValueError):
+    """A config's model name that cannot be used (CLI exit 2): one line naming the config
+    field, the value and the choices (:func:`check_model_name`)."""
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}$")
+"""A Hugging Face hub model id as the run config takes it: ``owner/name`` (bare legacy names
+such as ``gpt2`` are written ``openai-community/gpt2``)."""
+
+HUB_CHECK_SECONDS = 10.0
+"""Timeout, seconds, of the one hub request that checks a hub id (:func:`check_model_name`);
+``$SPECRAG_HUB_CHECK_TIMEOUT`` overrides it."""
+
+_HUB_OK: set[str] = set()  # hub ids found in this process (a failure is asked again next run)
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _hub_problem(repo: str, cache_file: str) -> str | None:
+    """Why the hub id ``repo`` cannot be used here, or None when it can: its ``cache_file``
+    is in the local Hugging Face cache (usable offline), or the hub answers for it within
+    :data:`HUB_CHECK_SECONDS` (``HfApi.model_info``: one request, no retry). Fails closed:
+    ``HF_HUB_OFFLINE`` set, an unreachable hub or any error is a problem."""
+    from huggingface_hub import HfApi, try_to_load_from_cache
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    if repo in _HUB_OK:
+        return None
+    try:
+        cached = try_to_load_from_cache(repo, cache_file)
+    except Exception:  # noqa: BLE001 - a name the cache refuses is checked on the hub
+        cached = None
+    if isinstance(cached, str):
+        return None
+    if _offline():
+        return "HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache"
+    timeout = float(os.environ.get("SPECRAG_HUB_CHECK_TIMEOUT", HUB_CHECK_SECONDS))
+    try:
+        HfApi().model_info(repo, timeout=timeout)
+    except RepositoryNotFoundError:
+        return "the Hugging Face hub has no such model (or it is private and no token gives access)"
+    except Exception as e:  # noqa: BLE001 - no network, DNS, timeout, HTTP error: fail closed
+        return (f"the Hugging Face hub could not be asked within {timeout:g} s "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    _HUB_OK.add(repo)
+    return None
+
+
+def check_model_name(field: str, name: str, packaged: list[str] | None = None,
+                     cache_file: str = "config.json", ignore_case: bool = False) -> str:
+    """Check, before anything is written or loaded, that the model named ``name`` by config
+    field ``field`` (``"drafter.model"``) can be used; returns how: ``"packaged"`` (a name of
+    ``packaged``, default :data:`PACKAGED_MODELS`, as :func:`resolve_model` matches them: exactly,
+    or ignoring case with ``ignore_case`` as ``retrieval.load_embedder`` does; no network),
+    ``"local"`` (an existing local directory; no network) or ``"hub"`` (``owner/name`` found
+    in the local Hugging Face cache (file ``cache_file``) or on the hub, :func:`_hub_problem`).
+
+    Raises:
+        ModelNameError: none of these: one line naming the field, the value, why, and the
+            choices (packaged names, a local directory, a hub id ``owner/name``)."""
+    names = sorted(PACKAGED_MODELS) if packaged is None else list(packaged)
+    if name in names or (ignore_case and name.lower() in {n.lower() for n in names}):
+        return "packaged"
+    if Path(name).is_dir():
+        return "local"
+    if HUB_ID.match(name) and not Path(name).exists():
+        why = _hub_problem(name, cache_file)
+        if why is None:
+            return "hub"
+        what = f"not a packaged model or an existing local directory, and as a hub id: {why}"
+    elif Path(name).exists():
+        what = "a file, not a model directory"
+    else:
+        what = "not a packaged model, not an existing local directory, and not a hub id (owner/name)"
+    raise ModelNameError(
+        f"{field}: {name!r} cannot be used: {what}. Choose a packaged model "
+        f"({', '.join(names)}; `specrag-batch models list`), a local model directory, or a "
+        "Hugging Face hub id owner/name reachable from here")
+
+
+def check_config_models(cfg) -> dict[str, str]:
+    """:func:`check_model_name` for every model a run with ``cfg`` (a ``RunConfig``) loads:
+    ``drafter.model`` (speculative mode), ``verifier.model``, and
+    ``retrieval.embedding_model`` when multi-perspective sampling embeds documents
+    (speculative mode, ``sampling.strategy`` not ``random``). Returns field -> how found.
+
+    Raises:
+        ModelNameError: the first model that cannot be used."""
+    from .retrieval import PACKAGED_EMBEDDERS
+
+    fields = [("verifier.model", cfg.verifier.model, {})]
+    if cfg.mode == "speculative":
+        fields.insert(0, ("drafter.model", cfg.drafter.model, {}))
+        if cfg.sampling.strategy != "random":  # sentence-transformers: modules.json, any case
+            embedders = ["all-MiniLM-L6-v2", *sorted(PACKAGED_EMBEDDERS - {"all-minilm-l6-v2"})]
+            fields.append(("retrieval.embedding_model", cfg.retrieval.embedding_model,
+                           {"packaged": embedders, "cache_file": "modules.json", "ignore_case": True}))
+    return {f: check_model_name(f, name, **kw) for f, name, kw in fields}

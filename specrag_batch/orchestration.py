@@ -24,6 +24,7 @@ from . import resume, storage
 from .config import RunConfig, load_config
 from .engines import EngineUsage, get_engine
 from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
+from .models import check_config_models
 from .redaction import install_log_filter
 from .run import (
     build_manifest,
@@ -159,6 +160,25 @@ def _load_engines(cfg: RunConfig, ex: ExecutionConfig, pending: int) -> float:
     return time.perf_counter() - t0
 
 
+def _load_engines_or_release(cfg: RunConfig, ex: ExecutionConfig, pending: int, output_uri: str,
+                             run_id: str, key: dict) -> float:
+    """:func:`_load_engines`; when loading fails or is stopped (any exception, a stop signal
+    included), the run has computed nothing: the ``_run.json`` it wrote (``key``, from
+    :func:`resume.claim_output`, names ``run_id``) is removed while no shard is done
+    (:func:`resume.release_output`), so that a corrected command (another model) is not
+    refused as another config; then the error is raised as it was.
+
+    Raises:
+        whatever the engines raised (``ModelNotInstalledError``, an OSError of a model
+        directory, a vLLM start-up error, ...)."""
+    try:
+        return _load_engines(cfg, ex, pending)
+    except BaseException:
+        if key.get("run_id") == run_id:
+            resume.release_output(output_uri, run_id)
+        raise
+
+
 def _run_shards(jobs: list[ShardJob], ex: ExecutionConfig) -> list[ShardResult]:
     """Submit the shard tasks (fused or disaggregated) and collect one result per shard; an
     unexpected failure fails its shard only."""
@@ -224,7 +244,11 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     Every shard's footer and ``query_id`` column are read first: a shard whose columns or types
     are wrong, or that is not Parquet, fails then, before the engines load; the query ids decide
     which shard answers each id (:func:`run.plan_ids`). An input without shards raises
-    :class:`run.NoShardsError` unless ``allow_empty``.
+    :class:`run.NoShardsError` unless ``allow_empty``. The config's model names are checked
+    before the output is claimed (:func:`models.check_config_models`); when the engines fail
+    to load (or a signal stops the load), the ``_run.json`` this run wrote is removed again
+    while no shard is done (:func:`resume.release_output`), so a corrected command is not
+    refused as another config.
 
     Returns the run manifest, also written to ``<output_uri>/_manifest.json``. When a shard
     failed, the flow run ends ``Failed`` (Prefect's convention for a run whose work failed, as
@@ -242,8 +266,9 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     shards, skipped, ids, fingerprints = list_shards(input_uri, cfg.task)
     require_shards(input_uri, shards, skipped, allow_empty)
     check_layout(input_uri, output_uri, shards)
-    resume.claim_output(output_uri, input_uri, cfg.config_hash(), cfg.model_dump(mode="json"),
-                        run_id, overwrite)
+    check_config_models(cfg)  # before anything is written or loaded: a bad name writes nothing
+    key = resume.claim_output(output_uri, input_uri, cfg.config_hash(), cfg.model_dump(mode="json"),
+                              run_id, overwrite)
     resume.remove_stale_temporaries(output_uri)
     for s in skipped:
         log.warning("skipping %s: %s", s["input"], s["reason"])
@@ -252,7 +277,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
              "stages=%s, task runner=%s, config %s", run_id, len(shards), pending, len(failed),
              cfg.mode, ex.stages, ex.task_runner, cfg.config_hash())
     before = EngineUsage.snapshot()
-    engine_load = _load_engines(cfg, ex, pending)
+    engine_load = _load_engines_or_release(cfg, ex, pending, output_uri, run_id, key)
     ran = iter(_run_shards(jobs, ex) if jobs else [])
     results = [failed[s] if s in failed else next(ran) for s in shards]
     count_failed_rows(shards, results, ids)
@@ -325,6 +350,8 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     Raises:
         resume.RunConflictError: ``output_uri`` holds results of another input/config and
             ``overwrite`` is false.
+        models.ModelNameError: a model of the config is not a packaged name, an existing
+            local directory or a hub id reachable from here (checked first: nothing written).
         FileNotFoundError: ``input_uri`` does not exist.
         run.NoShardsError: ``input_uri`` holds no ``.parquet`` shard and not ``allow_empty``.
         run.InputLayoutError: output inside input, or two shards sharing an output name
@@ -336,6 +363,7 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     # a conflicting output is refused before the flow starts (the flow checks again, for
     # callers that start it directly): a clean error, no failed flow run with a traceback
     cfg = RunConfig.model_validate(config or {})
+    check_config_models(cfg)
     resume.check_output(storage.normalize_uri(output_uri), storage.normalize_uri(input_uri),
                         cfg.config_hash(), overwrite, cfg.model_dump(mode="json"))
     shards, skipped = plan_shards(storage.normalize_uri(input_uri))

@@ -21,6 +21,13 @@ A done marker that is not one the pipeline writes (not a JSON object, or its ``r
 ``output`` of another type) is not trusted: its shard is recomputed, with a warning naming it.
 A ``_run.json`` that is not a JSON object cannot be checked against this run: refused like a
 conflict (``overwrite`` replaces it).
+
+A run that fails before computing anything leaves no key behind: the config's model names are
+checked before ``_run.json`` is written (:func:`models.check_config_models`), and when the
+engines then fail to load, the run removes the ``_run.json`` it wrote while no done marker
+exists (:func:`release_output`). A ``_run.json`` left by a run killed while loading still
+refuses another config (two runs may be writing into one prefix); the conflict message then
+says that the output holds no finished shard, so ``--overwrite`` discards nothing.
 """
 
 from __future__ import annotations
@@ -118,8 +125,38 @@ def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: b
             f"{existing.get('config_hash')} (run {existing.get('run_id')}); this run is input "
             f"{redact_text(input_uri)!r} with config {config_hash}."
             f"{_config_diff_text(existing, config, config_hash)} Use another output URI, or "
-            "--overwrite to replace the previous results.")
+            "--overwrite to replace the previous results."
+            + ("" if finished_shards(output_uri) else " It holds no finished shard, so "
+               "--overwrite discards no result."))
     return existing
+
+
+def finished_shards(output_uri: str) -> int:
+    """Done markers (final or draft shards) under ``output_uri``: files in ``_shards/`` and
+    ``_drafts/_shards/``, damaged ones included (0 when the prefix does not exist)."""
+    fs, _ = storage.filesystem(output_uri)
+    n = 0
+    for mdir in (storage.join(output_uri, SHARDS_DIR), storage.join(output_uri, DRAFTS_DIR, SHARDS_DIR)):
+        if storage.exists(mdir):
+            n += len(fs.find(storage.filesystem(mdir)[1]))
+    return n
+
+
+def release_output(output_uri: str, run_id: str) -> bool:
+    """Remove the ``_run.json`` run ``run_id`` wrote (:func:`claim_output`) when the output
+    holds no done marker (:func:`finished_shards`): a run that failed before computing anything
+    (its engines did not load) leaves no key that would refuse a corrected config. A key of
+    another run, or one with finished shards, stays. Returns whether it was removed."""
+    uri = storage.join(output_uri, RUN_FILE)
+    try:
+        existing = storage.read_json_object(uri)
+    except ValueError:
+        return False
+    if existing is None or existing.get("run_id") != run_id or finished_shards(output_uri):
+        return False
+    _remove(uri)
+    log.info("%s removed: run %s computed no shard", redact_text(uri), run_id)
+    return True
 
 
 def _config_diff_text(existing: dict, config: dict | None, config_hash: str) -> str:

@@ -1,0 +1,126 @@
+"""Config errors name the file (new-user trial F6) and ``calibrate`` warns when a task's τ_min
+rests on a handful of rows (F8), /work/trial-report.md. The CLI in-process (typer's runner),
+real YAML files and real Parquet; no engine, no flow (every config case is refused first)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from specrag_batch import cli, orchestration
+from specrag_batch.calibration import MIN_KEPT_ROWS
+from specrag_batch.cli import app
+from specrag_batch.config import ConfigError, load_config, read_run_config
+from specrag_batch.schema import OUTPUT_SCHEMA
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    monkeypatch.setattr(cli.console, "width", 2000)
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
+
+
+def _run(*args: str):
+    r = CliRunner().invoke(app, list(args))
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r
+
+
+def test_the_trials_bad_config_gives_one_line_per_error_naming_the_file(tmp_path):
+    bad = tmp_path / "bad-unknown-key.yaml"  # the trial's file
+    bad.write_text("mode: speculative\ndrafter:\n  model: qwen2.5-coder-0.5b-instruct\n  max_tokenz: 96\n"
+                   "sampling:\n  num_draft: 5\n")
+    r = _run("run", "--config", str(bad), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2
+    assert r.output.splitlines() == [
+        f"error: {bad}: drafter.max_tokenz: unknown key; did you mean 'max_tokens'?",
+        f"{bad}: sampling.num_draft: unknown key; did you mean 'num_drafts'?"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("yaml_text, flags, line", [
+    ("seed: -1\n", [], "{file}: seed: Input should be greater than or equal to 0 (got -1)"),
+    ("sed: 3\n", [], "{file}: sed: unknown key; did you mean 'seed'?"),
+    ("selection:\n  tau_min: 0.5\n", [], "{file}: selection.tau_min: tau_min 0.5 is positive, but"),
+    ("mode: standard\nselection:\n  fallback: standard\n", [],
+     "{file}: selection.fallback 'standard' re-answers low-confidence"),  # a whole-config rule
+    ("seed: 1\n", ["--tau-min", "0.5"], "--tau-min: selection.tau_min: tau_min 0.5 is positive"),
+])
+def test_each_error_names_where_the_value_came_from(tmp_path, yaml_text, flags, line):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text)
+    r = _run("run", "-c", str(path), *flags, "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2 and r.output.startswith("error: " + line.format(file=path)), r.output
+    assert "pydantic" not in r.output and "input_value" not in r.output and "[type=" not in r.output
+
+
+def test_read_run_config_keeps_load_configs_contract_for_the_api(tmp_path):
+    """``load_config`` (Python API, tests) still raises pydantic's ValidationError; the
+    commands' ``read_run_config`` raises ConfigError, a ValueError (exit 2)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  num_drafts: 0\n")
+    with pytest.raises(ValidationError):
+        load_config(path)
+    with pytest.raises(ConfigError) as e:
+        read_run_config(path, {"seed": 3}, {"seed": "--seed"})
+    assert isinstance(e.value, ValueError)
+    assert str(e.value) == f"{path}: sampling.num_drafts: Input should be greater than or equal to 1 (got 0)"
+    with pytest.raises(ConfigError, match=r"^command line: drafter.model: String should have at least 1 character \(got ''\)$"):
+        read_run_config(None, {"drafter.model": ""}, {})  # an override without a flag name
+    with pytest.raises(ConfigError, match=r"^config: selection.fallback 'standard' re-answers"):
+        read_run_config(None, {"mode": "standard", "selection.fallback": "standard"})  # no file, no field
+    assert read_run_config(None, {"seed": 3}).seed == 3
+
+
+def _labelled_run(out, n: int, right_at_top: int) -> str:
+    """A finished run of ``n`` graded qa rows scored -1, -2, ...: the ``right_at_top``
+    best-scored rows correct, the rest wrong (the calibrated τ keeps exactly them)."""
+    out.mkdir(parents=True)
+    rows = [{"query_id": f"q{i}", "task": "qa", "answer": "x", "score": -1.0 - i, "score_draft": -1.0 - i,
+             "low_confidence": False, "fast_path": False, "drafts": [], "flags": [], "mode": "speculative",
+             "correct": i < right_at_top} for i in range(n)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA), out / "a.parquet")
+    (out / "_manifest.json").write_text(json.dumps({"shards": [{"status": "ok", "output": str(out / "a.parquet")}]}))
+    return str(out)
+
+
+@pytest.mark.parametrize("right, warned", [(1, True), (MIN_KEPT_ROWS - 1, True), (MIN_KEPT_ROWS, False)])
+def test_calibrate_warns_when_tau_rests_on_few_rows(tmp_path, monkeypatch, right, warned):
+    """The trial's case: qa τ_min from 1 of 20 rows (coverage 0.05) came without a word. Now a
+    τ resting on fewer than MIN_KEPT_ROWS kept rows is warned about on screen and in the
+    snippet, which stays a config; the default --out is tau_min.yaml in the current directory."""
+    prefix = _labelled_run(tmp_path / "run", 20, right)
+    monkeypatch.chdir(tmp_path)
+    r = _run("calibrate", prefix, "--target-accuracy", "1.0", "--bootstrap", "5")
+    assert r.exit_code == 0, r.output
+    snippet = (tmp_path / "tau_min.yaml").read_text()
+    assert load_config(tmp_path / "tau_min.yaml").selection.tau_for("qa") == -float(right)
+    line = f"qa: τ_min rests on {right} of 20 graded rows (coverage {right / 20:.3g}), fewer than {MIN_KEPT_ROWS}"
+    assert (f"warning: {line}" in r.output) is warned, r.output
+    assert (f"# WARNING {line}" in snippet) is warned, snippet
+    assert yaml.safe_load(snippet)["selection"]["tau_min"] == {"qa": -float(right)}
+    assert "config snippet -> tau_min.yaml" in r.output
+
+
+@pytest.mark.parametrize("command", [["nightly", "--date", "2026-11-30"], ["backfill", "--start", "2026-11-29", "--end", "2026-11-30"]])
+def test_scheduled_commands_check_config_and_models_before_their_flow(tmp_path, monkeypatch, command):
+    """nightly and backfill read the config inside their flow: a bad key or model there was a
+    failed flow run with Prefect's traceback. Both are one line, exit 2, no flow."""
+    from specrag_batch.scheduled import backfill, nightly
+
+    monkeypatch.setattr(nightly, "nightly_flow", lambda *a, **k: pytest.fail("the flow started"))
+    monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))
+    roots = ["--input-root", str(tmp_path / "in"), "--output-root", str(tmp_path / "out")]
+    for text, line in (("sampling:\n  num_draft: 5\n", "{file}: sampling.num_draft: unknown key; did you mean 'num_drafts'?"),
+                       ("verifier:\n  model: no-such-model\n", "verifier.model: 'no-such-model' cannot be used: ")):
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+        r = _run(*command, *roots, "-c", str(path))
+        assert r.exit_code == 2 and r.output.startswith("error: " + line.format(file=path)), r.output
+        assert len(r.output.strip().splitlines()) == 1

@@ -16,7 +16,7 @@ from functools import cache
 import polars as pl
 
 from .. import storage
-from ..resume import RUN_FILE, SHARDS_DIR
+from ..resume import RUN_FILE, SHARDS_DIR, marker_uri
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,32 @@ def _check_costs(m: dict, uri: str, where: str) -> None:
         for k in st:
             if k.endswith("tokens") or k == "seconds":
                 _field(st, k, num, f"{uri}: {where}engines.{name}")
+
+
+def with_marker_usage(manifest: dict, prefix: str) -> dict:
+    """``manifest`` as the report costs it. A manifest written before ``cost`` existed recorded
+    ``engines: {}`` for resumed shards; their done markers under ``prefix`` kept the usage, so
+    it is taken from there (``run.cost_of`` then sums the output's whole usage). A marker that
+    is gone, not a JSON object, or without a well-formed ``result.engines`` leaves its shard as
+    it was (the report names it under ``engines_unrecorded``). A manifest with ``cost`` is
+    returned as it is."""
+    if "cost" in manifest:
+        return manifest
+    shards = []
+    for i, s in enumerate(manifest.get("shards") or []):
+        if isinstance(s, dict) and s.get("resumed") and not s.get("engines") and isinstance(s.get("output"), str):
+            uri = marker_uri(prefix, s["output"])
+            try:
+                m = storage.read_json_object(uri)
+                eng = ((m or {}).get("result") or {}).get("engines")
+                _check_costs({"engines": eng}, uri, "result.")
+            except (ValueError, AttributeError, OSError) as e:
+                log.warning("%s: engine usage of resumed shard %d not read: %s", uri, i, e)
+                eng = None
+            if eng:
+                s = {**s, "engines": eng}
+        shards.append(s)
+    return {**manifest, "shards": shards}
 
 
 def listed_outputs(prefix: str, manifest: dict | None = None) -> list[str]:

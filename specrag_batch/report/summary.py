@@ -20,7 +20,7 @@ from .. import calibration
 from ..engines import prefix_cache_hit_rate
 from ..redaction import redact_text
 from ..run import cost_of
-from .rows import RunData
+from .rows import RunData, with_marker_usage
 
 UNRECORDED = "unrecorded"
 """``errors_by_reason`` key of row errors that carry no ``error_reason`` (outputs written
@@ -89,7 +89,7 @@ def summary(data: RunData) -> dict:
         t = t.filter(~pl.col("always"))  # τ_min never applies to fast-path rows
         out["auroc"][task] = {mm: calibration.auroc(calibration.measure_values(t, mm), t["correct"].to_numpy())
                               for mm in calibration.MEASURES}
-    man = data.manifest or {}
+    man = with_marker_usage(data.manifest, data.prefix) if data.manifest else {}
     cost = cost_of(man) if man else None
     out.update(cost_summary(cost, n))
     if cost is not None:

@@ -118,6 +118,15 @@ def test_resumed_and_noop_runs_keep_the_outputs_cost_and_label_their_own(tmp_pat
     assert rep3["tokens_per_row"] == rep["tokens_per_row"] and rep3["stage_seconds"] == rep["stage_seconds"]
     assert "Computed nothing: 2 shards already done" in (out / "_report" / "report.md").read_text()
     assert "computed nothing: 2 shard(s) already done" in noop.stdout
+    # a manifest written before the cost block (resumed shards' engines {}): `specrag-batch
+    # report` takes their usage from the done markers, and gives the same output cost
+    legacy = {k: v for k, v in m3.items() if k != "cost"}
+    legacy["shards"] = [{**sh, "engines": {}} for sh in m3["shards"]]
+    (out / "_manifest.json").write_text(json.dumps(legacy))
+    from specrag_batch.report import write_report
+
+    rep4 = write_report(str(out))
+    assert rep4["tokens_per_row"] == rep["tokens_per_row"] and rep4["output_cost"]["engines_unrecorded"] == []
     # not a terminal: the paths are whole, each on one line
     lines = noop.stdout.splitlines()
     assert f"output: {out}" in lines and f"report: {out}/_report/report.md" in lines, noop.stdout

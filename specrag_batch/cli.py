@@ -39,17 +39,89 @@ app.add_typer(models_app, name="models")
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
 
 app.add_typer(drafter_app, name="drafter")
-console = Console(markup=False)
-"""Markup off: paths, errors, task names and labels are data (a key may hold ``[ack]`` or
-``[/x]``) and print as they are; styles are given as :class:`rich.text.Text`."""
+NON_TTY_WIDTH = 100_000
+"""Console width, characters, when the output is not a terminal (a log, CI, ``> file``): wider
+than any line the commands print, so that rich never wraps, folds or cuts a line there and a
+path or error can be copied whole from the log."""
+
+
+def make_console(file=None) -> Console:
+    """The commands' rich console on ``file`` (default: standard output, looked up when printing).
+    Markup off: paths, errors, task names and labels are data (a key may hold ``[ack]`` or
+    ``[/x]``) and print as they are; styles are given as :class:`rich.text.Text`. On a terminal
+    it has the terminal's width (tables wrap to fit); otherwise (``file.isatty()`` false, also
+    when ``FORCE_COLOR`` makes rich write colours) :data:`NON_TTY_WIDTH`, whatever ``COLUMNS``
+    says, so that nothing is wrapped or truncated."""
+    c = Console(markup=False, file=file)
+    try:
+        tty = bool((file if file is not None else sys.stdout).isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed file
+        tty = False
+    if not tty:
+        c.width = NON_TTY_WIDTH
+    return c
+
+
+console = make_console()
+"""The console every command prints on (:func:`make_console`)."""
+
+
+def _section(t: Table, label: str, text: str = "") -> None:
+    t.add_row(Text(label, style="bold"), text)
+
+
+def _cost_rows(t: Table, m: dict) -> None:
+    """The two cost sections of the summary, labelled (:func:`run.cost_of`): the output's (every
+    finished shard, whichever run computed it, from the done markers) and this invocation's."""
+    from .engines import prefix_cache_hit_rate
+    from .run import cost_of
+
+    cost = cost_of(m)
+    o, this = cost["output"], cost["this_invocation"]
+    _section(t, "output cost", f"{o['shards']} finished shards, {o['rows']} rows, computed by "
+             f"{len(o['runs'])} run(s); from the shards' done markers")
+    for k, v in o["stage_seconds"].items():
+        t.add_row(f"  stage {k} (s)", f"{v:.1f}")
+    t.add_row("  shards' task time (s)", f"{o['shard_seconds']:.1f}")
+    for name, st in o["engines"].items():
+        rows = o["rows"] or 0
+        per = (lambda k: "?" if st.get(k) is None or not rows else f"{st[k] / rows:.0f}")  # noqa: E731
+        t.add_row(f"  tokens / row {name}", f"prompt {per('prompt_tokens')}, generated {per('generated_tokens')}")
+        rate = prefix_cache_hit_rate(st)
+        t.add_row(f"  prefix cache {name}", "unknown" if rate is None else
+                  f"{rate:.3f} ({st['cached_prompt_tokens']:.0f} of {st['prompt_tokens']:.0f} prompt tokens)")
+    if o.get("engines_unrecorded"):
+        t.add_row("  engine usage not recorded", f"{len(o['engines_unrecorded'])} resumed shard(s)")
+    if this["computed_shards"]:
+        what = (f"computed {this['computed_shards']} shard(s), {this['rows']} rows; "
+                f"{this['resumed_shards']} already done")
+    else:
+        what = f"computed nothing: {this['resumed_shards']} shard(s) already done"
+    _section(t, "this invocation", what)
+    t.add_row("  engine load (s)", f"{this['engine_load_seconds']:.1f}")
+    if this["stage_seconds"] == o["stage_seconds"] and this["engines"] == o["engines"]:
+        t.add_row("  stages and tokens", "as the output cost above (it computed every shard)")
+    else:
+        if this["computed_shards"] or this["failed_shards"]:
+            for k, v in this["stage_seconds"].items():
+                t.add_row(f"  stage {k} (s)", f"{v:.1f}")
+        for name, st in this["engines"].items():
+            rate = prefix_cache_hit_rate(st)
+            t.add_row(f"  prefix cache {name}", "unknown" if rate is None else
+                      f"{rate:.3f} ({st['cached_prompt_tokens']:.0f} of {st['prompt_tokens']:.0f} prompt tokens)")
+    t.add_row("  wall time (s)", f"{this['seconds']:.1f}")
 
 
 def print_summary(m: dict) -> None:
-    """Rows, answers, low-confidence count, accuracy vs gold, time per stage, prefix-cache hit
-    rate per engine; each failed shard with its rows (none written; ``?`` when its file is not
-    readable as Parquet) and error."""
+    """Rows, answers, low-confidence count, accuracy vs gold; the output's cost (time per stage,
+    tokens per row and prefix-cache hit rate per engine, over every finished shard) and, labelled
+    apart, this invocation's (what it computed, its wall time and engine load); each failed shard
+    with its rows (none written; ``?`` when its file is not readable as Parquet) and error.
+    Paths are never cut: the output and report cells do not wrap."""
     met = m["metrics"]
     t = Table(title=f"run {m['run_id']} ({m['mode']})", show_header=False)
+    t.add_column()
+    t.add_column(overflow="fold")
     t.add_row("shards", f"{len(m['shards'])} ({m['failed_shards']} failed, "
               f"{m.get('resumed_shards', 0)} already done, "
               f"{len(m['skipped_files'])} files skipped)")
@@ -75,29 +147,23 @@ def print_summary(m: dict) -> None:
             extra = "".join(f", {k} {v[k]:.3f}" for k in ("exact_match", "f1") if k in v)
             t.add_row(f"  {task}", f"{'match' if task == 'qa' else 'accuracy'} {v['accuracy']:.3f}"
                       f" (n={v['n_with_gold']}){extra}")
-    t.add_row("engine load (s)", f"{m.get('engine_load_seconds', 0):.1f}")
-    for k, v in m["stage_seconds"].items():
-        t.add_row(f"stage {k} (s)", f"{v:.1f}")
-    t.add_row("total (s)", f"{m['seconds']:.1f}")
-    from .engines import prefix_cache_hit_rate
-
-    for name, st in (m.get("engines") or {}).items():
-        rate = prefix_cache_hit_rate(st)
-        t.add_row(f"prefix cache {name}", "unknown" if rate is None else
-                  f"{rate:.3f} ({st['cached_prompt_tokens']:.0f} of {st['prompt_tokens']:.0f} prompt tokens)")
-    t.add_row("output", m["output"])
+    _cost_rows(t, m)
+    console.print(t)
+    # paths on lines of their own, never folded, whatever the console width: copyable
+    console.print(Text(f"output: {m['output']}"), soft_wrap=True)
     if m.get("report"):
         rep = m["report"]
-        t.add_row("report", rep.get("uri") if rep["status"] == "ok" else f"{rep['status']}: {rep.get('error')}")
-    console.print(t)
+        text = rep.get("uri") if rep["status"] == "ok" else f"{rep['status']}: {rep.get('error')}"
+        console.print(Text(f"report: {text}"), soft_wrap=True)
     for s in failed:
         rows = ("rows unknown: not readable as Parquet" if s.get("rows_in") is None
                 else f"{s['rows_in']} rows, none written")
-        console.print(Text("shard failed", style="red"), f"{s['input']} ({rows}): {s['error']}")
+        console.print(Text("shard failed", style="red"), Text(f"{s['input']} ({rows}): {s['error']}"),
+                      soft_wrap=True)
 
 
 def _fail(e: Exception, code: int) -> None:
-    console.print(Text("error:", style="red"), str(e))
+    console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
     raise typer.Exit(code)
 
 

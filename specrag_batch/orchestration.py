@@ -29,6 +29,7 @@ from .redaction import install_log_filter
 from .run import (
     build_manifest,
     check_layout,
+    computed_part,
     count_failed_rows,
     new_run_id,
     plan_run,
@@ -45,9 +46,10 @@ IO = PrefectIO()
 
 def _already_done(job: ShardJob, prefix: str, file: str) -> dict | None:
     """``file``'s recorded result when it is marked done under ``prefix`` for this config and
-    input version (resume), else None. Never for a shard the plan recomputes
-    (``job.recompute``), nor for a draft shard made with other duplicate ids than the plan's
-    (``job.claims_digest``)."""
+    input version (resume), else None; marked ``resumed`` (this invocation did not compute it),
+    with the seconds and engine usage its done marker records (the output's cost,
+    :func:`run.output_cost`). Never for a shard the plan recomputes (``job.recompute``), nor
+    for a draft shard made with other duplicate ids than the plan's (``job.claims_digest``)."""
     if job.recompute and prefix == job.output_prefix:
         return None
     done = resume.completed_shard(prefix, file, job.config.config_hash(), job.fingerprint,
@@ -55,14 +57,17 @@ def _already_done(job: ShardJob, prefix: str, file: str) -> dict | None:
     if done is None:
         return None
     get_run_logger().info("%s: %s already written by run %s, skipped", job.shard_file, file, done.get("run_id", "?"))
-    return {**done["result"], "engines": {}}
+    return {**done["result"], "resumed": True}
 
 
-def _finish(res: ShardResult, job: ShardJob, prefix: str, before: EngineUsage) -> dict:
+def _finish(res: ShardResult, job: ShardJob, prefix: str, before: EngineUsage,
+            drafting: dict | None = None) -> dict:
     """Mark a successful shard (or draft shard) done under ``prefix``, log, and report with
-    this task's engine usage."""
+    this task's engine usage, plus ``drafting`` (disaggregated: the drafting task's usage), so
+    that the done marker holds the shard's whole engine usage (the output's cost survives
+    resumes)."""
     log = get_run_logger()
-    res.engines = EngineUsage.snapshot().since(before).as_dict()
+    res.engines = EngineUsage.total([EngineUsage.snapshot().since(before), drafting or {}]).as_dict()
     res.worker = f"{socket.gethostname()}:{os.getpid()}"
     if res.status == "ok":
         IO.mark_done(prefix, res.output, job.config.config_hash(), job.fingerprint, job.run_id, res.as_dict())
@@ -81,7 +86,7 @@ def process_shard_task(job: ShardJob) -> dict:
     engines are this process's (a Ray worker keeps its own between tasks)."""
     done = _already_done(job, job.output_prefix, job.output_file)
     if done is not None:
-        return {**done, "resumed": True}
+        return done
     cfg, before = job.config, EngineUsage.snapshot()
     res = process_shard(job, IO, verifier=get_engine(cfg.verifier, cfg.seed),
                         drafter=get_engine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None)
@@ -98,7 +103,7 @@ def draft_shard_task(job: ShardJob) -> dict:
     its drafts are already done for this config and input version."""
     done = _already_done(job, job.output_prefix, job.output_file)
     if done is not None:
-        return {**done, "resumed": True, "final": True}
+        return {**done, "final": True}
     drafted = _already_done(job, job.drafts_prefix, job.draft_file)
     if drafted is not None:
         return drafted
@@ -111,8 +116,9 @@ def draft_shard_task(job: ShardJob) -> dict:
 def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -> dict:
     """Disaggregated stages, verifier pool: stages 4-5 of one shard from its draft Parquet ->
     the shard's output and done marker. Reports the drafting task's stage times and engine
-    usage too. Once the output is marked done the draft shard is removed (its drafts are in
-    the output's ``drafts`` column) unless ``keep_drafts``."""
+    usage too (drafts an earlier run finished: also as ``reused``, not computed by this run,
+    :func:`run.computed_part`). Once the output is marked done the draft shard is removed (its
+    drafts are in the output's ``drafts`` column) unless ``keep_drafts``."""
     if drafted.get("final") or drafted["status"] != "ok":
         return {k: v for k, v in drafted.items() if k != "final"}
     cfg, before = job.config, EngineUsage.snapshot()
@@ -124,12 +130,14 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
         res.input, res.error = job.shard_file, f"{res.error}; draft shard discarded, a re-run drafts it again"
     res.seconds += drafted["seconds"]
     res.draft_worker = drafted.get("worker")
+    if drafted.get("resumed"):  # drafted by an earlier run: in the shard's cost, not this run's
+        res.reused = {"stage_seconds": dict(drafted["stage_seconds"]), "seconds": drafted["seconds"],
+                      "engines": drafted.get("engines") or {}}
     for k, v in drafted["stage_seconds"].items():
         res.stage_seconds[k] = round(res.stage_seconds.get(k, 0.0) + v, 3)
-    out = _finish(res, job, job.output_prefix, before)
+    out = _finish(res, job, job.output_prefix, before, drafting=drafted.get("engines") or {})
     if res.status == "ok" and not keep_drafts:
         resume.discard(job.drafts_prefix, drafted["output"])
-    out["engines"] = EngineUsage.total([out["engines"], drafted.get("engines", {})]).as_dict()
     return out
 
 
@@ -281,8 +289,8 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     ran = iter(_run_shards(jobs, ex) if jobs else [])
     results = [failed[s] if s in failed else next(ran) for s in shards]
     count_failed_rows(shards, results, ids)
-    usage = (EngineUsage.total([r.engines for r in results]) if ex.distributed
-             else EngineUsage.snapshot().since(before))
+    usage = (EngineUsage.total([computed_part(r.as_dict())[1] for r in results]) if ex.distributed
+             else EngineUsage.snapshot().since(before))  # this invocation's, not the resumed shards
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
                               seconds=time.perf_counter() - t0, engines=usage,
                               engine_load_seconds=engine_load, execution=ex.model_dump(mode="json"),

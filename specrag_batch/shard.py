@@ -137,6 +137,10 @@ class ShardResult:
     draft_worker: str | None = None  # disaggregated: host:pid of the drafting process
     digest: str | None = None  # draft shards: sha256 of their query ids in order (integrity)
     claims_digest: str | None = None  # draft shards: ShardJob.claims_digest they were made with
+    # disaggregated: the part of this result an earlier run computed (the shard's drafts were
+    # finished before this run): {"stage_seconds", "engines", "seconds"}; empty otherwise. The
+    # result (and its done marker) holds the shard's whole cost; run.computed_part subtracts it.
+    reused: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         """The fields as a plain dict (a shallow copy): what a shard task returns, a done marker and

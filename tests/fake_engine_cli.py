@@ -1,7 +1,8 @@
 """``specrag-batch`` run as its console script runs it (:func:`specrag_batch.cli.main`), with
 tests/fakes.py's FakeEngine in place of vLLM: for tests that need the real process (signals,
-exit codes) without an engine. Everything but the engine is the product's: the CLI, Prefect's
-flow and task runner, storage, resume. ``python -m tests.fake_engine_cli run -i ... -o ...``
+exit codes, the manifest's engine usage) without an engine. Everything but the engine is the
+product's: the CLI, Prefect's flow and task runner, storage, resume, the usage accounting (the
+fakes count tokens as the real engine does, :class:`~tests.fakes.FakeEngine`). ``python -m tests.fake_engine_cli run -i ... -o ...``
 from the repository root.
 
 ``SPECRAG_TEST_ENGINE_DELAY`` (seconds, default 0): each engine call sleeps this long first,
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from specrag_batch import cli, orchestration
+from specrag_batch import cli, engines, orchestration
 
 from .fakes import FakeEngine
 
@@ -45,6 +46,7 @@ def fake_get_engine(cfg, seed: int = 0) -> SlowFakeEngine:
 
 
 orchestration.get_engine = fake_get_engine
+engines.loaded_engines = lambda: list(_ENGINES.values())  # usage snapshots see the fakes' counters
 
 if __name__ == "__main__":
     cli.main()

@@ -16,7 +16,7 @@ from functools import cache
 import polars as pl
 
 from .. import storage
-from ..resume import RUN_FILE, SHARDS_DIR
+from ..resume import RUN_FILE, SHARDS_DIR, marker_uri
 
 log = logging.getLogger(__name__)
 
@@ -56,30 +56,83 @@ def _field(m: dict, key: str, types: type | tuple[type, ...], uri: str):
 def _check_manifest(m: dict, uri: str) -> dict:
     """``m`` after checking the fields the report reads (``shards`` a list of objects,
     ``config`` an object, ``stage_seconds`` an object of numbers, ``seconds`` and ``rows_out``
-    numbers, ``engines`` an object of objects whose token counts are numbers); null is
-    allowed (shown as a dash) except for ``shards``.
+    numbers, ``engines`` an object of objects whose token counts are numbers, and the same
+    inside ``cost.output`` / ``cost.this_invocation`` with their counts); null is allowed
+    (shown as a dash) except for ``shards``.
 
     Raises:
         ValueError: naming ``uri`` and the field."""
     num = (int, float)
     if "shards" in m and not isinstance(m["shards"], list):  # the one field a manifest always has
         raise ValueError(f"{uri}: field 'shards': expected a list, got {type(m['shards']).__name__}")
-    for key, types in (("config", dict), ("stage_seconds", dict), ("seconds", num),
-                       ("rows_out", num), ("engines", dict)):
+    for key, types in (("config", dict), ("seconds", num), ("rows_out", num)):
         _field(m, key, types, uri)
     for i, s in enumerate(m.get("shards") or []):
         if not isinstance(s, dict):
             raise ValueError(f"{uri}: field 'shards': entry {i}: expected an object, got {type(s).__name__}")
         _field(s, "output", str, f"{uri}: shards[{i}]")
+    _check_costs(m, uri, "")
+    for i, s in enumerate(m.get("shards") or []):  # a manifest without ``cost`` is costed from them
+        _check_costs(s, uri, f"shards[{i}].")
+        _field(s, "seconds", num, f"{uri}: shards[{i}]")
+        _field(s, "rows_out", num, f"{uri}: shards[{i}]")
+    cost = _field(m, "cost", dict, uri) or {}
+    for part in ("output", "this_invocation"):
+        block = _field(cost, part, dict, f"{uri}: cost") or {}
+        for key in ("seconds", "shard_seconds", "engine_load_seconds", "rows", "shards",
+                    "computed_shards", "resumed_shards", "failed_shards"):
+            _field(block, key, num, f"{uri}: cost.{part}")
+        for key in ("runs", "engines_unrecorded"):
+            _field(block, key, list, f"{uri}: cost.{part}")
+        _check_costs(block, uri, f"cost.{part}.")
+    return m
+
+
+def _check_costs(m: dict, uri: str, where: str) -> None:
+    """``m``'s ``stage_seconds`` (an object of numbers) and ``engines`` (an object of objects
+    whose token counts and seconds are numbers), null allowed; ``where``: the path of ``m`` in
+    the manifest (``""``, ``"cost.output."``, ``"shards[3]."``).
+
+    Raises:
+        ValueError: naming ``uri`` and the field."""
+    num = (int, float)
+    at = f"{uri}: {where[:-1]}" if where else uri
+    _field(m, "stage_seconds", dict, at)
+    _field(m, "engines", dict, at)
     for k in (m.get("stage_seconds") or {}):
-        _field(m["stage_seconds"], k, num, f"{uri}: stage_seconds")
+        _field(m["stage_seconds"], k, num, f"{uri}: {where}stage_seconds")
     for name, st in (m.get("engines") or {}).items():
         if not isinstance(st, dict):
-            raise ValueError(f"{uri}: field 'engines': '{name}': expected an object, got {type(st).__name__}")
+            raise ValueError(f"{uri}: field '{where}engines': '{name}': expected an object, got {type(st).__name__}")
         for k in st:
             if k.endswith("tokens") or k == "seconds":
-                _field(st, k, num, f"{uri}: engines.{name}")
-    return m
+                _field(st, k, num, f"{uri}: {where}engines.{name}")
+
+
+def with_marker_usage(manifest: dict, prefix: str) -> dict:
+    """``manifest`` as the report costs it. A manifest written before ``cost`` existed recorded
+    ``engines: {}`` for resumed shards; their done markers under ``prefix`` kept the usage, so
+    it is taken from there (``run.cost_of`` then sums the output's whole usage). A marker that
+    is gone, not a JSON object, or without a well-formed ``result.engines`` leaves its shard as
+    it was (the report names it under ``engines_unrecorded``). A manifest with ``cost`` is
+    returned as it is."""
+    if "cost" in manifest:
+        return manifest
+    shards = []
+    for i, s in enumerate(manifest.get("shards") or []):
+        if isinstance(s, dict) and s.get("resumed") and not s.get("engines") and isinstance(s.get("output"), str):
+            uri = marker_uri(prefix, s["output"])
+            try:
+                m = storage.read_json_object(uri)
+                eng = ((m or {}).get("result") or {}).get("engines")
+                _check_costs({"engines": eng}, uri, "result.")
+            except (ValueError, AttributeError, OSError) as e:
+                log.warning("%s: engine usage of resumed shard %d not read: %s", uri, i, e)
+                eng = None
+            if eng:
+                s = {**s, "engines": eng}
+        shards.append(s)
+    return {**manifest, "shards": shards}
 
 
 def listed_outputs(prefix: str, manifest: dict | None = None) -> list[str]:

@@ -3,8 +3,9 @@
 Rows, answered, row errors by reason (the output's ``error_reason`` code, never parsed from
 the message), flags by kind; accuracy (match for QA) / exact match / F1 per task where gold
 exists; AUROC of each confidence measure (:mod:`specrag_batch.calibration`); fast-path and
-low-confidence rates; seconds per stage, tokens per row and prefix-cache hit rate per model
-(from the manifest).
+low-confidence rates; the output's cost (seconds per stage, tokens per row and prefix-cache hit
+rate per model, over every finished shard, whichever run computed it) and, labelled apart, what the
+run that wrote the manifest computed (:func:`cost_summary`, from the manifest's ``cost``).
 Rows per ``answer_source`` (``first`` or the fallback pass that answered a low-confidence row)
 and per ``draft_rounds`` (adaptive drafting) are counted when the run wrote them.
 """
@@ -18,7 +19,8 @@ import polars as pl
 from .. import calibration
 from ..engines import prefix_cache_hit_rate
 from ..redaction import redact_text
-from .rows import RunData
+from ..run import cost_of
+from .rows import RunData, with_marker_usage
 
 UNRECORDED = "unrecorded"
 """``errors_by_reason`` key of row errors that carry no ``error_reason`` (outputs written
@@ -27,9 +29,10 @@ before the column was added)."""
 
 def summary(data: RunData) -> dict:
     """Numbers of the report (JSON-serialisable): counts, rates, errors by reason, flags by
-    kind, metrics per task, AUROC per measure, stage seconds, tokens per row and the
-    prefix-cache hit rate per model (``tokens_per_row``; the rate is None in manifests written
-    before cached prompt tokens were counted).
+    kind, metrics per task, AUROC per measure, and the cost (:func:`cost_summary`: the
+    output's stage seconds, tokens per row and prefix-cache hit rate per model,
+    ``tokens_per_row``, the rate None in manifests written before cached prompt tokens were
+    counted; and this invocation's, ``this_invocation``).
 
     ``errors_by_reason`` counts row errors by their ``error_reason`` code
     (:class:`specrag_batch.records.ErrorReason`), most frequent first (ties by code); a row error without a
@@ -86,18 +89,53 @@ def summary(data: RunData) -> dict:
         t = t.filter(~pl.col("always"))  # τ_min never applies to fast-path rows
         out["auroc"][task] = {mm: calibration.auroc(calibration.measure_values(t, mm), t["correct"].to_numpy())
                               for mm in calibration.MEASURES}
-    man = data.manifest or {}
-    out["stage_seconds"] = man.get("stage_seconds") or {}
-    out["seconds"] = man.get("seconds")
-    rows_out = man.get("rows_out") or n
-    per_row = lambda v: v / rows_out if rows_out and v is not None else None  # noqa: E731
-    out["tokens_per_row"] = {
-        name: {"prompt": per_row(st.get("prompt_tokens", 0)),
-               "generated": per_row(st.get("generated_tokens", 0)),
-               "engine_seconds": st.get("seconds"),
-               "prefix_cache_hit_rate": prefix_cache_hit_rate(st)}
-        for name, st in (man.get("engines") or {}).items()}
+    man = with_marker_usage(data.manifest, data.prefix) if data.manifest else {}
+    cost = cost_of(man) if man else None
+    out.update(cost_summary(cost, n))
+    if cost is not None:
+        out["this_invocation"]["run_id"] = man.get("run_id")
     return _finite(out)
+
+
+def _engine_row(st: dict, rows: int | None) -> dict:
+    """One model's usage per row (prompt / generated tokens over ``rows``), engine seconds, hit rate."""
+    per_row = lambda v: v / rows if rows and v is not None else None  # noqa: E731
+    return {"prompt": per_row(st.get("prompt_tokens", 0)), "generated": per_row(st.get("generated_tokens", 0)),
+            "engine_seconds": st.get("seconds"), "prefix_cache_hit_rate": prefix_cache_hit_rate(st)}
+
+
+def cost_summary(cost: dict | None, rows_read: int) -> dict:
+    """The report's cost numbers from a manifest's cost (:func:`run.cost_of`; None: no manifest).
+
+    The output's cost, labelled as such: ``stage_seconds`` (every finished shard's, whichever
+    run computed it), ``shard_seconds`` (their task wall time summed), ``tokens_per_row`` (per
+    model: prompt and generated tokens per row over the rows those shards hold, engine seconds,
+    prefix-cache hit rate) and ``output_cost`` (``shards``, ``rows``, ``runs``,
+    ``engines_unrecorded``). Separately, ``this_invocation``: what the run that wrote the
+    manifest computed (``computed_shards``, ``resumed_shards``, ``rows``, ``seconds`` wall time,
+    ``engine_load_seconds``, ``stage_seconds``, ``engines``: per model prompt / generated tokens,
+    engine seconds, hit rate), or None."""
+    if cost is None:
+        return {"stage_seconds": {}, "shard_seconds": None, "tokens_per_row": {},
+                "output_cost": None, "this_invocation": None}
+    o, t = cost["output"], cost["this_invocation"]
+    rows = o.get("rows") or rows_read
+    return {
+        "stage_seconds": o.get("stage_seconds") or {},
+        "shard_seconds": o.get("shard_seconds"),
+        "tokens_per_row": {name: _engine_row(st, rows) for name, st in (o.get("engines") or {}).items()},
+        "output_cost": {"shards": o.get("shards"), "rows": rows, "runs": o.get("runs") or [],
+                        "engines_unrecorded": o.get("engines_unrecorded") or []},
+        "this_invocation": {
+            **{k: t.get(k) for k in ("computed_shards", "resumed_shards", "failed_shards", "rows",
+                                     "seconds", "engine_load_seconds")},
+            "stage_seconds": t.get("stage_seconds") or {},
+            "engines": {name: {"prompt_tokens": st.get("prompt_tokens"),
+                               "generated_tokens": st.get("generated_tokens"),
+                               "engine_seconds": st.get("seconds"),
+                               "prefix_cache_hit_rate": prefix_cache_hit_rate(st)}
+                        for name, st in (t.get("engines") or {}).items()}},
+    }
 
 
 def _finite(v):
@@ -148,20 +186,59 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
     lines += [f"- {v} × {k}" for k, v in s["errors_by_reason"].items()] or ["none"]
     lines += ["", "## Flags by kind", ""]
     lines += [f"- {k}: {v}" for k, v in s["flags_by_kind"].items()] or ["none"]
-    lines += ["", "## Time and tokens", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {k} | {_fmt(v)} |" for k, v in s["stage_seconds"].items()]
-    lines += [f"| total | {_fmt(s['seconds'])} |", "",
-              "| model | prompt tokens / row | generated tokens / row | engine seconds | prefix-cache hit rate |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {k} | {_fmt(v['prompt'])} | {_fmt(v['generated'])} | {_fmt(v['engine_seconds'])} | "
-              f"{_fmt(v.get('prefix_cache_hit_rate'))} |" for k, v in s["tokens_per_row"].items()]
+    lines += cost_markdown(s)
     for name, f in (plots or {}).items():
         lines += ["", f"![{name}]({f})"]
     return "\n".join(lines) + "\n"
 
 
+def _count(n: int | None, what: str) -> str:
+    return f"{_fmt(n)} {what}" + ("" if n == 1 else "s")
+
+
+def cost_markdown(s: dict) -> list[str]:
+    """Markdown lines of the cost sections: "Cost of this output" (every finished shard,
+    whichever run computed it) and "This invocation" (what the run that wrote the manifest
+    computed; "computed nothing" for a re-run that found every shard done)."""
+    o, t = s.get("output_cost"), s.get("this_invocation")
+    if o is None:
+        return ["", "## Cost of this output", "", "unknown: no run manifest"]
+    runs = len(o["runs"])
+    lines = ["", "## Cost of this output", "",
+             f"Every finished shard ({_count(o['shards'], 'shard')}, {_count(o['rows'], 'row')}, computed by "
+             f"{_count(runs, 'run')}), summed from the shards' done markers; tokens per row are over these rows.",
+             "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in s["stage_seconds"].items()]
+    lines += [f"| shards' task time (sum) | {_fmt(s['shard_seconds'])} |", "",
+              "| model | prompt tokens / row | generated tokens / row | engine seconds | prefix-cache hit rate |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {k} | {_fmt(v['prompt'])} | {_fmt(v['generated'])} | {_fmt(v['engine_seconds'])} | "
+              f"{_fmt(v.get('prefix_cache_hit_rate'))} |" for k, v in s["tokens_per_row"].items()]
+    if o["engines_unrecorded"]:
+        lines += ["", "Engine usage not recorded for resumed shards (manifest written before resumed "
+                  "shards kept it): " + ", ".join(f"`{u}`" for u in o["engines_unrecorded"])]
+    lines += ["", f"## This invocation (run {t.get('run_id') or '–'})", ""]
+    if not t["computed_shards"]:
+        lines.append(f"Computed nothing: {_count(t['resumed_shards'], 'shard')} already done"
+                     + (f", {_count(t['failed_shards'], 'shard')} failed" if t.get("failed_shards") else "")
+                     + ". The cost above is the output's, from earlier runs.")
+    else:
+        lines.append(f"Computed {_count(t['computed_shards'], 'shard')} ({_count(t['rows'], 'row')}); "
+                     f"{_count(t['resumed_shards'], 'shard')} already done, not computed again.")
+    lines += ["", "| | seconds |", "|---|---|", f"| wall time | {_fmt(t['seconds'])} |",
+              f"| engine load | {_fmt(t['engine_load_seconds'])} |"]
+    lines += [f"| stage {k} | {_fmt(v)} |" for k, v in t["stage_seconds"].items() if t["computed_shards"]]
+    if t["engines"]:
+        lines += ["", "| model | prompt tokens | generated tokens | engine seconds | prefix-cache hit rate |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {k} | {_fmt(v['prompt_tokens'])} | {_fmt(v['generated_tokens'])} | {_fmt(v['engine_seconds'])} | "
+                  f"{_fmt(v['prefix_cache_hit_rate'])} |" for k, v in t["engines"].items()]
+    return lines
+
+
 def table_rows(s: dict) -> list[dict]:
-    """The report's headline numbers as rows of (metric, value) for a table artifact."""
+    """The report's headline numbers as rows of (metric, value) for a table artifact (seconds:
+    the output's per stage, then this invocation's wall time)."""
     rows = [{"metric": k, "value": _fmt(s[k])} for k in
             ("rows", "answered", "errors", "low_confidence", "low_confidence_rate", "fast_path",
              "fast_path_rate")]
@@ -169,5 +246,9 @@ def table_rows(s: dict) -> list[dict]:
         rows += [{"metric": f"{t} {k}", "value": _fmt(v)} for k, v in m.items()]
     for t, a in s["auroc"].items():
         rows += [{"metric": f"auroc {t} {k}", "value": _fmt(v)} for k, v in a.items()]
-    rows += [{"metric": f"seconds {k}", "value": _fmt(v)} for k, v in s["stage_seconds"].items()]
+    rows += [{"metric": f"output seconds {k}", "value": _fmt(v)} for k, v in s["stage_seconds"].items()]
+    if s.get("this_invocation"):
+        t = s["this_invocation"]
+        rows += [{"metric": "this invocation: shards computed", "value": _fmt(t["computed_shards"])},
+                 {"metric": "this invocation: wall seconds", "value": _fmt(t["seconds"])}]
     return rows

@@ -1,0 +1,213 @@
+"""One cost rule for the manifest, the run report and the CLI summary (trial finding F2), and
+paths that a log keeps whole (F5).
+
+After a resume the manifest summed the stage seconds of every shard, the one a stopped run
+computed included, but its total and engine tokens covered the resuming run only; a resumed
+shard's ``engines`` was ``{}``; the report divided this run's tokens by all rows; a no-op re-run
+replaced the report with an empty token table. Now ``cost.output`` is the output's cost (every
+finished shard's, summed from the done markers), ``cost.this_invocation`` what the run computed,
+and the top-level ``stage_seconds`` / ``engines`` / ``seconds`` are this invocation's.
+
+The end-to-end test is a real ``specrag-batch run`` process (the CLI, Prefect's flow and task
+runner, storage, resume) with tests/fakes.py's FakeEngine in place of vLLM
+(tests/fake_engine_cli.py): no engine runs."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+import typer
+
+from specrag_batch import cli, resume, storage
+from specrag_batch.engines import EngineUsage
+from specrag_batch.pipeline import STAGES
+from specrag_batch.run import build_manifest, computed_part, cost_of
+from specrag_batch.shard import ShardResult
+
+from ..conftest import ROOT, sample_rows, small_config, subprocess_env
+
+CONFIG = str(ROOT / "configs" / "test-smollm2.yaml")
+
+
+def _cli(inp, out, tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.fake_engine_cli", "run", "-i", str(inp), "-o", str(out),
+                           "-c", CONFIG], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env=subprocess_env(tmp_path))
+
+
+def _markers(out) -> dict[str, dict]:
+    mdir = storage.join(str(out), resume.SHARDS_DIR)
+    return {f.rsplit("/", 1)[-1]: json.loads(storage.read_bytes(f))
+            for f in storage.list_files(mdir) if f.endswith(".json")}
+
+
+def _stage_sum(parts) -> dict[str, float]:
+    total = defaultdict(float)
+    for p in parts:
+        for k, v in p.items():
+            total[k] += v
+    return {k: total.get(k, 0.0) for k in STAGES}
+
+
+def _tokens(engines: dict) -> dict:
+    return {n: (st["prompt_tokens"], st["generated_tokens"], st["calls"]) for n, st in engines.items()}
+
+
+def test_resumed_and_noop_runs_keep_the_outputs_cost_and_label_their_own(tmp_path):
+    import pyarrow.parquet as pq
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(2):
+        pq.write_table(sample_rows("climate_fever", 2, skip=2 * i), inp / f"s{i}.parquet")
+    out = tmp_path / ("an-output-directory-with-a-long-name-" * 3) / "out"  # over 80 columns
+    first = _cli(inp, out, tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    full = json.loads((out / "_manifest.json").read_text())
+    assert full["cost"]["output"]["engines"] and full["cost"]["this_invocation"]["computed_shards"] == 2
+
+    # a run stopped while s1 was in flight: s1 has neither output nor done marker
+    os.remove(out / "s1.parquet")
+    os.remove(out / resume.SHARDS_DIR / "s1.parquet.json")
+    again = _cli(inp, out, tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    m = json.loads((out / "_manifest.json").read_text())
+    mk = {k: v["result"] for k, v in _markers(out).items()}
+    assert m["resumed_shards"] == 1
+    s0, s1 = (next(s for s in m["shards"] if s["input"].endswith(n)) for n in ("s0.parquet", "s1.parquet"))
+    assert s0["resumed"] and s0["engines"] == mk["s0.parquet.json"]["engines"] != {}  # from its done marker
+    assert not s1["resumed"] and s1["run_id"] == m["run_id"]
+
+    out_cost, this = m["cost"]["output"], m["cost"]["this_invocation"]
+    # the output's cost: every done marker, summed
+    assert out_cost["stage_seconds"] == pytest.approx(_stage_sum(r["stage_seconds"] for r in mk.values()), abs=2e-3)
+    assert out_cost["engines"] == EngineUsage.total([r["engines"] for r in mk.values()]).as_dict()
+    assert out_cost["shard_seconds"] == pytest.approx(sum(r["seconds"] for r in mk.values()), abs=2e-3)
+    assert out_cost["rows"] == 4 and out_cost["shards"] == 2
+    assert out_cost["runs"] == sorted({full["run_id"], m["run_id"]})
+    # the same output as the fresh run: the same tokens (the fake is deterministic), not half of them
+    assert _tokens(out_cost["engines"]) == _tokens(full["cost"]["output"]["engines"])
+    # this invocation: what it computed (s1), its wall time; the top-level keys are the same numbers
+    assert this["computed_shards"] == 1 and this["resumed_shards"] == 1 and this["rows"] == 2
+    assert this["stage_seconds"] == pytest.approx(_stage_sum([mk["s1.parquet.json"]["stage_seconds"]]), abs=2e-3)
+    assert _tokens(this["engines"]) == _tokens(mk["s1.parquet.json"]["engines"])
+    assert (m["stage_seconds"], m["engines"], m["seconds"]) == (this["stage_seconds"], this["engines"], this["seconds"])
+    assert sum(this["stage_seconds"].values()) <= this["seconds"]  # stages fit in the total now
+    rep = json.loads((out / "_report" / "summary.json").read_text())
+    name, tok = next(iter(rep["tokens_per_row"].items()))
+    assert tok["prompt"] == pytest.approx(out_cost["engines"][name]["prompt_tokens"] / 4)  # over the output's rows
+    assert rep["stage_seconds"] == out_cost["stage_seconds"] and rep["this_invocation"]["computed_shards"] == 1
+    for label in ("output cost", "this invocation", "computed 1 shard(s), 2 rows; 1 already done"):
+        assert label in again.stdout, again.stdout
+
+    # a no-op re-run: the output's cost stays, and it says it computed nothing
+    noop = _cli(inp, out, tmp_path)
+    assert noop.returncode == 0, noop.stderr[-3000:]
+    m3 = json.loads((out / "_manifest.json").read_text())
+    assert m3["cost"]["output"] == out_cost
+    t3 = m3["cost"]["this_invocation"]
+    assert t3["computed_shards"] == 0 and t3["resumed_shards"] == 2 and t3["engines"] == {} == m3["engines"]
+    assert set(t3["stage_seconds"].values()) == {0.0}
+    rep3 = json.loads((out / "_report" / "summary.json").read_text())
+    assert rep3["tokens_per_row"] == rep["tokens_per_row"] and rep3["stage_seconds"] == rep["stage_seconds"]
+    assert "Computed nothing: 2 shards already done" in (out / "_report" / "report.md").read_text()
+    assert "computed nothing: 2 shard(s) already done" in noop.stdout
+    # a manifest written before the cost block (resumed shards' engines {}): `specrag-batch
+    # report` takes their usage from the done markers, and gives the same output cost
+    legacy = {k: v for k, v in m3.items() if k != "cost"}
+    legacy["shards"] = [{**sh, "engines": {}} for sh in m3["shards"]]
+    (out / "_manifest.json").write_text(json.dumps(legacy))
+    from specrag_batch.report import write_report
+
+    rep4 = write_report(str(out))
+    assert rep4["tokens_per_row"] == rep["tokens_per_row"] and rep4["output_cost"]["engines_unrecorded"] == []
+    # not a terminal: the paths are whole, each on one line
+    lines = noop.stdout.splitlines()
+    assert f"output: {out}" in lines and f"report: {out}/_report/report.md" in lines, noop.stdout
+
+
+def _result(name: str, *, resumed: bool, seconds: float, tokens: int, run_id: str, **kw) -> ShardResult:
+    return ShardResult(f"/in/{name}", f"/out/{name}", "ok", rows_in=10, rows_out=10, seconds=seconds,
+                       stage_seconds={"drafting": seconds / 2, "verification": seconds / 2}, run_id=run_id,
+                       resumed=resumed, engines={"m": {"seconds": seconds, "prompt_tokens": tokens,
+                                                       "cached_prompt_tokens": 0, "generated_tokens": 10,
+                                                       "calls": 2}}, **kw)
+
+
+def test_manifest_report_and_summary_label_output_and_invocation_costs(tmp_path):
+    """A resumed shard (marker from run ``old``) and a shard computed now: hand-checked sums."""
+    old = _result("a.parquet", resumed=True, seconds=200.0, tokens=1000, run_id="old")
+    new = _result("b.parquet", resumed=False, seconds=100.0, tokens=600, run_id="new")
+    m = build_manifest(small_config(), "new", "/in", "/out", [old, new], [], seconds=130.0,
+                       engines=EngineUsage({"m": dict(new.engines["m"])}), engine_load_seconds=20.0, execution={})
+    o, t = m["cost"]["output"], m["cost"]["this_invocation"]
+    assert o["stage_seconds"]["drafting"] == 150.0 and o["shard_seconds"] == 300.0 and o["rows"] == 20
+    assert o["engines"]["m"]["prompt_tokens"] == 1600 and o["runs"] == ["new", "old"]
+    assert t["stage_seconds"]["drafting"] == 50.0 == m["stage_seconds"]["drafting"]
+    assert t["engines"]["m"]["prompt_tokens"] == 600 and t["seconds"] == 130.0 and t["engine_load_seconds"] == 20.0
+    assert sum(t["stage_seconds"].values()) + t["engine_load_seconds"] <= t["seconds"]
+    assert cost_of(m) == m["cost"]
+    buf = io.StringIO()
+    cli.console = cli.make_console(buf)  # restored below
+    try:
+        cli.print_summary({**m, "metrics": {"answered": 20, "errors": 0, "low_confidence": 0, "fast_path": 0}})
+    finally:
+        cli.console = cli.make_console()
+    text = buf.getvalue()
+    assert "output cost" in text and "2 finished shards, 20 rows, computed by 2 run(s)" in text
+    assert "tokens / row m" in text and "prompt 80, generated 1" in text  # 1600 / 20 rows
+    assert "computed 1 shard(s), 10 rows; 1 already done" in text
+
+
+def test_a_manifest_written_before_the_cost_block_is_costed_from_its_shards():
+    """Older manifests: stage seconds from the shards, this invocation's figures from the
+    top-level keys; resumed shards without recorded engine usage are named, not counted as 0."""
+    shards = [{**_result("a.parquet", resumed=True, seconds=200.0, tokens=1000, run_id="old").as_dict(), "engines": {}},
+              _result("b.parquet", resumed=False, seconds=100.0, tokens=600, run_id="new").as_dict()]
+    legacy = {"shards": shards, "seconds": 130.0, "engine_load_seconds": 20.0, "engines": shards[1]["engines"],
+              "stage_seconds": {"drafting": 150.0, "verification": 150.0}}
+    c = cost_of(legacy)
+    assert c["output"]["stage_seconds"]["drafting"] == 150.0 and c["output"]["engines_unrecorded"] == ["/in/a.parquet"]
+    assert c["this_invocation"]["stage_seconds"]["drafting"] == 50.0 and c["this_invocation"]["seconds"] == 130.0
+
+
+def test_drafts_an_earlier_run_finished_are_the_outputs_cost_not_this_invocations():
+    """Disaggregated: the verify task of a shard whose drafts were finished before reports the
+    whole shard (its done marker), with the drafting part as ``reused``."""
+    shard = _result("a.parquet", resumed=False, seconds=100.0, tokens=600, run_id="new").as_dict()
+    shard["engines"]["d"] = {"seconds": 40.0, "prompt_tokens": 400, "cached_prompt_tokens": 0,
+                             "generated_tokens": 90, "calls": 1}
+    shard["reused"] = {"stage_seconds": {"drafting": 50.0}, "seconds": 60.0,
+                       "engines": {"d": dict(shard["engines"]["d"])}}
+    stages, usage = computed_part(shard)
+    assert stages == {"drafting": 0.0, "verification": 50.0}
+    assert set(usage.by_engine) == {"m"} and usage.by_engine["m"]["prompt_tokens"] == 600
+    assert computed_part({**shard, "resumed": True}) == ({}, EngineUsage())
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_error_lines_and_tables_are_not_folded_when_not_a_terminal(monkeypatch):
+    """A log (not a TTY) keeps a long path whole on one line, even with COLUMNS=80; a terminal
+    keeps its width."""
+    monkeypatch.setenv("COLUMNS", "80")
+    path = "/work/trial/out/" + "a-directory-with-a-long-name/" * 6 + "sh ard#1[x]*?.parquet"
+    buf = io.StringIO()
+    c = cli.make_console(buf)
+    assert c.width == cli.NON_TTY_WIDTH
+    monkeypatch.setattr(cli, "console", c)
+    with pytest.raises(typer.Exit):
+        cli._fail(FileNotFoundError(f"{path}: no such file"), 2)
+    assert f"error: {path}: no such file" in buf.getvalue().splitlines()
+    assert cli.make_console(_Tty()).width == 80  # a terminal: its width (here COLUMNS)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # CI colouring a log: still not a terminal's width
+    assert cli.make_console(io.StringIO()).width == cli.NON_TTY_WIDTH

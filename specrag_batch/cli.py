@@ -83,6 +83,8 @@ def _cost_rows(t: Table, m: dict) -> None:
     for k, v in o["stage_seconds"].items():
         t.add_row(f"  stage {k} (s)", f"{v:.1f}")
     t.add_row("  shards' task time (s)", f"{o['shard_seconds']:.1f}")
+    if o.get("engine_dtypes"):  # absent from manifests written before dtypes were recorded
+        t.add_row("  engine dtypes", ", ".join(f"{n}: {d}" for n, d in o["engine_dtypes"].items()))
     for name, st in o["engines"].items():
         rows = o["rows"] or 0
         per = (lambda k: "?" if st.get(k) is None or not rows else f"{st[k] / rows:.0f}")  # noqa: E731
@@ -114,7 +116,8 @@ def _cost_rows(t: Table, m: dict) -> None:
 
 def print_summary(m: dict) -> None:
     """Rows, answers, low-confidence count, accuracy vs gold; the output's cost (time per stage,
-    tokens per row and prefix-cache hit rate per engine, over every finished shard) and, labelled
+    each engine's dtype, tokens per row and prefix-cache hit rate per engine, over every
+    finished shard) and, labelled
     apart, this invocation's (what it computed, its wall time and engine load); each failed shard
     with its rows (none written; ``?`` when its file is not readable as Parquet) and error.
     Paths are never cut: the output and report cells do not wrap."""

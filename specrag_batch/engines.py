@@ -144,6 +144,9 @@ class Engine:
     tokenizer: Any
     lock: threading.RLock = field(default_factory=lambda: _CALL_LOCK)
     stats: EngineStats = field(default_factory=EngineStats)
+    dtype: str | None = None
+    """The dtype the engine computes in, as vLLM resolved it (:func:`engine_dtype`:
+    ``"bfloat16"``, ``"float32"``, ...); None when vLLM did not say."""
 
     def generate(self, prompts: Sequence[list[int]], *, max_tokens: int, temperature: float,
                  top_p: float, seed: int, desc: str = "generate") -> list[GenerationResult]:
@@ -288,9 +291,54 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
         t0 = time.perf_counter()
         llm = LLM(model=path, **kwargs)
         log.info("engine %s ready in %.1fs", cfg.model, time.perf_counter() - t0)
-        eng = Engine(cfg.model, path, cfg, llm, llm.get_tokenizer())
+        eng = Engine(cfg.model, path, cfg, llm, llm.get_tokenizer(), dtype=engine_dtype(llm))
         _ENGINES[key] = eng
         return eng
+
+
+def dtype_name(dtype: Any) -> str:
+    """A dtype as a plain string: ``torch.bfloat16`` or ``"torch.bfloat16"`` -> ``"bfloat16"``
+    (a string without the ``torch.`` prefix is returned as it is)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def engine_dtype(llm: Any) -> str | None:
+    """The dtype a loaded ``vllm.LLM`` computes in (:func:`dtype_name` of
+    ``llm.llm_engine.model_config.dtype``: vLLM 0.32 resolves ``"auto"`` and the string given
+    to a ``torch.dtype`` there; ``LLM.model_config`` is the same object). It differs between
+    hosts when the config names no dtype (:func:`cpu_dtype`), so it is recorded with each
+    shard (``ShardResult.engine_dtypes``). None, with a warning, when the engine has no such
+    attribute (another vLLM version): the shard's dtype is then unknown, never guessed."""
+    cfg = getattr(getattr(llm, "llm_engine", None), "model_config", None) or getattr(llm, "model_config", None)
+    dtype = getattr(cfg, "dtype", None)
+    if dtype is None:
+        log.warning("the engine's dtype is not readable (no llm_engine.model_config.dtype); "
+                    "shards record it as unknown")
+        return None
+    return dtype_name(dtype)
+
+
+def merge_dtypes(parts: Sequence[Mapping[str, str | None] | None]) -> dict[str, str]:
+    """Engine dtypes per model name (``{name: "bfloat16"}``) of several parts (a shard's
+    drafting and verification tasks, or every shard of an output) in one dict: per name the
+    distinct dtypes, sorted and joined by ``+`` (``"bfloat16+float32"`` when the parts
+    disagree; a part's value may itself be joined). A None value (unknown) is left out; a
+    name with no known value is left out too."""
+    seen: dict[str, set[str]] = {}
+    for part in parts:
+        for name, dt in (part or {}).items():
+            if dt is not None:
+                seen.setdefault(name, set()).update(str(dt).split("+"))
+    return {name: "+".join(sorted(v)) for name, v in seen.items()}
+
+
+def used_dtypes(engines: Sequence[Any | None], usage: Mapping[str, Any]) -> dict[str, str]:
+    """``{name: dtype}`` of those ``engines`` (:class:`Engine` or a stand-in with ``name`` and
+    ``dtype``; None entries skipped) whose name has usage in ``usage`` (``EngineUsage.as_dict``
+    of the shard: an engine passed but never called computed nothing of it), merged per name
+    (:func:`merge_dtypes`); an engine of unknown dtype (None) is left out."""
+    return merge_dtypes([{e.name: getattr(e, "dtype", None)} for e in engines
+                         if e is not None and e.name in usage])
 
 
 def loaded_engines() -> list[Engine]:

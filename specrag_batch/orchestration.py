@@ -22,7 +22,7 @@ from prefect.states import Failed
 
 from . import resume, storage
 from .config import RunConfig, load_config
-from .engines import EngineUsage, get_engine
+from .engines import EngineUsage, get_engine, merge_dtypes, used_dtypes
 from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from .models import check_config_models
 from .redaction import install_log_filter
@@ -60,14 +60,18 @@ def _already_done(job: ShardJob, prefix: str, file: str) -> dict | None:
     return {**done["result"], "resumed": True}
 
 
-def _finish(res: ShardResult, job: ShardJob, prefix: str, before: EngineUsage,
+def _finish(res: ShardResult, job: ShardJob, prefix: str, before: EngineUsage, used: list,
             drafting: dict | None = None) -> dict:
     """Mark a successful shard (or draft shard) done under ``prefix``, log, and report with
-    this task's engine usage, plus ``drafting`` (disaggregated: the drafting task's usage), so
-    that the done marker holds the shard's whole engine usage (the output's cost survives
-    resumes)."""
+    this task's engine usage and the dtypes of the engines ``used`` that it called
+    (:func:`engines.used_dtypes`), plus ``drafting`` (disaggregated: the drafting task's
+    result, its ``engines`` and ``engine_dtypes``), so that the done marker holds the shard's
+    whole engine usage (the output's cost survives resumes) and the numerics it ran in."""
     log = get_run_logger()
-    res.engines = EngineUsage.total([EngineUsage.snapshot().since(before), drafting or {}]).as_dict()
+    own = EngineUsage.snapshot().since(before)
+    drafting = drafting or {}
+    res.engines = EngineUsage.total([own, drafting.get("engines") or {}]).as_dict()
+    res.engine_dtypes = merge_dtypes([drafting.get("engine_dtypes"), used_dtypes(used, own.by_engine)])
     res.worker = f"{socket.gethostname()}:{os.getpid()}"
     if res.status == "ok":
         IO.mark_done(prefix, res.output, job.config.config_hash(), job.fingerprint, job.run_id, res.as_dict())
@@ -88,9 +92,10 @@ def process_shard_task(job: ShardJob) -> dict:
     if done is not None:
         return done
     cfg, before = job.config, EngineUsage.snapshot()
-    res = process_shard(job, IO, verifier=get_engine(cfg.verifier, cfg.seed),
-                        drafter=get_engine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None)
-    out = _finish(res, job, job.output_prefix, before)
+    verifier = get_engine(cfg.verifier, cfg.seed)
+    drafter = get_engine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None
+    res = process_shard(job, IO, verifier=verifier, drafter=drafter)
+    out = _finish(res, job, job.output_prefix, before, [verifier, drafter])
     if res.status == "ok":  # drafts an earlier disaggregated attempt left for this shard
         resume.discard(job.drafts_prefix, job.draft_file)
     return out
@@ -108,8 +113,9 @@ def draft_shard_task(job: ShardJob) -> dict:
     if drafted is not None:
         return drafted
     cfg, before = job.config, EngineUsage.snapshot()
-    res = draft_shard(job, IO, drafter=get_engine(cfg.drafter, cfg.seed))
-    return _finish(res, job, job.drafts_prefix, before)
+    drafter = get_engine(cfg.drafter, cfg.seed)
+    res = draft_shard(job, IO, drafter=drafter)
+    return _finish(res, job, job.drafts_prefix, before, [drafter])
 
 
 @task(name="verify-shard", cache_policy=NO_CACHE)
@@ -123,8 +129,9 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
         return {k: v for k, v in drafted.items() if k != "final"}
     cfg, before = job.config, EngineUsage.snapshot()
     wider = cfg.selection.fallback == "wider"  # the wider fallback drafts again on this worker
-    res = verify_shard(job, IO, verifier=get_engine(cfg.verifier, cfg.seed), drafted=drafted,
-                       drafter=get_engine(cfg.drafter, cfg.seed) if wider else None)
+    verifier = get_engine(cfg.verifier, cfg.seed)
+    drafter = get_engine(cfg.drafter, cfg.seed) if wider else None
+    res = verify_shard(job, IO, verifier=verifier, drafted=drafted, drafter=drafter)
     if res.status != "ok":  # unreadable or mismatched draft shard: drop it, a re-run redrafts
         resume.discard(job.drafts_prefix, drafted["output"])
         res.input, res.error = job.shard_file, f"{res.error}; draft shard discarded, a re-run drafts it again"
@@ -135,7 +142,7 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
                       "engines": drafted.get("engines") or {}}
     for k, v in drafted["stage_seconds"].items():
         res.stage_seconds[k] = round(res.stage_seconds.get(k, 0.0) + v, 3)
-    out = _finish(res, job, job.output_prefix, before, drafting=drafted.get("engines") or {})
+    out = _finish(res, job, job.output_prefix, before, [verifier, drafter], drafting=drafted)
     if res.status == "ok" and not keep_drafts:
         resume.discard(job.drafts_prefix, drafted["output"])
     return out

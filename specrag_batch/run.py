@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from . import intermediate, resume, storage
 from .config import RunConfig
 from .drafter_training.train import drafter_identity
-from .engines import EngineUsage
+from .engines import EngineUsage, merge_dtypes
 from .pipeline import STAGES
 from .redaction import redact
 from .records import ErrorReason
@@ -376,6 +376,10 @@ def _stage_sum(parts: list[Mapping[str, float] | None]) -> dict[str, float]:
     return {k: round(total.get(k, 0.0), 3) for k in (*STAGES, *(k for k in total if k not in STAGES))}
 
 
+UNKNOWN_DTYPE = "unknown"
+"""The dtype :func:`output_dtypes` names for shards that recorded none."""
+
+
 def output_cost(shards: list[dict]) -> dict:
     """The cost of a run's OUTPUT: every finished shard's cost, whichever run computed it, summed
     from the shards' results (what their done markers hold: ``ShardResult.as_dict``, a resumed
@@ -387,7 +391,8 @@ def output_cost(shards: list[dict]) -> dict:
     "stage_seconds": {stage: s}, "shard_seconds": s (the shards' task wall time, summed; engine
     loads and planning are not in it), "engines": {model: usage} (:meth:`EngineUsage.as_dict`,
     summed per model), "engines_unrecorded": [inputs of resumed shards with no recorded engine
-    usage: manifests written before resumed shards kept it]}``."""
+    usage: manifests written before resumed shards kept it], "engine_dtypes": {model: dtype}
+    (:func:`output_dtypes`)}``."""
     ok = [s for s in shards if s.get("status") == "ok"]
     return {
         "shards": len(ok),
@@ -397,7 +402,25 @@ def output_cost(shards: list[dict]) -> dict:
         "shard_seconds": round(sum(s.get("seconds") or 0.0 for s in ok), 3),
         "engines": EngineUsage.total([s.get("engines") or {} for s in ok]).as_dict(),
         "engines_unrecorded": [s.get("input") for s in ok if s.get("resumed") and not s.get("engines")],
+        "engine_dtypes": output_dtypes(ok),
     }
+
+
+def output_dtypes(shards: list[dict]) -> dict[str, str]:
+    """The dtype each model computed the output in: ``{model: "bfloat16"}`` over the finished
+    (status ``ok``) ``shards`` (manifest entries, done-marker results), from each shard's
+    ``engine_dtypes`` (:func:`engines.merge_dtypes`). A model's value joins the distinct dtypes
+    with ``+`` when shards differ (``"bfloat16+float32"``: an output computed on two kinds of
+    host), and names ``unknown`` for shards that used the model (in their ``engines``) but
+    recorded no dtype (done markers written before the field existed):
+    ``"float32+unknown"``; only ``"unknown"`` when none did."""
+    parts = []
+    for s in shards:
+        if s.get("status") != "ok":
+            continue
+        dts = s.get("engine_dtypes") or {}
+        parts.append({name: dts.get(name) or UNKNOWN_DTYPE for name in {*(s.get("engines") or {}), *dts}})
+    return merge_dtypes(parts)
 
 
 def computed_part(shard: dict) -> tuple[dict[str, float], EngineUsage]:
@@ -477,7 +500,9 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
     output, every finished shard's seconds and engine usage from its result (a resumed shard's
     from its done marker, :func:`output_cost`); ``cost.this_invocation`` what this invocation
     computed (:func:`invocation_cost`). The top-level ``stage_seconds``, ``engines``,
-    ``seconds`` and ``engine_load_seconds`` are this invocation's (the same numbers)."""
+    ``seconds`` and ``engine_load_seconds`` are this invocation's (the same numbers); the
+    top-level ``engine_dtypes`` ({model: dtype}, :func:`output_dtypes`) is the output's, as
+    ``cost.output.engine_dtypes`` (each shard entry has its own)."""
     shards = [r.as_dict() for r in results]
     cost = {"output": output_cost(shards),
             "this_invocation": invocation_cost(shards, seconds=seconds, engines=engines,
@@ -504,6 +529,8 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         # this invocation's, as cost.this_invocation (keys kept for readers of older manifests)
         "stage_seconds": this["stage_seconds"],
         "engines": this["engines"],
+        # the output's, as cost.output.engine_dtypes: every finished shard, from its result
+        "engine_dtypes": cost["output"]["engine_dtypes"],
         "seconds": this["seconds"],
         "versions": _versions(),
         "engine_load_seconds": this["engine_load_seconds"],

@@ -133,6 +133,9 @@ class ShardResult:
     run_id: str | None = None
     resumed: bool = False
     engines: dict = field(default_factory=dict)  # engine usage by this shard's task(s)
+    # {model: dtype} of the engines in ``engines`` ("bfloat16", "float32"; engines.used_dtypes):
+    # the numerics the rows were computed in, which differ per host unless the config pins them
+    engine_dtypes: dict[str, str] = field(default_factory=dict)
     worker: str | None = None  # host:pid of the process that ran it (verification if split)
     draft_worker: str | None = None  # disaggregated: host:pid of the drafting process
     digest: str | None = None  # draft shards: sha256 of their query ids in order (integrity)

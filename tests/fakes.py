@@ -128,6 +128,8 @@ class FakeEngine:
         calls: every call in order (:class:`FakeCall`), for asserting call and prompt counts.
         stats: :class:`~specrag_batch.engines.EngineStats`, accounted as the real engine does
             (seconds stay 0).
+        dtype: the dtype the real engine reports (:func:`specrag_batch.engines.engine_dtype`),
+            recorded with each shard; nothing of the fake's arithmetic depends on it.
     """
 
     tokenizer: object = None
@@ -135,6 +137,7 @@ class FakeEngine:
     name: str = "fake:" + TEST_MODEL
     calls: list[FakeCall] = field(default_factory=list)
     stats: EngineStats = field(default_factory=EngineStats)
+    dtype: str | None = "float32"  # as engines.engine_dtype names it; None: unknown
 
     def __post_init__(self):
         if self.tokenizer is None:

@@ -89,8 +89,9 @@ def _check_manifest(m: dict, uri: str) -> dict:
 
 
 def _check_costs(m: dict, uri: str, where: str) -> None:
-    """``m``'s ``stage_seconds`` (an object of numbers) and ``engines`` (an object of objects
-    whose token counts and seconds are numbers), null allowed; ``where``: the path of ``m`` in
+    """``m``'s ``stage_seconds`` (an object of numbers), ``engines`` (an object of objects
+    whose token counts and seconds are numbers) and ``engine_dtypes`` (an object of strings),
+    null allowed; ``where``: the path of ``m`` in
     the manifest (``""``, ``"cost.output."``, ``"shards[3]."``).
 
     Raises:
@@ -99,6 +100,7 @@ def _check_costs(m: dict, uri: str, where: str) -> None:
     at = f"{uri}: {where[:-1]}" if where else uri
     _field(m, "stage_seconds", dict, at)
     _field(m, "engines", dict, at)
+    _field(m, "engine_dtypes", dict, at)
     for k in (m.get("stage_seconds") or {}):
         _field(m["stage_seconds"], k, num, f"{uri}: {where}stage_seconds")
     for name, st in (m.get("engines") or {}).items():
@@ -107,6 +109,8 @@ def _check_costs(m: dict, uri: str, where: str) -> None:
         for k in st:
             if k.endswith("tokens") or k == "seconds":
                 _field(st, k, num, f"{uri}: {where}engines.{name}")
+    for name in (m.get("engine_dtypes") or {}):
+        _field(m["engine_dtypes"], name, str, f"{uri}: {where}engine_dtypes")
 
 
 def with_marker_usage(manifest: dict, prefix: str) -> dict:

@@ -110,7 +110,8 @@ def cost_summary(cost: dict | None, rows_read: int) -> dict:
     The output's cost, labelled as such: ``stage_seconds`` (every finished shard's, whichever
     run computed it), ``shard_seconds`` (their task wall time summed), ``tokens_per_row`` (per
     model: prompt and generated tokens per row over the rows those shards hold, engine seconds,
-    prefix-cache hit rate) and ``output_cost`` (``shards``, ``rows``, ``runs``,
+    prefix-cache hit rate, ``dtype``: the dtype the model computed in, ``run.output_dtypes``,
+    None when the manifest predates it) and ``output_cost`` (``shards``, ``rows``, ``runs``,
     ``engines_unrecorded``). Separately, ``this_invocation``: what the run that wrote the
     manifest computed (``computed_shards``, ``resumed_shards``, ``rows``, ``seconds`` wall time,
     ``engine_load_seconds``, ``stage_seconds``, ``engines``: per model prompt / generated tokens,
@@ -123,7 +124,8 @@ def cost_summary(cost: dict | None, rows_read: int) -> dict:
     return {
         "stage_seconds": o.get("stage_seconds") or {},
         "shard_seconds": o.get("shard_seconds"),
-        "tokens_per_row": {name: _engine_row(st, rows) for name, st in (o.get("engines") or {}).items()},
+        "tokens_per_row": {name: {**_engine_row(st, rows), "dtype": (o.get("engine_dtypes") or {}).get(name)}
+                           for name, st in (o.get("engines") or {}).items()},
         "output_cost": {"shards": o.get("shards"), "rows": rows, "runs": o.get("runs") or [],
                         "engines_unrecorded": o.get("engines_unrecorded") or []},
         "this_invocation": {
@@ -210,10 +212,11 @@ def cost_markdown(s: dict) -> list[str]:
              "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in s["stage_seconds"].items()]
     lines += [f"| shards' task time (sum) | {_fmt(s['shard_seconds'])} |", "",
-              "| model | prompt tokens / row | generated tokens / row | engine seconds | prefix-cache hit rate |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {k} | {_fmt(v['prompt'])} | {_fmt(v['generated'])} | {_fmt(v['engine_seconds'])} | "
-              f"{_fmt(v.get('prefix_cache_hit_rate'))} |" for k, v in s["tokens_per_row"].items()]
+              "| model | dtype | prompt tokens / row | generated tokens / row | engine seconds | "
+              "prefix-cache hit rate |", "|---|---|---|---|---|---|"]
+    lines += [f"| {k} | {_fmt(v.get('dtype'))} | {_fmt(v['prompt'])} | {_fmt(v['generated'])} | "
+              f"{_fmt(v['engine_seconds'])} | {_fmt(v.get('prefix_cache_hit_rate'))} |"
+              for k, v in s["tokens_per_row"].items()]
     if o["engines_unrecorded"]:
         lines += ["", "Engine usage not recorded for resumed shards (manifest written before resumed "
                   "shards kept it): " + ", ".join(f"`{u}`" for u in o["engines_unrecorded"])]

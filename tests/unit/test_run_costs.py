@@ -71,6 +71,12 @@ def test_resumed_and_noop_runs_keep_the_outputs_cost_and_label_their_own(tmp_pat
     assert first.returncode == 0, first.stderr[-3000:]
     full = json.loads((out / "_manifest.json").read_text())
     assert full["cost"]["output"]["engines"] and full["cost"]["this_invocation"]["computed_shards"] == 2
+    # each engine's dtype (the fake's float32): in every done marker, the manifest, the summary, the report
+    name = next(iter(full["cost"]["output"]["engines"]))
+    assert full["engine_dtypes"] == full["cost"]["output"]["engine_dtypes"] == {name: "float32"}
+    assert [mk["result"]["engine_dtypes"] for mk in _markers(out).values()] == [{name: "float32"}] * 2
+    assert "engine dtypes" in first.stdout and f"{name}: float32" in first.stdout, first.stdout
+    assert f"| {name} | float32 |" in (out / "_report" / "report.md").read_text()
 
     # a run stopped while s1 was in flight: s1 has neither output nor done marker
     os.remove(out / "s1.parquet")

@@ -22,6 +22,10 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   (:func:`_one_machine_pairs`; the pairs left out are counted): when none did, no ratio, but
   ``n/a (different machines)`` and the machines of each cell (:data:`DIFFERENT_MACHINES`,
   :func:`machines_table`); accuracy and token comparisons hold across machines;
+* engine dtypes (:func:`shard_dtype`: what each shard's done marker records, bfloat16 or
+  float32 on CPU depending on the host): a comparison whose paired shards ran in different
+  dtypes says so (``dtypes_differ`` with a ``note``, :func:`dtype_pairs`; in tables.md beside
+  the difference); shards without the field (older markers) are unknown, never flagged;
 * the fast-path share;
 * Table 3 selection ablations re-selected from the speculative cell's scored drafts with the
   product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same);
@@ -211,6 +215,54 @@ def withheld_ratio(machines_a: Sequence, machines_b: Sequence) -> dict:
     return {"n": 0, "ratio": math.nan, "ci95": [math.nan, math.nan], "faster_units": 0, "slower_units": 0,
             "p_sign": math.nan, "withheld": DIFFERENT_MACHINES, "machines_a": list(machines_a),
             "machines_b": list(machines_b)}
+
+
+def shard_dtype(shard: dict) -> str | None:
+    """The dtype(s) a shard's engines computed in, from its done-marker result's
+    ``engine_dtypes`` ({model: dtype}, ``ShardResult.engine_dtypes``): the distinct dtypes of
+    its models, sorted and joined by ``+`` (``"float32"``, ``"bfloat16+float32"`` when drafter
+    and verifier differed); None (unknown) when the shard records none (a marker written before
+    the field existed)."""
+    d = shard.get("engine_dtypes")
+    if not isinstance(d, dict):
+        return None
+    return "+".join(sorted({p for v in d.values() if v for p in str(v).split("+")})) or None
+
+
+def cell_dtypes(shards: Sequence[dict]) -> list[str | None]:
+    """The distinct :func:`shard_dtype` of a cell's shards, sorted, None (unknown) last."""
+    return sorted({shard_dtype(s) for s in shards}, key=lambda d: (d is None, d or ""))
+
+
+def dtype_pairs(a: Sequence[dict], b: Sequence[dict]) -> dict:
+    """Engine dtypes of the shard pairs of two cells (same name and row count: the same input
+    rows, as :func:`_one_machine_pairs`, whatever machine): ``{"pairs": pairs whose two
+    dtypes are known, "differ": those whose dtypes differ, "a": [a's dtypes in those],
+    "b": [b's]}`` (sorted). A pair with a shard of unknown dtype (None) is not counted: an
+    older marker is not taken for a difference."""
+    kept, _ = _one_machine_pairs(a, b, check=False)
+    out: dict = {"pairs": 0, "differ": 0, "a": set(), "b": set()}
+    for s, t in kept:
+        x, y = shard_dtype(s), shard_dtype(t)
+        if x is None or y is None:
+            continue
+        out["pairs"] += 1
+        if x != y:
+            out["differ"] += 1
+            out["a"].add(x)
+            out["b"].add(y)
+    return {**out, "a": sorted(out["a"]), "b": sorted(out["b"])}
+
+
+def dtypes_differ(d: dict) -> dict | None:
+    """A :func:`dtype_pairs` result as a comparison's ``dtypes_differ``: itself with ``note``
+    (``"dtypes differ: bfloat16 vs float32 (3 of 10 shard pairs)"``) when some pair differs;
+    None when none does (or none is known)."""
+    if not d["differ"]:
+        return None
+    note = (f"dtypes differ: {' / '.join(d['a'])} vs {' / '.join(d['b'])} "
+            f"({d['differ']} of {d['pairs']} shard pairs)")
+    return {**d, "note": note}
 
 
 # --- per-row outcomes --------------------------------------------------------------------
@@ -808,8 +860,8 @@ def cell_cost(shards: Sequence[dict], roles: dict[str, str]) -> dict:
 def cell_figures(rows: Sequence[dict], shards: Sequence[dict], choices: dict, labels: Sequence[str],
                  roles: dict[str, str], *, reps: int = REPS) -> dict:
     """Every figure of one cell (dataset x arm): accuracy with its interval and n, errors,
-    ungraded rows, fast-path share, drafts (parse/valid shares, oracle, mean tokens per draft)
-    and cost per row."""
+    ungraded rows, fast-path share, drafts (parse/valid shares, oracle, mean tokens per draft),
+    cost per row and ``engine_dtypes`` (:func:`cell_dtypes`; None = unknown)."""
     correct = [row_correct(r, choices.get(r["query_id"]), labels) for r in rows]
     graded = [c for c in correct if c is not None]
     out = {"n_rows": len(rows), "n": len(graded),
@@ -823,7 +875,7 @@ def cell_figures(rows: Sequence[dict], shards: Sequence[dict], choices: dict, la
            "tokens_per_draft": tokens_per_draft(rows),
            "verifier_duplicates": verifier_duplicates(rows),
            "verifier_passes_saved": sum(r.get("verifier_drafts_deduplicated") or 0 for r in rows),
-           "cost": cell_cost(shards, roles)}
+           "cost": cell_cost(shards, roles), "engine_dtypes": cell_dtypes(shards)}
     return out
 
 
@@ -1080,8 +1132,13 @@ def compare_cells(a: dict, b: dict, choices: dict, labels: Sequence[str], *, rep
     of tokens over the shards both hold (:func:`ratio_bootstrap`; absent for re-selected arms,
     which cost nothing beyond their source cell). The seconds ratio is over the shard pairs
     that ran on one and the same machine (:func:`seconds_ratio`: the pairs left out counted,
-    withheld when none is left); tokens do not depend on the machine."""
+    withheld when none is left); tokens do not depend on the machine. When paired shards ran in
+    different engine dtypes, ``dtypes_differ`` says so (:func:`dtypes_differ`; absent otherwise,
+    and for shards of unknown dtype)."""
     out = paired(a["rows"], b["rows"], choices, labels, a_correct=a_correct, reps=reps)
+    flag = dtypes_differ(dtype_pairs(a["shards"], b["shards"]))
+    if flag:
+        out["dtypes_differ"] = flag
     if a_correct is None:
         out["seconds"] = seconds_ratio(*_seconds_pairs(a, b), a.get("machines"), b.get("machines"), reps=reps)
         out["tokens"] = ratio_bootstrap(*_shard_pairs(a["shards"], b["shards"], "tokens"), reps=reps)
@@ -1112,7 +1169,8 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
     Returns ``{"datasets": {dataset: {"arms": {arm: cell_figures}, "comparisons":
     {"a - b": compare_cells}, "fallback": {arm: fallback_figures}}}, "pooled": {"arms":
     {arm: {"n", "accuracy", "ci95", "datasets"}}, "comparisons": {"a - b": paired + seconds
-    ratio}, "fallback": {arm: flagged rows before/after, stratified}}}``, and when a composed
+    ratio + ``dtypes_differ`` over every dataset's shard pairs when some differ}, "fallback":
+    {arm: flagged rows before/after, stratified}}}``, and when a composed
     arm ran, ``"composed_arms": {arm: {"base", "ablation"}}`` (its comparison with its base
     arm is ``"<arm> - <base>"`` in ``comparisons``, :func:`composed_table`). Re-selected Table 3
     arms (:data:`SELECTION_ABLATIONS`) appear beside the cells run, derived from
@@ -1164,7 +1222,13 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
                 a_src = arms["speculative"] if x in derived else arms[x]
                 a_out = derived[x] if x in derived else outcomes[x]
                 pp = pooled_pairs.setdefault(key, {"a": {}, "b": {}, "sa": [], "sb": [], "strata": [],
-                                                   "machines_a": set(), "machines_b": set(), "dropped": 0})
+                                                   "machines_a": set(), "machines_b": set(), "dropped": 0,
+                                                   "dtypes": {"pairs": 0, "differ": 0, "a": set(), "b": set()}})
+                dt = dtype_pairs(a_src["shards"], arms[y]["shards"])
+                for k in ("pairs", "differ"):
+                    pp["dtypes"][k] += dt[k]
+                pp["dtypes"]["a"].update(dt["a"])
+                pp["dtypes"]["b"].update(dt["b"])
                 pp["a"].update({(ds, r["query_id"]): c for r, c in zip(a_src["rows"], a_out)})
                 pp["b"].update({(ds, r["query_id"]): c for r, c in zip(arms[y]["rows"], outcomes[y])})
                 if x not in derived:
@@ -1202,6 +1266,9 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         cmp = {**paired_bootstrap(a, b, reps=reps, strata=st or None),
                "accuracy_a": (sum(a) / len(a)) if a else None, "accuracy_b": (sum(b) / len(b)) if b else None,
                "mcnemar": mcnemar_exact(a, b), "datasets": sorted(set(st))}
+        flag = dtypes_differ({**pp["dtypes"], "a": sorted(pp["dtypes"]["a"]), "b": sorted(pp["dtypes"]["b"])})
+        if flag:
+            cmp["dtypes_differ"] = flag
         if pp["sa"] or pp["dropped"]:
             key_m = lambda m: (m is None, m or "")  # noqa: E731 - None (unknown) last
             cmp["seconds"] = seconds_ratio(pp["sa"], pp["sb"], pp["dropped"], sorted(pp["machines_a"], key=key_m),
@@ -1240,11 +1307,14 @@ def _ci(c) -> str:
 
 
 def _diff(cmp: dict | None) -> str:
+    """A paired difference for a table cell, with the comparison's dtype note
+    (:func:`dtypes_differ`) when its paired shards ran in different engine dtypes."""
     if not cmp or not cmp.get("n"):
         return "n/a"
     m = cmp["mcnemar"]
+    note = f"; **{cmp['dtypes_differ']['note']}**" if cmp.get("dtypes_differ") else ""
     return (f"{100 * cmp['diff']:+.1f} [{100 * cmp['ci95'][0]:+.1f}, {100 * cmp['ci95'][1]:+.1f}], "
-            f"p = {m['p']:.3g} ({m['b']}/{m['c']})")
+            f"p = {m['p']:.3g} ({m['b']}/{m['c']}){note}")
 
 
 def _ratio(r: dict | None) -> str:
@@ -1336,24 +1406,36 @@ def _machines(ids: Sequence) -> str:
     return " + ".join("unknown" if m is None else str(m) for m in ids) or "unknown"
 
 
+def _dtypes(dts: Sequence | None) -> str:
+    """Engine dtypes of a cell for a table cell (:func:`cell_dtypes`): ``float32``,
+    ``bfloat16, float32 + unknown``; ``unknown`` when none is known or not given."""
+    dts = list(dts or [None])
+    known = [d for d in dts if d is not None]
+    return " + ".join([", ".join(known)] * bool(known) + ["unknown"] * (None in dts))
+
+
 def machines_table(res: dict) -> list[str]:
     """Markdown lines "Machines": each machine of ``res["machines"]`` (id -> ``{"cpu_model",
     "cpus", "platform", "dates"}``, put there by ``decision.analyse``) and the machine(s)
-    each cell ran on (``arms[arm]["machines"]``); empty when no cell has machines."""
-    cells = [(ds, arm, f["machines"]) for ds, e in res["datasets"].items() for arm, f in e["arms"].items()
-             if "machines" in f]
+    and engine dtype(s) (:func:`cell_dtypes`) each cell ran on (``arms[arm]["machines"]``,
+    ``arms[arm]["engine_dtypes"]``); empty when no cell has machines."""
+    cells = [(ds, arm, f["machines"], f.get("engine_dtypes")) for ds, e in res["datasets"].items()
+             for arm, f in e["arms"].items() if "machines" in f]
     if not cells:
         return []
     out = ["", "Machines: seconds are compared (ratios, added s/row) only between shards that ran on one and the "
            "same machine (shard pairs across machines are left out and counted); when no pair did, "
            f"`{DIFFERENT_MACHINES}`. Accuracy and tokens compare across machines. "
-           "Machine id: sha256 of /etc/machine-id and the boot id (each session's machine is a new id).", "",
+           "Machine id: sha256 of /etc/machine-id and the boot id (each session's machine is a new id). "
+           "Engine dtype(s): what the cell's shards recorded (bfloat16 or float32 on CPU, by host, unless "
+           "the config pins it; unknown: shards recorded before the field existed); a comparison whose "
+           "paired shards ran in different dtypes says so beside its difference.", "",
            "| machine | CPU | cpus | platform | dates (UTC) |", "|---|---|---|---|---|"]
     for mid, m in sorted((res.get("machines") or {}).items()):
         out.append(f"| {mid} | {m.get('cpu_model')} | {m.get('cpus')} | {m.get('platform')} | "
                    f"{', '.join(m.get('dates') or [])} |")
-    out += ["", "| dataset | arm | machine(s) |", "|---|---|---|"]
-    out += [f"| {ds} | {arm} | {_machines(ms)} |" for ds, arm, ms in cells]
+    out += ["", "| dataset | arm | machine(s) | engine dtype(s) |", "|---|---|---|---|"]
+    out += [f"| {ds} | {arm} | {_machines(ms)} | {_dtypes(dts)} |" for ds, arm, ms, dts in cells]
     return out
 
 
@@ -1769,6 +1851,8 @@ def verdicts(res: dict) -> str:
                     f"**{verdict_accuracy(cmp)}** ({_pct(cmp['accuracy_a'])} vs {_pct(cmp['accuracy_b'])}, "
                     f"difference {100 * cmp['diff']:+.1f} points [{100 * cmp['ci95'][0]:+.1f}, "
                     f"{100 * cmp['ci95'][1]:+.1f}], McNemar p = {m['p']:.3g}, {m['b']} vs {m['c']} discordant rows).")
+            if cmp.get("dtypes_differ"):
+                line += f" **Caution: {cmp['dtypes_differ']['note']}**."
             if sec and sec.get("withheld"):
                 line += (f" Faster? **{verdict_speed(sec)}**: {a} ran on {_machines(sec['machines_a'])}, "
                          f"standard on {_machines(sec['machines_b'])}.")

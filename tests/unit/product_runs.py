@@ -26,7 +26,8 @@ def input_rows(n: int, prefix: str = "q", docs: int = 10) -> list[dict]:
 
 def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, drafts: int = 0,
                rounds: int | None = None, seconds: float = 10.0, config_hash: str | None = None,
-               draft_tokens: list[int] | None = None, fields=None, stage_seconds: dict | None = None) -> None:
+               draft_tokens: list[int] | None = None, fields=None, stage_seconds: dict | None = None,
+               dtypes: list[dict | None] | None = None) -> None:
     """Output shards and done markers for every input shard under ``input_dir`` (sorted), as
     a finished product run of ``config`` would leave them. ``usage[i]``: engine usage of shard
     i, model name -> (prompt_tokens, generated_tokens, calls). Each output row has ``drafts``
@@ -34,7 +35,9 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
     the marker's hash (a stale marker of another config). ``fields(i, row)``: output fields
     of the i-th row of the cell (over all shards) set over these defaults (scores,
     ``low_confidence``, the fallback columns, ...). ``stage_seconds``: each shard's stage
-    seconds (default half drafting, half verification)."""
+    seconds (default half drafting, half verification). ``dtypes[i]``: shard i's
+    ``engine_dtypes`` (model -> dtype); None (the default) leaves the field out, as markers
+    written before it existed."""
     from specrag_batch import resume, storage
     from specrag_batch.engines import EngineStats
     from specrag_batch.run import plan_shards, shard_output_uri
@@ -63,8 +66,13 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
         res = ShardResult(s, o, "ok", rows_in=len(rows), rows_out=len(rows), seconds=seconds,
                           stage_seconds=stage_seconds or {"drafting": seconds / 2, "verification": seconds / 2},
                           run_id="test-run", engines=engines)
+        marker = res.as_dict()
+        if dtypes is None or dtypes[i] is None:
+            del marker["engine_dtypes"]
+        else:
+            marker["engine_dtypes"] = dtypes[i]
         resume.mark_done(out, o, config_hash or config.config_hash(), resume.input_fingerprint(s), "test-run",
-                         res.as_dict())
+                         marker)
 
 
 def write_inputs(directory: Path, rows: list[dict], shard_rows: int) -> None:

@@ -17,7 +17,7 @@ other input rows gets entries of its own, and nothing already in git changes
   drafts without ``doc_ids``: :func:`archive_schema`), zstd-compressed: about 13 KB for a
   realistic 10-row shard of 5 drafts a row (:func:`parquet_bytes`).
 * The ``.json`` (:func:`archive_cell` writes it after the Parquet; about 1.5-2 KB) holds the
-  done marker's ``result`` (seconds, stage seconds, engine usage, run id), its ``finished``
+  done marker's ``result`` (seconds, stage seconds, engine usage and dtypes, run id), its ``finished``
   time, the config hash, the input hash, the sha256 of the ``.parquet`` bytes (checked before
   a restore) and the machine the shard ran on (:func:`shard_machine`: CPU model, cpus,
   platform, machine id, boot id, UTC date).
@@ -30,7 +30,8 @@ and ``run_batch`` skips them. A restored shard's output has every column of
 
 Seconds measured on two machines cannot be divided by each other: each shard carries its
 machine (:func:`shard_machine`) and ``decision_stats`` prints no time ratio between cells that
-ran on different machines.
+ran on different machines. The result's ``engine_dtypes`` (kept with it) lets
+``decision_stats`` say when compared cells ran in different dtypes (``dtypes_differ``).
 """
 
 from __future__ import annotations

@@ -44,16 +44,19 @@ def test_cpu_engine_runs_in_the_dtype_chosen_for_this_cpu(cfg, engine):
 
     assert cfg.drafter.engine_kwargs == {"dtype": "float32"}
     assert engine.llm.llm_engine.model_config.dtype == torch.float32
+    assert engine.dtype == "float32"  # what shards record (ShardResult.engine_dtypes)
     # The same model without the pin, in a child process: engines stay cached for the whole
     # session (engines.get_engine), and one more would hold ~3 GB beside the suite's others
     # (the Ray scale-out tests then ran out of memory on 24 GiB).
     code = ("from specrag_batch.config import ModelConfig\n"
             "from specrag_batch.engines import get_engine\n"
             "e = get_engine(ModelConfig(model='smollm2-135m-instruct'))\n"
-            "print('DTYPE', e.llm.llm_engine.model_config.dtype)\n")
+            "print('DTYPE', e.llm.llm_engine.model_config.dtype)\n"
+            "print('RECORDED', e.dtype)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"DTYPE {getattr(torch, cpu_dtype())}" in out.stdout.splitlines(), out.stdout[-2000:]
+    assert f"RECORDED {cpu_dtype()}" in out.stdout.splitlines(), out.stdout[-2000:]
 
 
 def test_verifier_spans_are_the_answer_and_rationale_tokens(engine):

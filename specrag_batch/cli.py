@@ -70,10 +70,18 @@ def _section(t: Table, label: str, text: str = "") -> None:
     t.add_row(Text(label, style="bold"), text)
 
 
+def _cache_row(t: Table, name: str, st: dict) -> None:
+    """One engine's prefix-cache hit rate row (``st``: its usage, :meth:`EngineUsage.as_dict`)."""
+    from .engines import prefix_cache_hit_rate
+
+    rate = prefix_cache_hit_rate(st)
+    t.add_row(f"  prefix cache {name}", "unknown" if rate is None else
+              f"{rate:.3f} ({st['cached_prompt_tokens']:.0f} of {st['prompt_tokens']:.0f} prompt tokens)")
+
+
 def _cost_rows(t: Table, m: dict) -> None:
     """The two cost sections of the summary, labelled (:func:`run.cost_of`): the output's (every
     finished shard, whichever run computed it, from the done markers) and this invocation's."""
-    from .engines import prefix_cache_hit_rate
     from .run import cost_of
 
     cost = cost_of(m)
@@ -89,9 +97,7 @@ def _cost_rows(t: Table, m: dict) -> None:
         rows = o["rows"] or 0
         per = (lambda k: "?" if st.get(k) is None or not rows else f"{st[k] / rows:.0f}")  # noqa: E731
         t.add_row(f"  tokens / row {name}", f"prompt {per('prompt_tokens')}, generated {per('generated_tokens')}")
-        rate = prefix_cache_hit_rate(st)
-        t.add_row(f"  prefix cache {name}", "unknown" if rate is None else
-                  f"{rate:.3f} ({st['cached_prompt_tokens']:.0f} of {st['prompt_tokens']:.0f} prompt tokens)")
+        _cache_row(t, name, st)
     if o.get("engines_unrecorded"):
         t.add_row("  engine usage not recorded", f"{len(o['engines_unrecorded'])} resumed shard(s)")
     if this["computed_shards"]:
@@ -108,9 +114,7 @@ def _cost_rows(t: Table, m: dict) -> None:
             for k, v in this["stage_seconds"].items():
                 t.add_row(f"  stage {k} (s)", f"{v:.1f}")
         for name, st in this["engines"].items():
-            rate = prefix_cache_hit_rate(st)
-            t.add_row(f"  prefix cache {name}", "unknown" if rate is None else
-                      f"{rate:.3f} ({st['cached_prompt_tokens']:.0f} of {st['prompt_tokens']:.0f} prompt tokens)")
+            _cache_row(t, name, st)
     t.add_row("  wall time (s)", f"{this['seconds']:.1f}")
 
 

@@ -1379,17 +1379,24 @@ def tables(res: dict) -> str:
                                for m, v in c["models"].items())
             out.append(f"| {ds} | {arm} | {c['rows']} | {c['s_per_row']:.2f} | {models} |")
     extra = {f"{a} - {b}" for a, b in ARM_BASELINES.items()}
-    others = [(ds, k, v) for ds, e in res["datasets"].items() for k, v in e["comparisons"].items()
-              if ((k.endswith("- speculative") and not k.startswith("speculative-tuned")) or k in extra)
-              and not composed_parts(k.partition(" - ")[0])]
+
+    def other(k: str) -> bool:
+        return (((k.endswith("- speculative") and not k.startswith("speculative-tuned")) or k in extra)
+                and not composed_parts(k.partition(" - ")[0]))
+    others = [(ds, k, v) for ds, e in res["datasets"].items() for k, v in e["comparisons"].items() if other(k)]
+    # pooled rows: an arm that ran on more than one dataset, its rows resampled within each dataset
+    others += [("pooled", k, v) for k, v in res["pooled"]["comparisons"].items()
+               if other(k) and len(v.get("datasets") or []) > 1]
     if others:
         out += ["", "Other arms vs Speculative RAG (or the baseline named) on the same rows (Table 3 "
                 "selection ablations are re-selected from the speculative cell's drafts; sampling, "
-                "layout and m/k arms are runs).", "",
+                "layout and m/k arms are runs). Pooled rows: every dataset where both ran, rows "
+                "resampled within each dataset (datasets listed).", "",
                 "| dataset | arm - baseline | n | accuracy % (arm) | difference | s/row ratio arm / baseline |",
                 "|---|---|---|---|---|---|"]
         for ds, k, v in others:
-            out.append(f"| {ds} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
+            name = f"pooled ({', '.join(v['datasets'])})" if ds == "pooled" else ds
+            out.append(f"| {name} | {k} | {v['n']} | {_pct(v['accuracy_a'])} | {_diff(v)} | {_ratio(v.get('seconds'))} |")
     out += tuned_table(res)
     out += composed_table(res)
     out += draft_length_table(res)

@@ -161,3 +161,28 @@ def test_summarise_pairs_rows_by_query_id_and_writes_verdicts():
     text = ds.verdicts(res)
     assert "**d**" in text and "p = 0.109" in text and "Faster? **yes**" in text
     assert "| d | 47 |" in ds.tables(res)
+
+
+def test_other_arms_table_has_a_pooled_row_for_an_arm_run_on_several_datasets():
+    """An ablation run on two datasets (as `adaptive` is, to choose its default) gets a pooled
+    row beside the per-dataset ones: its paired difference over both datasets' rows, the
+    datasets named; an arm run on one dataset gets none."""
+    def cell(qids, outcomes):
+        rows = [row(q, "qa", ["a"], "a" if ok else "b", ok, [draft("a" if ok else "b")])
+                for q, ok in zip(qids, outcomes)]
+        shards = [{"name": "part-0.parquet", "rows_out": len(rows), "seconds": 1.0,
+                   "engines": {"m": {"seconds": 1.0, "prompt_tokens": 10, "generated_tokens": 2}}}]
+        return {"rows": rows, "shards": shards, "roles": {"m": "drafter"}}
+    ada1, spec1 = pairs(0, 3, both=5, neither=2)   # d1: adaptive loses 3 rows
+    ada2, spec2 = pairs(1, 0, both=5, neither=4)   # d2: adaptive gains 1 row
+    q1, q2 = [f"x{i}" for i in range(10)], [f"y{i}" for i in range(10)]
+    cells = {"d1": {"speculative": cell(q1, spec1), "adaptive": cell(q1, ada1), "m3": cell(q1, spec1)},
+             "d2": {"speculative": cell(q2, spec2), "adaptive": cell(q2, ada2)}}
+    res = ds.summarise(cells, {"d1": {}, "d2": {}}, LABELS, reps=200)
+    pooled = res["pooled"]["comparisons"]["adaptive - speculative"]
+    assert pooled["n"] == 20 and pooled["diff"] == pytest.approx((1 - 3) / 20)
+    assert pooled["mcnemar"]["b"] == 1 and pooled["mcnemar"]["c"] == 3
+    lines = [ln for ln in ds.tables(res).splitlines() if "adaptive - speculative" in ln]
+    assert [ln.split(" | ")[0] for ln in lines] == ["| d1", "| d2", "| pooled (d1, d2)"]
+    assert "| 20 |" in lines[-1] and "-10.0" in lines[-1]
+    assert not any(ln.startswith("| pooled") and "m3 - speculative" in ln for ln in ds.tables(res).splitlines())

@@ -27,7 +27,9 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   (:func:`untuned_arm`, from the drafter's training manifest: ``speculative-smol`` for a tuned
   SmolLM2) on the same rows, in the table "Tuned vs untuned drafter";
 * ablations, on the first ``--ablation-rows`` rows of ``--ablation-datasets``:
-  ``sampling_random``, ``sampling_single_cluster`` (paper Table 3), ``adaptive`` (adaptive
+  ``sampling_random``, ``sampling_single_cluster`` (paper Table 3), ``sampling_cover``
+  (``sampling.strategy: cluster_cover``: one document per cluster as in the paper, each
+  cluster's documents dealt out without replacement across the m subsets), ``adaptive`` (adaptive
   drafting, when the config has it), ``question_first`` (drafter prompt layout
   ``question_first``: the m prompts of a row share the question as a prefix vLLM's prefix cache
   computes once; compare its seconds per row, accuracy and drafter prefix-cache hit rate with
@@ -162,6 +164,7 @@ ARM_OVERRIDES: dict[str, dict] = {
     TUNED_ARM: {},  # drafter.model set from --tuned-drafter (also each speculative-tuned-<label>)
     "sampling_random": {"sampling.strategy": "random"},
     "sampling_single_cluster": {"sampling.strategy": "single_cluster"},
+    "sampling_cover": {"sampling.strategy": "cluster_cover"},
     "adaptive": {"sampling.adaptive": True},
     "question_first": {"drafter.prompt_layout": "question_first"},
     "block32": {"drafter.engine_kwargs": {"block_size": 32}},
@@ -176,7 +179,7 @@ ARM_OVERRIDES: dict[str, dict] = {
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
 }
 GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-smol", TUNED_ARM),
-          "ablations": ("sampling_random", "sampling_single_cluster", "adaptive", "question_first",
+          "ablations": ("sampling_random", "sampling_single_cluster", "sampling_cover", "adaptive", "question_first",
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
                         "draft48", "draft160", "one_sentence", "answer_on_truncation", "no_dedupe_verifier",
                         "dedupe_verifier"),

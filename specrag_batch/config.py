@@ -189,9 +189,11 @@ class RetrievalConfig(_Strict):
 class SamplingConfig(_Strict):
     """Stage 2: multi-perspective sampling (paper §3.2)."""
 
-    strategy: Literal["cluster", "random", "single_cluster"] = Field(
-        "cluster", description="cluster = paper; random and single_cluster are the "
-        "ablations of paper Table 3")
+    strategy: Literal["cluster", "cluster_cover", "random", "single_cluster"] = Field(
+        "cluster", description="cluster = paper (one document per cluster, drawn uniformly for "
+        "every subset); cluster_cover = the same, each cluster's documents dealt out without "
+        "replacement across the m subsets, so every document is drafted from when m >= the "
+        "largest cluster; random and single_cluster are the ablations of paper Table 3")
     num_drafts: int = Field(5, ge=1, description="m: number of document subsets (drafts)")
     num_clusters: int = Field(2, ge=1, description="k: clusters = documents per subset")
     query_instruction: str = Field(

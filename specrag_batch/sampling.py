@@ -130,13 +130,19 @@ def sample_subsets(
     labels: np.ndarray,
     m: int,
     seed: int,
-    strategy: Literal["cluster", "random", "single_cluster"] = "cluster",
+    strategy: Literal["cluster", "cluster_cover", "random", "single_cluster"] = "cluster",
     k: int | None = None,
 ) -> list[Subset]:
     """Draw up to m distinct document subsets.
 
     ``cluster`` (paper §3.2): each subset holds one document from every cluster, so a subset
-    has k_eff = number of clusters documents. ``random`` (Table 3 ablation "random sampling"):
+    has k_eff = number of clusters documents, drawn uniformly within each cluster, independently
+    for every subset. ``cluster_cover``: the same one-document-per-cluster subsets, but each
+    cluster's documents are dealt out without replacement (a fresh random order of the cluster
+    per pass), so no document of a cluster comes back before all of that cluster's documents
+    have been used; with m >= the largest cluster's size every document is in some subset (the
+    paper's uniform draw leaves a document of a 5-document cluster out of all m = 5 subsets
+    with probability 0.8^5 = 0.33). ``random`` (Table 3 ablation "random sampling"):
     k documents uniformly at random. ``single_cluster`` (ablation "sampling from the same
     cluster"): k documents all from one cluster (or the whole cluster if smaller).
 
@@ -179,6 +185,17 @@ def sample_subsets(
             c = clusters[int(rng.integers(len(clusters)))]
             size = min(per, len(c))
             return tuple(sorted(int(i) for i in rng.choice(c, size=size, replace=False)))
+    elif strategy == "cluster_cover":
+        target = _distinct_subset_count([len(c) for c in clusters], m)
+        decks: list[list[int]] = [[] for _ in clusters]
+
+        def draw() -> Subset:
+            picks = []
+            for ci, c in enumerate(clusters):
+                if not decks[ci]:  # a new pass over the cluster, in a fresh random order
+                    decks[ci] = [int(i) for i in rng.permutation(c)]
+                picks.append(decks[ci].pop())
+            return tuple(sorted(picks))
     else:
         raise ValueError(f"unknown sampling strategy {strategy!r}")
 

@@ -196,3 +196,30 @@ def test_conditioned_texts_with_a_tokenizer_without_offsets(encoder):
     texts, flags = conditioned_texts(LONG_QUERY, ["Lava is molten rock."], "{query}\n{document}", tok, window)
     assert flags == [TRUNCATED_QUERY] and texts[0].endswith("\nLava is molten rock.")
     assert len(encoder.tokenizer(texts[0])["input_ids"]) <= window
+
+
+def test_cluster_cover_deals_each_cluster_out_without_replacement():
+    """cluster_cover keeps the paper's one-document-per-cluster subsets but never repeats a
+    document of a cluster before the whole cluster has been used: with m >= the largest
+    cluster every document is in some subset, and the draw is seeded."""
+    labels = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])  # two clusters of 5, m = 5
+    for seed in range(30):
+        subs = sample_subsets(labels, m=5, seed=seed, strategy="cluster_cover")
+        assert len(subs) == 5 and len(set(subs)) == 5
+        assert all({labels[i] for i in s} == {0, 1} for s in subs)
+        used = [i for s in subs for i in s]
+        assert sorted(used) == list(range(10))  # every document once: full coverage
+        assert subs == sample_subsets(labels, m=5, seed=seed, strategy="cluster_cover")
+    # the paper's uniform draw leaves some document out of every subset on most seeds
+    missed = sum(len({i for s in sample_subsets(labels, m=5, seed=seed) for i in s}) < 10 for seed in range(30))
+    assert missed > 15
+
+
+def test_cluster_cover_second_pass_and_unequal_clusters():
+    labels = np.array([0, 0, 1, 1, 1, 1, 1, 1])  # sizes 2 and 6, m = 6: cluster 0 is dealt 3 times
+    subs = sample_subsets(labels, m=6, seed=4, strategy="cluster_cover")
+    assert len(subs) == 6 and len(set(subs)) == 6
+    big = [i for s in subs for i in s if labels[i] == 1]
+    small = [i for s in subs for i in s if labels[i] == 0]
+    assert sorted(big) == [2, 3, 4, 5, 6, 7] and sorted(small) == [0, 0, 0, 1, 1, 1]
+    assert len(sample_subsets(np.array([0, 0, 1]), m=5, seed=0, strategy="cluster_cover")) == 2  # distinct cap

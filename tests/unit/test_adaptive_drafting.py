@@ -6,8 +6,11 @@ the counts of rows per number of rounds reach the summary and the manifest's mer
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from specrag_batch.config import hashed_view
 from specrag_batch.evaluation import summarize
 from specrag_batch.records import Draft
 from specrag_batch.run import merge_summaries
@@ -114,3 +117,29 @@ def test_a_first_round_of_all_subsets_is_one_round():
 def test_adaptive_needs_the_consensus_rule():
     with pytest.raises(ValueError, match="sampling.adaptive stops a row on the consensus rule"):
         adaptive(**{"selection.consensus_enabled": False})
+
+
+def test_on_by_default_following_the_fast_path_and_hash_neutral_off():
+    """The product's default (measured by the decision benchmark) is adaptive drafting; left
+    out, it follows the fast path (consensus off: all m at once, no error); off, a config
+    hashes as before the field existed, so the archived benchmark cells and runs started before
+    the flip keep their hash (configs/bench.yaml and the test config pin it off)."""
+    from specrag_batch.config import ADDED_FIELDS, RunConfig, load_config
+
+    from ..conftest import ROOT
+
+    assert RunConfig().sampling.adaptive is True
+    assert load_config(ROOT / "configs" / "demo.yaml").sampling.adaptive is True
+    no_fast_path = RunConfig(selection={"consensus_enabled": False})
+    assert no_fast_path.sampling.adaptive is False
+    assert "adaptive" not in no_fast_path.sampling.model_fields_set
+    assert no_fast_path.config_hash() == RunConfig(
+        selection={"consensus_enabled": False}, sampling={"adaptive": False}).config_hash()
+    assert ("sampling", "adaptive", False) in ADDED_FIELDS
+    off, on = RunConfig(sampling={"adaptive": False}), RunConfig()
+    assert "adaptive" not in json.dumps(hashed_view(off.model_dump(mode="json")))
+    assert off.config_hash() != on.config_hash() == RunConfig(sampling={"adaptive": True}).config_hash()
+    for name in ("bench.yaml", "test-smollm2.yaml"):
+        assert load_config(ROOT / "configs" / name).sampling.adaptive is False, name
+    # a stored run's config (its _run.json dump) loads back to the same hash
+    assert RunConfig(**no_fast_path.model_dump(mode="json")).config_hash() == no_fast_path.config_hash()

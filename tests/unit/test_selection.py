@@ -161,8 +161,10 @@ def test_selection_rule_is_in_the_config_hash_only_away_from_the_paper_default()
 
     base = RunConfig()
     assert base.selection.rule == "argmax"
-    # recorded at fa4b01a, before the option (and before verifier deduplication, on by default now)
-    assert base.model_copy(update={"verifier": base.verifier.model_copy(update={"deduplicate_drafts": False})}
+    # recorded at fa4b01a, before the option (and before verifier deduplication and adaptive
+    # drafting, on by default now)
+    assert base.model_copy(update={"verifier": base.verifier.model_copy(update={"deduplicate_drafts": False}),
+                                   "sampling": base.sampling.model_copy(update={"adaptive": False})}
                            ).config_hash() == "420716c9f187c07c"
     hashes = {RunConfig.model_validate({"selection": {"rule": r}}).config_hash()
               for r in ("answer_vote", "length_normalised")}

@@ -209,7 +209,7 @@ def _run_shards(jobs: list[ShardJob], ex: ExecutionConfig) -> list[ShardResult]:
     results = []
     for job, fut, dfut in zip(jobs, futures, drafted):
         try:
-            results.append(ShardResult(**fut.result()))
+            results.append(ShardResult.from_dict(fut.result()))
         except Exception as e:  # noqa: BLE001 - an unexpected failure fails its shard only
             err, stage = e, ""
             if dfut is not None:  # verification never ran when its drafting task failed

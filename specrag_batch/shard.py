@@ -150,6 +150,20 @@ class ShardResult:
         the run manifest hold."""
         return dict(self.__dict__)
 
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "ShardResult":
+        """The result a shard task returned (:meth:`as_dict`, or a resumed shard's done-marker
+        ``result``), keeping only this version's fields. A done marker may hold keys this
+        version does not know: one written by a newer version, or one restored by the decision
+        benchmark's cell archive, which adds the machine that computed the shard
+        (``benchmarks/cell_archive.py``, ``RESTORED_KEY``); such a shard is resumed, not failed.
+        The marker itself keeps every key.
+
+        Raises:
+            TypeError: a required field (``input``, ``output``, ``status``) is missing."""
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in known})
+
 
 class ShardFileError(Exception):
     """A shard's input or draft file cannot be used (``cause``: one of :data:`FILE_ERRORS`)."""

@@ -136,3 +136,25 @@ def test_an_engine_of_unknown_dtype_records_none(flow_parts):
     current["engine"] = FakeEngine(dtype=None)
     res = orchestration.process_shard_task.fn(job)
     assert res["status"] == "ok" and res["engine_dtypes"] == {} and res["engines"]
+
+
+def test_a_marker_restored_with_its_machine_resumes_instead_of_failing(flow_parts):
+    """The decision benchmark's cell archive restores a done marker whose result also names the
+    machine that computed the shard (``cell_archive.RESTORED_KEY``, ``"machine"``). The flow
+    built ``ShardResult(**result)`` from it, and every restored shard of a partly restored cell
+    failed ("unexpected keyword argument 'machine'"; seen 2026-12-02 on Climate-FEVER). The
+    flow now takes the fields it knows; the marker keeps the machine for the analysis."""
+    current, job = flow_parts
+    current["engine"] = FakeEngine(dtype="bfloat16")
+    assert orchestration.process_shard_task.fn(job)["status"] == "ok"
+    marker = _marker(job, job.output_prefix, job.output_file)
+    machine = {"id": "aaaaaaaaaaaa", "cpu_model": "CPU A", "cpus": 2}
+    resume.mark_done(job.output_prefix, job.output_file, job.config.config_hash(), job.fingerprint,
+                     "run-0", {**marker, "machine": machine})
+    again = orchestration.process_shard_task.fn(job)
+    assert again["resumed"] and again["machine"] == machine
+    with pytest.raises(TypeError, match="machine"):
+        ShardResult(**again)  # the old conversion: the shard failed
+    r = ShardResult.from_dict(again)
+    assert (r.status, r.resumed, r.rows_out, r.engine_dtypes) == ("ok", True, 2, marker["engine_dtypes"])
+    assert _marker(job, job.output_prefix, job.output_file)["machine"] == machine

@@ -454,6 +454,27 @@ def models_prepare(names: list[str] = typer.Argument(..., help="Packaged model n
         console.print(f"{n}: {(resolve_tokenizer if tokenizer_only else resolve_model)(n)}")
 
 
+def help_settings(file) -> dict:
+    """Click context settings for ``--help`` and usage errors printed on ``file``: none on a
+    terminal (typer's rich panels, sized to it); otherwise (a log, CI, ``| grep``) click's plain
+    help at :data:`NON_TTY_WIDTH` columns, so that each paragraph and each option's help is one
+    whole line, as every other output of the commands is there (README "nothing is wrapped").
+    Typer's rich help has no unwrapped form (its panels fill the console width, 80 columns when
+    there is no terminal, and re-wrap the docstrings' own line breaks into orphan words), so it
+    is turned off for this process (``typer.core.HAS_RICH``, what ``TYPER_USE_RICH=0`` sets at
+    import)."""
+    try:
+        tty = bool(file.isatty())
+    except (AttributeError, ValueError):
+        tty = False
+    if tty:
+        return {}
+    import typer.core
+
+    typer.core.HAS_RICH = False
+    return {"terminal_width": NON_TTY_WIDTH, "max_content_width": NON_TTY_WIDTH}
+
+
 def main() -> None:
     """Console entry point ``specrag-batch``: log level from ``SPECRAG_LOG_LEVEL`` (default
     WARNING), then the typer app. SIGTERM and SIGINT stop the command promptly, keeping the
@@ -467,7 +488,7 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("SPECRAG_LOG_LEVEL", "WARNING"))
     stopping.install()
     try:
-        app()
+        app(**help_settings(sys.stdout))
     except BaseException:  # SystemExit included: click exits 1 on an interrupt ("Aborted!")
         if not stopping.requested():
             raise

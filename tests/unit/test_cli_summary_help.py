@@ -105,3 +105,39 @@ def test_run_exit_codes_follow_the_documented_rule(tmp_path, monkeypatch):
         assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(cli.app, ["run", "-i", "x", "-o", "y", "--drafts", "many"])
     assert res.exit_code == 2  # a bad flag value
+
+
+def test_help_piped_is_plain_and_never_wrapped():
+    """The new-user trial's `run --help | less`: with standard output not a terminal the help
+    was typer's rich panels re-wrapped at 80 columns (orphan words, `COLUMNS` ignored). Now it
+    is click's plain help, each paragraph and each option's help on one whole line; the
+    console script, as a user runs it, output to a pipe."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = shutil.which("specrag-batch", path=str(Path(sys.executable).parent)) or "specrag-batch"
+    res = subprocess.run([exe, "run", "--help"], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "COLUMNS": "40"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert not any(ch in res.stdout for ch in "│╭╰"), res.stdout[:400]  # no panels
+    exit_codes = [ln for ln in lines if "Exit codes:" in ln]
+    assert len(exit_codes) == 1 and "A second signal ends the process at once." in exit_codes[0]
+    tau = [ln for ln in lines if ln.lstrip().startswith("--tau-min")]
+    assert len(tau) == 1 and tau[0].rstrip().endswith("a mapping is config-file only."), tau
+    assert "<bool>" not in res.stdout and "--overwrite  " in res.stdout
+
+
+def test_help_settings_on_a_terminal_keep_typer_rich_help(monkeypatch):
+    import typer.core
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    monkeypatch.setattr(typer.core, "HAS_RICH", True)
+    assert cli.help_settings(Tty()) == {} and typer.core.HAS_RICH is True
+    assert cli.help_settings(io.StringIO()) == {"terminal_width": cli.NON_TTY_WIDTH,
+                                                "max_content_width": cli.NON_TTY_WIDTH}
+    assert typer.core.HAS_RICH is False  # monkeypatch restores it for the other tests

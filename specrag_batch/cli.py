@@ -45,16 +45,17 @@ than any line the commands print, so that rich never wraps, folds or cuts a line
 path or error can be copied whole from the log."""
 
 
-def make_console(file=None) -> Console:
-    """The commands' rich console on ``file`` (default: standard output, looked up when printing).
+def make_console(file=None, stderr: bool = False) -> Console:
+    """The commands' rich console on ``file`` (default: standard output, or standard error with
+    ``stderr``, looked up when printing).
     Markup off: paths, errors, task names and labels are data (a key may hold ``[ack]`` or
     ``[/x]``) and print as they are; styles are given as :class:`rich.text.Text`. On a terminal
     it has the terminal's width (tables wrap to fit); otherwise (``file.isatty()`` false, also
     when ``FORCE_COLOR`` makes rich write colours) :data:`NON_TTY_WIDTH`, whatever ``COLUMNS``
     says, so that nothing is wrapped or truncated."""
-    c = Console(markup=False, file=file)
+    c = Console(markup=False, file=file, stderr=stderr)
     try:
-        tty = bool((file if file is not None else sys.stdout).isatty())
+        tty = bool((file if file is not None else sys.stderr if stderr else sys.stdout).isatty())
     except (AttributeError, ValueError):  # no isatty, or a closed file
         tty = False
     if not tty:
@@ -63,7 +64,10 @@ def make_console(file=None) -> Console:
 
 
 console = make_console()
-"""The console every command prints on (:func:`make_console`)."""
+"""The console every command prints its results on (:func:`make_console`): standard output."""
+err_console = make_console(stderr=True)
+"""The console the ``error:`` line of a refused or failed command goes to: standard error, so
+that ``--json`` output and summaries piped on stay clean of it."""
 
 
 def _section(t: Table, label: str, text: str = "") -> None:
@@ -170,7 +174,7 @@ def print_summary(m: dict) -> None:
 
 
 def _fail(e: Exception, code: int) -> None:
-    console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
+    err_console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -58,6 +58,7 @@ def test_a_destination_that_is_a_directory_is_named_and_the_temporary_removed(tm
 
 def test_report_into_a_read_only_report_directory_names_the_file(tmp_path, monkeypatch):
     monkeypatch.setattr(cli.console, "width", 2000)
+    monkeypatch.setattr(cli.err_console, "width", 2000)
     out = tmp_path / "run"
     out.mkdir()
     pq.write_table(pa.Table.from_pylist([{"query_id": "q", "task": "qa", "answer": "x", "drafts": [],

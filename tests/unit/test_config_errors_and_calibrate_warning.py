@@ -23,6 +23,7 @@ from specrag_batch.schema import OUTPUT_SCHEMA
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch):
     monkeypatch.setattr(cli.console, "width", 2000)
+    monkeypatch.setattr(cli.err_console, "width", 2000)
     monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
 
 

@@ -22,6 +22,7 @@ from specrag_batch.schema import OUTPUT_SCHEMA
 def wide_console(monkeypatch):
     """No line wrapping in the captured output, so a path is found whole."""
     monkeypatch.setattr(cli.console, "width", 2000)
+    monkeypatch.setattr(cli.err_console, "width", 2000)
 
 
 def _invoke(*args: str):

@@ -119,7 +119,7 @@ def test_execution_config_ray_options():
 def test_cli_usage_errors_name_the_flag():
     r = subprocess.run([CLI, "backfill", "--input-root", "x", "--output-root", "y",
                         "--start", "2026-11-05", "--end", "2026-11-01"], capture_output=True, text=True)
-    assert r.returncode == 2 and "--end 2026-11-01 is before --start 2026-11-05" in r.stdout
+    assert r.returncode == 2 and "--end 2026-11-01 is before --start 2026-11-05" in r.stderr
     r = subprocess.run([CLI, "run", "-i", "x", "-o", "y", "--stages", "split"], capture_output=True, text=True)
     assert r.returncode == 2 and "--stages" in r.stderr
 

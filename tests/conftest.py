@@ -141,3 +141,13 @@ def _shipped_packaged_models_count_as_installed(monkeypatch):
 
     real, shipped = models.packaged_missing, frozenset(models.PACKAGED_MODELS)
     monkeypatch.setattr(models, "packaged_missing", lambda name: [] if name in shipped else real(name))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Close the vLLM engines the session cached in-process (``engines.close_engines``: each
+    engine core shut down in turn, then garbage collection) while the interpreter is whole,
+    instead of leaving them to interpreter finalization. One CI run (stop 25, 2026-12-02)
+    printed its test summary and then died of a segmentation fault at exit."""
+    from specrag_batch import engines
+
+    engines.close_engines()

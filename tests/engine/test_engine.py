@@ -59,6 +59,29 @@ def test_cpu_engine_runs_in_the_dtype_chosen_for_this_cpu(cfg, engine):
     assert f"RECORDED {cpu_dtype()}" in out.stdout.splitlines(), out.stdout[-2000:]
 
 
+def test_closed_engines_are_shut_down_forgotten_and_rebuilt_alike(cfg):
+    """engines.close_engines (what the test session's end calls, tests/conftest.py): every
+    cached engine's core is shut down and forgotten; the next get_engine builds a new one that
+    answers as the first did (greedy), and the process exits 0. In a child process, so that
+    the suite's cached engines stay."""
+    code = ("from specrag_batch.config import ModelConfig\n"
+            "from specrag_batch import engines\n"
+            "mc = ModelConfig(model='smollm2-135m-instruct', engine_kwargs={'dtype': 'float32'})\n"
+            "ids = [[1, 504, 3575, 282, 4649, 314]]\n"
+            "def text(e): return e.generate(ids, max_tokens=8, temperature=0.0, top_p=1.0, seed=0)[0].text\n"
+            "first = engines.get_engine(mc)\n"
+            "before = text(first)\n"
+            "print('CLOSED', engines.close_engines(), len(engines.loaded_engines()))\n"
+            "again = engines.get_engine(mc)\n"
+            "print('NEW', again is not first, text(again) == before, repr(before))\n"
+            "print('CLOSED', engines.close_engines(), len(engines.loaded_engines()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines.count("CLOSED 1 0") == 2, out.stdout[-2000:]
+    assert any(ln.startswith("NEW True True '") and ln != "NEW True True ''" for ln in lines), out.stdout[-2000:]
+
+
 def test_verifier_spans_are_the_answer_and_rationale_tokens(engine):
     tok = engine.tokenizer
     q = Question("qa", "What is Henry Feilden's occupation?", None, ())

@@ -80,7 +80,9 @@ def config_field(dotted: str, model: type[BaseModel] = RunConfig):
 
 def config_parameters() -> list[inspect.Parameter]:
     """One keyword parameter ``cfg__<section>__<field>`` per :data:`COMMON` field, typed as
-    the field, its description as help, default None (not given: the config file's value).
+    the field, its help the field's ``json_schema_extra["flag_help"]`` where the flag takes
+    less than the field (``--tau-min``: one number, not the per-task mapping), else its
+    description; default None (not given: the config file's value).
 
     Raises:
         TypeError: a listed field is not a scalar (a programming error)."""
@@ -90,8 +92,9 @@ def config_parameters() -> list[inspect.Parameter]:
         typ = _scalar_type(info.annotation)
         if typ is None:
             raise TypeError(f"config field {dotted!r} ({info.annotation}) cannot be a flag")
-        help_text = info.description or f"config field {dotted}"
-        if typ is float and any(typing.get_origin(a) is dict for a in typing.get_args(info.annotation)):
+        flag_help = (info.json_schema_extra or {}).get("flag_help")  # the field's own words for its flag
+        help_text = flag_help or info.description or f"config field {dotted}"
+        if not flag_help and typ is float and any(typing.get_origin(a) is dict for a in typing.get_args(info.annotation)):
             help_text = help_text.rstrip(". ") + ". The flag takes one number, for every task; a mapping is config-file only."
         option = typer.Option(None, *names, help=help_text, show_default=False)
         params.append(inspect.Parameter("cfg__" + dotted.replace(".", "__"),

@@ -266,7 +266,12 @@ class SelectionConfig(_Strict):
         None, description="threshold on the selected draft's confidence (``confidence``); "
         "below it the row is flagged `low_confidence`. One value for every task or a mapping "
         "task -> value (a task not in it is never flagged); None disables the flag. "
-        "`specrag-batch calibrate` chooses it from a labelled run")
+        "`specrag-batch calibrate` chooses it from a labelled run",
+        json_schema_extra={"flag_help": (
+            "threshold on the selected draft's confidence (a log-probability, <= 0; "
+            "selection.confidence), one number for every task: a row below it is flagged "
+            "low_confidence; `specrag-batch calibrate` chooses it from a labelled run. A "
+            "per-task mapping is config-file only.")})
 
     @field_validator("tau_min")
     @classmethod

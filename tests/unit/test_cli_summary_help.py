@@ -126,7 +126,7 @@ def test_help_piped_is_plain_and_never_wrapped():
     exit_codes = [ln for ln in lines if "Exit codes:" in ln]
     assert len(exit_codes) == 1 and "A second signal ends the process at once." in exit_codes[0]
     tau = [ln for ln in lines if ln.lstrip().startswith("--tau-min")]
-    assert len(tau) == 1 and tau[0].rstrip().endswith("a mapping is config-file only."), tau
+    assert len(tau) == 1 and tau[0].rstrip().endswith("A per-task mapping is config-file only."), tau
     assert "<bool>" not in res.stdout and "--overwrite  " in res.stdout
 
 

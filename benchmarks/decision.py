@@ -210,7 +210,8 @@ TUNING_ARM = "tuning"
 """Cell name of the speculative arm (the config as it is) on a dataset's tuning split (rows
 0..TUNING_ROWS-1, input ``<runs>/<dataset>/input-tuning``): run before ``fallback_standard``,
 read only to choose its τ_min (:func:`calibrate_tuning`) and the post-hoc selection variants
-(``selection.self_reflection``, ``selection.rule``), never reported. ``--arms tuning`` runs
+(``selection.self_reflection``, ``selection.rule``, the score terms ``selection.use_*``), never
+reported. ``--arms tuning`` runs
 these cells alone (the ``fallback`` group runs them too)."""
 
 NOT_COMPOSABLE = {

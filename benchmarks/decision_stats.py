@@ -51,11 +51,12 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   run) compared with its baseline: selection accuracy paired with a bootstrap interval and
   McNemar, the rows where the picks differ, and the share of oracle rows answered right;
   chosen on the tuning cells only (:func:`verdict_variant_line`), the reported speculative
-  cells shown beside. Two comparisons: the self-reflection variants
+  cells shown beside. Three comparisons: the self-reflection variants
   (``selection.self_reflection``: ``paper`` vs ``contrast``, log ρ_SR recomputed from the
-  stored log P(Yes), log P(No); also the AUROC of log ρ_SR for right vs wrong drafts) and the
+  stored log P(Yes), log P(No); also the AUROC of log ρ_SR for right vs wrong drafts), the
   selection rules (``selection.rule``: the paper's ``argmax`` vs this product's
-  ``answer_vote`` and ``length_normalised``).
+  ``answer_vote`` and ``length_normalised``) and the score terms (``selection.use_*``: every
+  term of log ρ vs one left out, the paper's Table 3 ablations).
 * selection diagnosis (:func:`selection_diagnosis_rows`, :func:`selection_diagnosis`, not in
   the generated tables; ``benchmarks/selection_diagnosis.md``): AUROC of each term of log ρ
   pooled and within-row, one-term / two-term / per-token / majority-vote re-selections vs the
@@ -539,6 +540,25 @@ def self_reflection_figures(units: Sequence[dict], *, reps: int = REPS, strata: 
             "auroc": self_reflection_auroc(units, reps=reps, strata=strata)}
 
 
+TERM_VARIANTS = {"paper": {}, **{k: v for k, v in SELECTION_ABLATIONS.items() if k.startswith("without_")}}
+"""The terms of log ρ as :func:`reselect_index` switches: ``paper`` (every term: log ρ_draft +
+log ρ_SC + log ρ_SR, §3.3) is the baseline; each other variant leaves one term out (the
+selection ablations of the paper's Table 3, the config switches ``selection.use_draft_score``,
+``use_self_consistency``, ``use_self_reflection``). Chosen like the rule: on the tuning cells
+only (:func:`verdict_variant`)."""
+
+
+def term_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int) -> list[dict]:
+    """:func:`variant_rows` of the score terms (:data:`TERM_VARIANTS`)."""
+    return variant_rows(rows, choices, labels, seed=seed, variants=TERM_VARIANTS)
+
+
+def term_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | None = None) -> dict:
+    """:func:`variant_figures` of the score terms (:data:`TERM_VARIANTS`, baseline ``paper``)
+    over :func:`term_rows` units."""
+    return variant_figures(units, tuple(TERM_VARIANTS), reps=reps, strata=strata)
+
+
 def rule_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int) -> list[dict]:
     """:func:`variant_rows` of the selection rules (:data:`RULE_VARIANTS`)."""
     return variant_rows(rows, choices, labels, seed=seed, variants=RULE_VARIANTS)
@@ -551,7 +571,8 @@ def rule_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | 
 
 
 POST_HOC = {"self_reflection": (self_reflection_rows, self_reflection_figures),
-            "selection_rule": (rule_rows, rule_figures)}
+            "selection_rule": (rule_rows, rule_figures),
+            "score_terms": (term_rows, term_figures)}
 """The post-hoc selection comparisons of :func:`summarise` (result key -> (units function,
 figures function)): chosen on the tuning cells only, the reported cells shown beside."""
 
@@ -1163,7 +1184,8 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
         seed: the run config's seed (random-selection ablation, as the product's).
         tuning: dataset -> the speculative cell on its tuning split (``{"rows", ...}``;
             its choices in ``choices``): used only for the choice of
-            ``selection.self_reflection`` and ``selection.rule``, never reported as an arm.
+            ``selection.self_reflection``, ``selection.rule`` and the score terms
+            (``selection.use_*``), never reported as an arm.
         same_base: tuned arm -> the arm of its untuned base model (:func:`baselines_of`).
 
     Returns ``{"datasets": {dataset: {"arms": {arm: cell_figures}, "comparisons":
@@ -1176,7 +1198,7 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
     arms (:data:`SELECTION_ABLATIONS`) appear beside the cells run, derived from
     ``speculative``; ``fallback`` only for the :data:`FALLBACK_ARMS` run (their whole-cell
     comparison with ``speculative`` is in ``comparisons``). Each :data:`POST_HOC` key
-    (``self_reflection``, ``selection_rule``): ``{"tuning": ..., "reported": ...}``,
+    (``self_reflection``, ``selection_rule``, ``score_terms``): ``{"tuning": ..., "reported": ...}``,
     :func:`variant_split` of the tuning cells (what the default is chosen on) and of the
     reported ``speculative`` cells (shown, not used for choosing)."""
     res: dict = {"datasets": {}, "pooled": {"arms": {}, "comparisons": {}}}
@@ -1404,6 +1426,7 @@ def tables(res: dict) -> str:
     out += fallback_table(res)
     out += self_reflection_table(res)
     out += rule_table(res)
+    out += terms_table(res)
     out += machines_table(res)
     return "\n".join(out) + "\n"
 
@@ -1813,6 +1836,23 @@ def rule_table(res: dict) -> list[str]:
                          lambda f: f"{f['n_oracle']} | " + " | ".join(_pct(f["recovered"][r]) for r in rules))
 
 
+def terms_table(res: dict) -> list[str]:
+    """:func:`variant_table` of the score terms (``res["score_terms"]``) with the oracle rows
+    and the share of them each variant answers right."""
+    terms = tuple(TERM_VARIANTS)
+    intro = ("Score terms (`selection.use_draft_score`, `use_self_consistency`, `use_self_reflection`), computed "
+             "after the runs from the stored drafts: each row's scored drafts are selected again by the product's "
+             "`selection.select` (argmax) with every term of log ρ = log ρ_draft + log ρ_SC + log ρ_SR (`paper`, "
+             "§3.3) or with one term left out (the paper's Table 3 ablations). Same drafts, same scores; consensus "
+             "fast-path rows keep their answer. **The defaults are chosen on the tuning cells only**, pooled over "
+             "datasets; the reported speculative cells are shown and **not** used for choosing. Differences vs "
+             "paper in points [paired bootstrap 95%], McNemar p; oracle rows: some draft right; recovered: share "
+             "of them each variant answers right.")
+    return variant_table(res, "score_terms", terms, intro,
+                         "oracle rows | " + " | ".join(f"recovered {t} %" for t in terms),
+                         lambda f: f"{f['n_oracle']} | " + " | ".join(_pct(f["recovered"][t]) for t in terms))
+
+
 def verdict_variant_line(res: dict, key: str, head: str) -> str:
     """The generated line on the default of one :data:`POST_HOC` comparison (``res[key]``):
     the variant the tuning cells favour, pooled over datasets (:func:`verdict_variant`), with
@@ -1842,7 +1882,7 @@ def verdict_variant_line(res: dict, key: str, head: str) -> str:
 def verdicts(res: dict) -> str:
     """The generated answer to "is Speculative RAG more accurate? faster?" per dataset and
     pooled (and for each tuned drafter where it ran), each with its interval and p-value, and
-    the self-reflection variant and selection rule the tuning cells favour
+    the self-reflection variant, selection rule and score terms the tuning cells favour
     (:func:`verdict_variant_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
@@ -1871,4 +1911,6 @@ def verdicts(res: dict) -> str:
                                     "(`selection.self_reflection`, chosen on the tuning cells only"))
     out.append(verdict_variant_line(res, "selection_rule", "- **Selection rule** (`selection.rule`, chosen on "
                                     "the tuning cells only"))
+    out.append(verdict_variant_line(res, "score_terms", "- **Score terms** (`selection.use_draft_score`, "
+                                    "`use_self_consistency`, `use_self_reflection`, chosen on the tuning cells only"))
     return "\n".join(out) + "\n"

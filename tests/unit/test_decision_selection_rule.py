@@ -170,3 +170,37 @@ def test_post_hoc_rules_equal_a_run_with_each_rule():
     # the rules disagree on some rows, so the check above has teeth
     for rule in RULES[1:]:
         assert sum(a != b for a, b in zip(picked["argmax"], picked[rule])) >= 3
+
+
+# ρ_SC misleads: the right draft A has the better ρ_draft, the wrong B the better ρ_SC. log ρ:
+# A -1 - 10 - 0.1 = -11.1, B -5 - 2 - 0.1 = -7.1 (paper: B). Without ρ_SC A -1.1 > B -5.1;
+# without ρ_draft B -2.1 > A -10.1; without ρ_SR B -7 > A -11.
+SC_MISLEADS = row("t1", ["Oslo"], [draft("Oslo", -1.0, sc=-10.0, sr=-0.1), draft("Bergen", -5.0, sc=-2.0, sr=-0.1)],
+                  correct=False)
+
+
+def test_score_terms_are_chosen_on_the_tuning_cells_only():
+    """The score-terms comparison (``selection.use_*``: the paper's log ρ vs one term left out,
+    Table 3) picks each row's draft by the product's selection on the stored scores, and its
+    verdict comes from the tuning cells, not from the reported ones."""
+    units = ds.term_rows([SC_MISLEADS, ROWS[3]], {}, LABELS, seed=0)
+    assert [u["picked"] for u in units] == [
+        {"paper": 1, "without_draft_score": 1, "without_self_consistency": 0, "without_self_reflection": 1},
+        {"paper": None, "without_draft_score": None, "without_self_consistency": None,
+         "without_self_reflection": None}]  # the fast-path row keeps its answer
+    assert [u["without_self_consistency"] for u in units] == [True, True] and units[0]["paper"] is False
+    flipped = {**SC_MISLEADS, "query_id": "t2", "gold": ["Bergen"], "correct": True}  # ρ_SC right here
+    res = ds.summarise({"d": {"speculative": cell(copies(flipped, 10, "rep"))}}, {"d": {}}, LABELS, reps=200,
+                       tuning={"d": cell(copies(SC_MISLEADS, 10, "d")), "e": cell(copies(SC_MISLEADS, 10, "e"))})
+    tuned = res["score_terms"]["tuning"]["pooled"]
+    assert tuned["n"] == 20 and tuned["baseline"] == "paper"
+    assert tuned["vs_baseline"]["without_self_consistency"]["ci95"] == [1.0, 1.0]
+    assert ds.verdict_variant(tuned) == "without_self_consistency"
+    reported = res["score_terms"]["reported"]["pooled"]  # shown, not the verdict
+    assert reported["vs_baseline"]["without_self_consistency"]["ci95"] == [-1.0, -1.0]
+    assert ds.verdict_variant(reported) == "undecided"  # two variants tie with paper there
+    line = next(x for x in ds.verdicts(res).splitlines() if "**Score terms**" in x)
+    assert "the tuning cells favour **without_self_consistency**" in line and "n = 20 rows" in line
+    table = ds.tables(res)
+    assert "| tuning (chooses the default) | pooled | 20 (20; 20) | 0.0 | 0.0 | 100.0 | 0.0 |" in table
+    assert "| reported (not used for choosing) | d | 10 (10; 10) | 100.0 | 100.0 | 0.0 | 100.0 |" in table

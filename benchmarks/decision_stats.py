@@ -1831,9 +1831,15 @@ def rule_table(res: dict) -> list[str]:
              "points [paired bootstrap 95%], McNemar p (rows right only with the rule / only with argmax); "
              "oracle rows: some draft right; recovered: share of them the rule answers right (what selection "
              "loses).")
-    return variant_table(res, "selection_rule", rules, intro,
-                         "oracle rows | " + " | ".join(f"recovered {r} %" for r in rules),
-                         lambda f: f"{f['n_oracle']} | " + " | ".join(_pct(f["recovered"][r]) for r in rules))
+    return oracle_variant_table(res, "selection_rule", rules, intro)
+
+
+def oracle_variant_table(res: dict, key: str, variants: Sequence[str], intro: str) -> list[str]:
+    """:func:`variant_table` of ``res[key]`` with the oracle rows (some draft right) and the
+    share of them each of ``variants`` answers right as its extra columns."""
+    return variant_table(res, key, variants, intro,
+                         "oracle rows | " + " | ".join(f"recovered {v} %" for v in variants),
+                         lambda f: f"{f['n_oracle']} | " + " | ".join(_pct(f["recovered"][v]) for v in variants))
 
 
 def terms_table(res: dict) -> list[str]:
@@ -1848,9 +1854,7 @@ def terms_table(res: dict) -> list[str]:
              "datasets; the reported speculative cells are shown and **not** used for choosing. Differences vs "
              "paper in points [paired bootstrap 95%], McNemar p; oracle rows: some draft right; recovered: share "
              "of them each variant answers right.")
-    return variant_table(res, "score_terms", terms, intro,
-                         "oracle rows | " + " | ".join(f"recovered {t} %" for t in terms),
-                         lambda f: f"{f['n_oracle']} | " + " | ".join(_pct(f["recovered"][t]) for t in terms))
+    return oracle_variant_table(res, "score_terms", terms, intro)
 
 
 def verdict_variant_line(res: dict, key: str, head: str) -> str:

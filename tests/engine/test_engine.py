@@ -53,10 +53,17 @@ def test_cpu_engine_runs_in_the_dtype_chosen_for_this_cpu(cfg, engine):
             "e = get_engine(ModelConfig(model='smollm2-135m-instruct'))\n"
             "print('DTYPE', e.llm.llm_engine.model_config.dtype)\n"
             "print('RECORDED', e.dtype)\n")
+    lines = _child_lines(code)
+    assert f"DTYPE {getattr(torch, cpu_dtype())}" in lines, lines[-20:]
+    assert f"RECORDED {cpu_dtype()}" in lines, lines[-20:]
+
+
+def _child_lines(code: str) -> list[str]:
+    """Standard output lines of ``code`` run by this Python in a child process (its own
+    engines); fails the test with the child's stderr unless it exits 0."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert f"DTYPE {getattr(torch, cpu_dtype())}" in out.stdout.splitlines(), out.stdout[-2000:]
-    assert f"RECORDED {cpu_dtype()}" in out.stdout.splitlines(), out.stdout[-2000:]
+    return out.stdout.splitlines()
 
 
 def test_closed_engines_are_shut_down_forgotten_and_rebuilt_alike(cfg):
@@ -75,11 +82,9 @@ def test_closed_engines_are_shut_down_forgotten_and_rebuilt_alike(cfg):
             "again = engines.get_engine(mc)\n"
             "print('NEW', again is not first, text(again) == before, repr(before))\n"
             "print('CLOSED', engines.close_engines(), len(engines.loaded_engines()))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    assert lines.count("CLOSED 1 0") == 2, out.stdout[-2000:]
-    assert any(ln.startswith("NEW True True '") and ln != "NEW True True ''" for ln in lines), out.stdout[-2000:]
+    lines = _child_lines(code)
+    assert lines.count("CLOSED 1 0") == 2, lines[-20:]
+    assert any(ln.startswith("NEW True True '") and ln != "NEW True True ''" for ln in lines), lines[-20:]
 
 
 def test_verifier_spans_are_the_answer_and_rationale_tokens(engine):

@@ -213,11 +213,11 @@ def test_cli_nightly_usage_errors():
                       (["--date", ""], "parameter '--date': expected a date YYYY-MM-DD, got ''")):
         r = subprocess.run([CLI, "nightly", "--input-root", "x", "--output-root", "y", *args],
                            capture_output=True, text=True)
-        assert r.returncode == 2 and msg in r.stdout, r.stdout + r.stderr
+        assert r.returncode == 2 and msg in r.stderr and r.stdout == "", r.stdout + r.stderr
 
 
 def test_cli_invalid_run_config_is_a_usage_error(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("sampling:\n  num_drafts: 0\n")
     r = subprocess.run([CLI, "run", "-i", "x", "-o", "y", "-c", str(cfg)], capture_output=True, text=True)
-    assert r.returncode == 2 and "greater than or equal to 1" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    assert r.returncode == 2 and "greater than or equal to 1" in r.stderr and "Traceback" not in r.stdout + r.stderr

@@ -46,6 +46,7 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   now that it is on by default; ``dedupe_verifier`` in earlier results);
 * the fallback pass (:data:`FALLBACK_ARMS`, :func:`fallback_figures`): the flagged rows'
   accuracy before/after with a paired bootstrap and McNemar, and the added cost vs speculative;
+  the whole cell is compared with ``speculative`` and with ``standard`` (:data:`ARM_BASELINES`);
 * post-hoc selection variants (:data:`POST_HOC`, :func:`variant_split`), each a re-selection
   of the stored drafts by the product's :func:`specrag_batch.selection.select` (no engine
   run) compared with its baseline: selection accuracy paired with a bootstrap interval and
@@ -1085,9 +1086,11 @@ def baselines_of(arm: str, same_base: dict[str, str | None] | None = None) -> li
             [(arm, "speculative")] if arm not in ("speculative", "standard") else [])
     return pairs + ([(arm, ARM_BASELINES[arm])] if arm in ARM_BASELINES else [])
 
-ARM_BASELINES = {"question_first_block32": "block32"}
+ARM_BASELINES = {"question_first_block32": "block32", "fallback_standard": "standard"}
 """Arms also compared with another arm than ``speculative``: the prompt layout at the same
-KV block size (``benchmarks/decision.py``), so the layout's effect is not the block size's."""
+KV block size (``benchmarks/decision.py``), so the layout's effect is not the block size's;
+the fallback pass with Standard RAG alone (a user's choice is between the two: the fallback
+costs a speculative pass plus Standard RAG on the flagged rows)."""
 
 
 def _shard_pairs(a: Sequence[dict], b: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
@@ -1726,8 +1729,8 @@ def fallback_table(res: dict) -> list[str]:
     """Markdown lines of the fallback pass (:func:`fallback_figures` per dataset, pooled flagged
     rows, τ_min from ``res["calibration"]`` when the benchmark put it there); empty when no
     fallback arm ran."""
-    rows = [(ds, arm, f, e["comparisons"].get(f"{arm} - speculative")) for ds, e in res["datasets"].items()
-            for arm, f in (e.get("fallback") or {}).items()]
+    rows = [(ds, arm, f, e["comparisons"].get(f"{arm} - speculative"), e["comparisons"].get(f"{arm} - standard"))
+            for ds, e in res["datasets"].items() for arm, f in (e.get("fallback") or {}).items()]
     if not rows:
         return []
     calib = res.get("calibration") or {}
@@ -1735,13 +1738,14 @@ def fallback_table(res: dict) -> list[str]:
            "(calibrated on the dataset's tuning split, never on reported rows) are answered again by "
            "Standard RAG. Flagged rows: accuracy of the first answer -> the answer given, paired "
            "difference [bootstrap 95%], McNemar p (rows fixed/broken); whole dataset: arm - "
-           "speculative on the same rows; added cost vs the speculative cell over the shards both "
-           "finished (the fallback stage's own seconds in brackets).", "",
+           "speculative and arm - standard (Standard RAG alone) on the same rows; added cost vs the "
+           "speculative cell over the shards both finished (the fallback stage's own seconds in "
+           "brackets); the seconds ratio vs Standard RAG is in the table of other arms.", "",
            "| dataset | arm | τ_min (tuning: n, coverage) | rows | flagged (%) | answered again / failed | "
            "flagged: before -> after % | after - before | whole dataset: arm - speculative | "
-           "added s/row (stage) | added tokens/row (per flagged row) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for ds, arm, f, cmp in rows:
+           "whole dataset: arm - standard | added s/row (stage) | added tokens/row (per flagged row) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for ds, arm, f, cmp, vs_std in rows:
         c = calib.get(ds) or {}
         tau = "; ".join(f"{t['task']}: {t['tau']:.4g} (n = {t['n']}, {_pct(t['coverage'])}%)"
                         for t in c.get("tasks", []) if t.get("tau") is not None) or "n/a"
@@ -1752,13 +1756,14 @@ def fallback_table(res: dict) -> list[str]:
         per_flag = cost.get("added_tokens_per_flagged_row")
         out.append(f"| {ds} | {arm} | {tau} | {f['n_rows']} | {f['n_flagged']} ({_pct(f['share_flagged'])}) | "
                    f"{f['answered_again']} / {f['fallback_failed']} | {_pct(f['accuracy_before'])} -> "
-                   f"{_pct(f['accuracy_after'])} (n = {f['n']}) | {_diff(f)} | {_diff(cmp)} | "
+                   f"{_pct(f['accuracy_after'])} (n = {f['n']}) | {_diff(f)} | {_diff(cmp)} | {_diff(vs_std)} | "
                    f"{add_s} ({cost['fallback_stage_s_per_row']:.2f}) | "
                    f"{add_t} ({'n/a' if per_flag is None else f'{per_flag:+.0f}'}) |")
     for arm, f in (res["pooled"].get("fallback") or {}).items():
         out.append(f"| pooled | {arm} | | {f['n_rows']} | {f['n_flagged']} ({_pct(f['share_flagged'])}) | | "
                    f"{_pct(f['accuracy_before'])} -> {_pct(f['accuracy_after'])} (n = {f['n']}) | {_diff(f)} | "
-                   f"{_diff(res['pooled']['comparisons'].get(f'{arm} - speculative'))} | | |")
+                   f"{_diff(res['pooled']['comparisons'].get(f'{arm} - speculative'))} | "
+                   f"{_diff(res['pooled']['comparisons'].get(f'{arm} - standard'))} | | |")
     return out
 
 

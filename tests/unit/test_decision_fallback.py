@@ -146,12 +146,15 @@ def speculative_fields(i, r):
 def test_fallback_statistics_on_a_run_tree_with_known_flagged_rows(base, tmp_path):
     write_inputs(tmp_path / "popqa" / "input", input_rows(10), 5)
     cells = by_name(plan(base, tmp_path, {"popqa": {"qa": -5.0}})[0])
-    spec, fb = cells["popqa/speculative"], cells["popqa/fallback_standard"]
+    spec, fb, std = cells["popqa/speculative"], cells["popqa/fallback_standard"], cells["popqa/standard"]
     write_cell(spec.input_dir, spec.output_dir, spec.config, [{"m": (1000, 100, 5)}] * 2, drafts=2,
                seconds=10.0, fields=speculative_fields)
+    # Standard RAG alone: wrong on rows 0, 1 and 6 (the fallback's answers are right there)
+    write_cell(std.input_dir, std.output_dir, std.config, [{"m": (1200, 30, 5)}] * 2, seconds=12.0,
+               fields=lambda i, r: {"correct": i not in (0, 1, 6)})
     write_cell(fb.input_dir, fb.output_dir, fb.config, [{"m": (1600, 120, 7)}] * 2, drafts=2, seconds=14.0,
                stage_seconds={"drafting": 5.0, "verification": 5.0, "fallback": 4.0}, fields=fallback_fields)
-    loaded = {"popqa": {c.arm: decision.load_cell(c) for c in (spec, fb)}}
+    loaded = {"popqa": {c.arm: decision.load_cell(c) for c in (spec, fb, std)}}
     calib = {"popqa": {"tasks": [{"task": "qa", "tau": -5.0, "n": 20, "coverage": 0.5}]}}
     res = ds.summarise(loaded, {"popqa": {}}, LABELS, reps=300)
     f = res["datasets"]["popqa"]["fallback"]["fallback_standard"]
@@ -173,12 +176,19 @@ def test_fallback_statistics_on_a_run_tree_with_known_flagged_rows(base, tmp_pat
     whole = res["datasets"]["popqa"]["comparisons"]["fallback_standard - speculative"]
     assert whole["diff"] == pytest.approx(0.2) and whole["mcnemar"]["b"] == 3 and whole["mcnemar"]["c"] == 1
     assert whole["seconds"]["ratio"] == pytest.approx(1.4) and whole["tokens"]["ratio"] == pytest.approx(1720 / 1100)
+    # and with Standard RAG alone, what a user would run instead: 8/10 vs 7/10; right only with
+    # the fallback on rows 0, 1, 6, only with Standard RAG on rows 2, 4
+    vs_std = res["datasets"]["popqa"]["comparisons"]["fallback_standard - standard"]
+    assert vs_std["diff"] == pytest.approx(0.1) and (vs_std["mcnemar"]["b"], vs_std["mcnemar"]["c"]) == (3, 2)
+    assert vs_std["seconds"]["ratio"] == pytest.approx(28 / 24)
     pooled = res["pooled"]["fallback"]["fallback_standard"]
     assert (pooled["n_flagged"], pooled["mcnemar"]["b"], pooled["mcnemar"]["c"]) == (6, 3, 1)
     assert pooled["accuracy_after"] == pytest.approx(4 / 6)
     text = ds.tables({**res, "calibration": calib})
     assert "| popqa | fallback_standard | qa: -5 (n = 20, 50.0%) | 10 | 6 (60.0) | 5 / 1 | 33.3 -> 66.7 (n = 6) |" in text
     assert "+0.80 (0.80) | +124 (+207) |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| popqa | fallback_standard | qa: -5"))
+    assert row.split(" | ")[9].startswith("+10.0 [") and row.split(" | ")[9].endswith("p = 1 (3/2)")
 
 
 def test_tuning_arm_alone_plans_only_the_tuning_cells(base, tmp_path):

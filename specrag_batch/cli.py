@@ -108,10 +108,11 @@ def _cost_rows(t: Table, m: dict) -> None:
         what = (f"computed {this['computed_shards']} shard(s), {this['rows']} rows; "
                 f"{this['resumed_shards']} already done")
     else:
-        what = f"computed nothing: {this['resumed_shards']} shard(s) already done"
+        what = (f"computed nothing: {this['resumed_shards']} shard(s) already done"
+                + (f", {this['failed_shards']} failed" if this.get("failed_shards") else ""))
     _section(t, "this invocation", what)
     t.add_row("  engine load (s)", f"{this['engine_load_seconds']:.1f}")
-    if this["stage_seconds"] == o["stage_seconds"] and this["engines"] == o["engines"]:
+    if this["computed_shards"] and this["stage_seconds"] == o["stage_seconds"] and this["engines"] == o["engines"]:
         t.add_row("  stages and tokens", "as the output cost above (it computed every shard)")
     else:
         if this["computed_shards"] or this["failed_shards"]:

@@ -41,6 +41,21 @@ def _cli(inp, out, tmp_path) -> subprocess.CompletedProcess:
                           env=subprocess_env(tmp_path))
 
 
+def test_a_run_whose_every_shard_failed_says_so_and_not_that_it_computed_them(tmp_path):
+    """Trial finding (2026-12-03): a run whose only shard failed its schema check printed
+    "computed nothing: 0 shard(s) already done" and, two lines on, "as the output cost above (it
+    computed every shard)"."""
+    import pyarrow.parquet as pq
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    pq.write_table(sample_rows("climate_fever", 2).drop_columns(["query"]), inp / "s0.parquet")
+    r = _cli(inp, tmp_path / "out", tmp_path)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "computed nothing: 0 shard(s) already done, 1 failed" in r.stdout, r.stdout
+    assert "it computed every shard" not in r.stdout, r.stdout
+
+
 def _markers(out) -> dict[str, dict]:
     mdir = storage.join(str(out), resume.SHARDS_DIR)
     return {f.rsplit("/", 1)[-1]: json.loads(storage.read_bytes(f))

@@ -396,6 +396,9 @@ def calibrate(
     from .redaction import redact_text
     from .report import load_rows
 
+    for flag, value in (("--target-accuracy", target_accuracy), ("--target-coverage", target_coverage)):
+        if value is not None and not 0 < value <= 1:  # before reading the run: name the flag
+            _fail(ValueError(f"{flag} must be in (0, 1], got {value}"), 2)
     target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
               else f"coverage >= {target_coverage}")
     with _offline_errors():

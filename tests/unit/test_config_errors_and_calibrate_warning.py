@@ -109,6 +109,17 @@ def test_calibrate_warns_when_tau_rests_on_few_rows(tmp_path, monkeypatch, right
     assert "config snippet -> tau_min.yaml" in r.output
 
 
+@pytest.mark.parametrize("flag, value", [("--target-accuracy", "1.5"), ("--target-coverage", "0")])
+def test_calibrate_names_the_flag_whose_target_is_out_of_range(tmp_path, flag, value):
+    """Trial finding (2026-12-03): `--target-accuracy 1.5` said "target must be in (0, 1]",
+    naming no flag. Now the flag is named, on standard error, exit 2, and no snippet is written."""
+    prefix = _labelled_run(tmp_path / "run", 20, 5)
+    r = CliRunner().invoke(app, ["calibrate", prefix, flag, value, "--out", str(tmp_path / "t.yaml")])
+    assert r.exit_code == 2, r.output
+    assert f"error: {flag} must be in (0, 1], got {float(value)}" in r.stderr, r.stderr
+    assert not (tmp_path / "t.yaml").exists()
+
+
 @pytest.mark.parametrize("command", [["nightly", "--date", "2026-11-30"], ["backfill", "--start", "2026-11-29", "--end", "2026-11-30"]])
 def test_scheduled_commands_check_config_and_models_before_their_flow(tmp_path, monkeypatch, command):
     """nightly and backfill read the config inside their flow: a bad key or model there was a

@@ -78,6 +78,17 @@ def risk_coverage(conf, correct, always=None) -> Curve:
     return Curve(cs[last], kept / n, right / kept, n)
 
 
+def check_target(value: float, name: str) -> float:
+    """``value`` when it is a valid calibration target (an accuracy or a coverage, a share in
+    (0, 1]); ``name`` is what the error calls it (an argument or a CLI flag).
+
+    Raises:
+        ValueError: ``value`` outside (0, 1], naming ``name``."""
+    if not 0 < value <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {value}")
+    return value
+
+
 def choose_tau(curve: Curve, target_accuracy: float | None = None,
                target_coverage: float | None = None) -> int | None:
     """Index into ``curve`` of the chosen τ, or None when no τ meets the target.
@@ -89,9 +100,8 @@ def choose_tau(curve: Curve, target_accuracy: float | None = None,
         ValueError: neither or both targets given, or a target outside (0, 1]."""
     if (target_accuracy is None) == (target_coverage is None):
         raise ValueError("give exactly one of target_accuracy and target_coverage")
-    t = target_accuracy if target_accuracy is not None else target_coverage
-    if not 0 < t <= 1:
-        raise ValueError(f"target must be in (0, 1], got {t}")
+    t = check_target(target_accuracy, "target_accuracy") if target_accuracy is not None else \
+        check_target(target_coverage, "target_coverage")
     ok = curve.accuracy >= t - 1e-12 if target_accuracy is not None else curve.coverage >= t - 1e-12
     idx = np.flatnonzero(ok)
     if len(idx) == 0:

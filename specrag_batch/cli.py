@@ -109,7 +109,7 @@ def _cost_rows(t: Table, m: dict) -> None:
                 f"{this['resumed_shards']} already done")
     else:
         what = (f"computed nothing: {this['resumed_shards']} shard(s) already done"
-                + (f", {this['failed_shards']} failed" if this.get("failed_shards") else ""))
+                + (f", {this['failed_shards']} failed" if this["failed_shards"] else ""))
     _section(t, "this invocation", what)
     t.add_row("  engine load (s)", f"{this['engine_load_seconds']:.1f}")
     if this["computed_shards"] and this["stage_seconds"] == o["stage_seconds"] and this["engines"] == o["engines"]:
@@ -392,13 +392,16 @@ def calibrate(
     A task whose τ_min rests on fewer than 10 kept rows (calibration.MIN_KEPT_ROWS) gets a
     warning, printed and written into the snippet as a comment."""
     from .calibration import calibrate as calibrate_rows
-    from .calibration import config_snippet
+    from .calibration import check_target, config_snippet
     from .redaction import redact_text
     from .report import load_rows
 
-    for flag, value in (("--target-accuracy", target_accuracy), ("--target-coverage", target_coverage)):
-        if value is not None and not 0 < value <= 1:  # before reading the run: name the flag
-            _fail(ValueError(f"{flag} must be in (0, 1], got {value}"), 2)
+    try:  # before reading the run, naming the flag
+        for flag, value in (("--target-accuracy", target_accuracy), ("--target-coverage", target_coverage)):
+            if value is not None:
+                check_target(value, flag)
+    except ValueError as e:
+        _fail(e, 2)
     target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
               else f"coverage >= {target_coverage}")
     with _offline_errors():

@@ -28,6 +28,13 @@ input shard's current ``resume.input_fingerprint``), so ``resume.completed_shard
 and ``run_batch`` skips them. A restored shard's output has every column of
 ``schema.OUTPUT_SCHEMA``; the columns not archived are null.
 
+**One machine's run.** A shard computed again on another machine (``decision.py --machine``:
+a run whose every cell is computed on one machine) gets a second entry beside the first, its
+stem suffixed with that machine's id (:func:`machine_stem`); the first entry stays as it was.
+:func:`restore_cell` with ``machine`` restores only entries that ran on that machine (the
+first entry when it did, else its suffixed one), so the one-machine run can be restored and
+analysed on any later machine.
+
 Seconds measured on two machines cannot be divided by each other: each shard carries its
 machine (:func:`shard_machine`) and ``decision_stats`` prints no time ratio between cells that
 ran on different machines. The result's ``engine_dtypes`` (kept with it) lets
@@ -197,6 +204,20 @@ def entry_stem(archive: Path, cell, config_hash: str, shard_out: str, input_hash
     return archive / cell.dataset / cell.arm / config_hash / f"{name}.{input_hash[:16]}"
 
 
+def machine_stem(stem: Path, machine_id: str) -> Path:
+    """The stem of the entry another machine's computation of the shard at ``stem`` gets
+    (``<stem>.<machine id>``; the first machine's entry keeps ``stem``)."""
+    return stem.with_name(f"{stem.name}.{machine_id}")
+
+
+def _entry_machine(stem: Path) -> str | None:
+    """The machine id recorded in the entry at ``stem`` (None when unreadable or unknown)."""
+    try:
+        return (json.loads(stem.with_name(stem.name + ".json").read_text()).get("machine") or {}).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _shards(cell) -> tuple[str, str, list[tuple[str, str]]]:
     """(input URI, output URI, [(input shard URI, output shard URI)] sorted), by the product's
     rules (``run.plan_shards``, ``run.shard_output_uri``)."""
@@ -292,11 +313,13 @@ def _archive_shard(cell, archive: Path, h: str, out: str, s: str, o: str) -> str
         return None
     in_hash = input_sha256(s)
     stem = entry_stem(archive, cell, h, o, in_hash)
-    pq_path, js_path = stem.with_name(stem.name + ".parquet"), stem.with_name(stem.name + ".json")
-    if js_path.exists() and pq_path.exists():
-        return "present"
-    data = parquet_bytes(archive_table(storage.read_parquet(o)))
     machine = shard_machine(marker)
+    if _complete(stem) and machine.get("id") is not None and _entry_machine(stem) not in (None, machine["id"]):
+        stem = machine_stem(stem, machine["id"])  # computed again on another machine: its own entry
+    if _complete(stem):
+        return "present"
+    pq_path, js_path = stem.with_name(stem.name + ".parquet"), stem.with_name(stem.name + ".json")
+    data = parquet_bytes(archive_table(storage.read_parquet(o)))
     result = {k: v for k, v in marker["result"].items() if k != RESTORED_KEY}
     entry = {"format": FORMAT, "dataset": cell.dataset, "arm": cell.arm, "shard": o.rsplit("/", 1)[-1],
              "config_hash": h, "input_sha256": in_hash, "output_sha256": hashlib.sha256(data).hexdigest(),
@@ -305,6 +328,11 @@ def _archive_shard(cell, archive: Path, h: str, out: str, s: str, o: str) -> str
     _write_atomic(pq_path, data)  # the Parquet first: a .json always names a complete file
     _write_atomic(js_path, (json.dumps(entry, indent=1, sort_keys=True, default=str) + "\n").encode())
     return "added"
+
+
+def _complete(stem: Path) -> bool:
+    """Whether both files of the entry at ``stem`` exist."""
+    return stem.with_name(stem.name + ".json").exists() and stem.with_name(stem.name + ".parquet").exists()
 
 
 def _entry(stem: Path, config_hash: str, in_hash: str) -> tuple[dict | None, str | None]:
@@ -346,7 +374,7 @@ def _why_absent(archive: Path, cell, config_hash: str, shard_out: str) -> str | 
     return None
 
 
-def restore_cell(cell, archive: Path) -> dict:
+def restore_cell(cell, archive: Path, machine: str | None = None) -> dict:
     """Write back every shard of ``cell`` that has no valid done marker in its runs directory
     but an archive entry for the cell's config hash and the input shard's current content
     (:func:`table_sha256`), through the product's API: the output with
@@ -380,7 +408,7 @@ def restore_cell(cell, archive: Path) -> dict:
         return got
     for s, o in todo:
         try:
-            why = _restore_shard(cell, archive, h, out, s, o)
+            why = _restore_shard(cell, archive, h, out, s, o, machine)
         except Exception as e:  # noqa: BLE001 - one shard must not stop the others (listed, recomputed)
             why = f"{type(e).__name__}: {e}"
         if why == "":
@@ -390,10 +418,11 @@ def restore_cell(cell, archive: Path) -> dict:
     return got
 
 
-def _restore_shard(cell, archive: Path, h: str, out: str, s: str, o: str) -> str | None:
+def _restore_shard(cell, archive: Path, h: str, out: str, s: str, o: str, machine: str | None = None) -> str | None:
     """Restore one shard (input URI ``s``, output URI ``o`` in ``out``) of ``cell`` under
-    config hash ``h`` (:func:`restore_cell`): ``""`` when restored, why not when the archive
-    holds it but not usably, None when it never held it.
+    config hash ``h`` (:func:`restore_cell`), only an entry computed on ``machine`` when given:
+    ``""`` when restored, why not when the archive holds it but not usably (or only from
+    other machines), None when it never held it.
 
     Raises:
         OSError, pyarrow.ArrowException, ValueError, TypeError: the input shard or the
@@ -404,7 +433,12 @@ def _restore_shard(cell, archive: Path, h: str, out: str, s: str, o: str) -> str
     from specrag_batch.schema import OUTPUT_SCHEMA
 
     in_hash = input_sha256(s)
-    entry, why = _entry(entry_stem(archive, cell, h, o, in_hash), h, in_hash)
+    stem = entry_stem(archive, cell, h, o, in_hash)
+    if machine is not None and _complete(stem) and _entry_machine(stem) != machine:
+        stem = machine_stem(stem, machine)
+        if not _complete(stem):
+            return f"archived only from other machines than {machine} (--machine)"
+    entry, why = _entry(stem, h, in_hash)
     if entry is None:
         return why or _why_absent(archive, cell, h, o)
     rows = pq.read_table(io.BytesIO(entry["_data"])).to_pylist()

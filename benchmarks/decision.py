@@ -87,6 +87,15 @@ which). Commit ``benchmarks/decision/cells/`` before a session ends. Seconds are
 over shard pairs that ran on one machine (when none did, ``n/a (different machines)``;
 tables.md lists each cell's machines). ``--no-archive`` turns all of this off.
 
+One machine's run (``--machine <id>``, ``this`` = the machine running now): only archived
+shards computed on that machine are restored; every other shard is computed here, on a fresh
+``--runs`` directory (one holding another machine's finished shards is refused), and gets an
+archive entry of its own beside the other machine's (:func:`cell_archive.machine_stem`), so
+``--analyse-only --machine <id>`` on any later machine restores and summarises that run alone:
+
+    python benchmarks/decision.py --arms main --machine this --runs benchmarks/runs-one-machine \
+        --out benchmarks/decision/one-machine-<id>
+
 Cells run in this order: standard and speculative for every dataset, then the tuned group
 (``speculative-smol`` and the tuned drafters), then the ablations, then the composed arms, then
 per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first
@@ -741,7 +750,8 @@ def run_cell_isolated(cell: Cell, archive: Path | None = None) -> dict:
     return in_child_process(run_cell, cell, archive, name=cell.name.replace("/", "-"))
 
 
-def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = None) -> None:
+def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = None,
+                 machine: str | None = None) -> None:
     """Before cells run or are analysed: for each cell (once per cell and config hash, noted
     in ``synced``), copy its finished shards into ``archive``
     (:func:`cell_archive.archive_cell`), then restore the archived shards its runs directory
@@ -749,7 +759,9 @@ def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = N
     anything or has archived shards it could not use (another config, other input rows, an
     entry that fails to restore: recomputed) and one per cell with finished shards that could
     not be archived. A shard that fails either way never stops the benchmark or
-    ``--analyse-only``. Nothing with ``archive`` None (``--no-archive``).
+    ``--analyse-only``. Nothing with ``archive`` None (``--no-archive``). ``machine``
+    (``--machine``): restore only shards computed on that machine
+    (:func:`cell_archive.restore_cell`).
 
     Raises:
         OSError: the cell's archive directory cannot be listed."""
@@ -762,13 +774,21 @@ def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = N
             continue
         synced.add(key)
         got = cell_archive.archive_cell(c, archive)
-        line = cell_archive.restore_line(c, cell_archive.restore_cell(c, archive), archive)
+        line = cell_archive.restore_line(c, cell_archive.restore_cell(c, archive, machine), archive)
         if got["added"]:
             print(f"[decision] {c.name}: {got['added']} finished shard(s) added to the archive {archive}", flush=True)
         if got["failed"]:
             print(f"[decision] {c.name}: {cell_archive.failed_line(got['failed'])}", flush=True)
         if line:
             print(line, flush=True)
+
+
+def foreign_shards(cells: list[Cell], machine: str) -> list[str]:
+    """``<dataset>/<arm>/<shard>`` of every finished shard of ``cells`` that did not run on
+    ``machine`` (:func:`cell_archive.shard_machine`; unknown machines included): what a
+    ``--machine`` run's runs directory must not hold."""
+    return [f"{c.name}/{out.rsplit('/', 1)[-1]}" for c in cells for _, out, done in cell_shards(c)
+            if done is not None and cell_archive.shard_machine(done).get("id") != machine]
 
 
 def roles(cfg: RunConfig) -> dict[str, str]:
@@ -969,8 +989,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-archive", action="store_true",
                     help="neither copy finished shards into the archive nor restore archived shards into --runs "
                     "(time ratios then count only shards finished on this machine since it booted)")
+    ap.add_argument("--machine", default=None,
+                    help="one machine's run: restore only archived shards computed on this machine id ('this' = "
+                    "the machine running now) and compute the others here (they get archive entries of their "
+                    "own); --runs must hold no shard of another machine. Computing needs the id of this machine; "
+                    "--analyse-only takes any id (it restores and summarises that machine's run)")
     a = ap.parse_args(argv)
     archive = None if a.no_archive else a.archive
+    here = cell_archive.this_machine()["id"]
+    machine = here if a.machine == "this" else a.machine
+    if machine is not None and archive is None:
+        ap.error("--machine restores from the archive: it cannot go with --no-archive")
+    if machine is not None and not a.analyse_only and machine != here:
+        ap.error(f"--machine {machine}: this machine is {here}; only its own shards can be computed here "
+                 "(use --analyse-only to summarise another machine's run)")
 
     os.environ.setdefault("SPECRAG_PROGRESS", "0")
     os.environ.setdefault("PREFECT_HOME", str(a.runs / "_prefect"))  # its own Prefect database
@@ -1005,14 +1037,18 @@ def main(argv: list[str] | None = None) -> int:
         kw = dict(tuned_drafter=tuned, ablation_datasets=ablation_datasets,
                   ablation_input=ablation_input)
         first, _ = plan_cells(datasets, arms, base, a.runs, **kw)
-        sync_archive(first, archive, synced)
+        sync_archive(first, archive, synced, machine)
         calib = calibrate_all(first)
         cells, notes = plan_cells(datasets, arms, base, a.runs, tau_min={d: c["tau_min"] for d, c in calib.items()},
                                   **kw)
-        sync_archive(cells, archive, synced)
+        sync_archive(cells, archive, synced, machine)
         return cells, notes, calib
 
     cells, notes, calib = plan()
+    if machine is not None and (foreign := foreign_shards(cells, machine)):
+        print(f"[decision] --machine {machine}: {a.runs} holds {len(foreign)} finished shard(s) of other machines "
+              f"(e.g. {foreign[0]}); give a fresh --runs directory for one machine's run", file=sys.stderr)
+        return 2
     print(f"[decision] {len(cells)} cells in this order: {', '.join(c.name for c in cells)}", flush=True)
     t0 = time.perf_counter()
     statuses = []
@@ -1043,7 +1079,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"config_path": str(a.config), "config": base.model_dump(mode="json"),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                         "id": cell_archive.this_machine()["id"]}, "versions": _versions(),
-            "archive": None if archive is None else str(archive),
+            "archive": None if archive is None else str(archive), "one_machine": machine,
             "rows_per_dataset": {ds: len(r) for ds, r in data.items()},
             "rows": {ds: {"first_row": REPORT_START[ds], "tuning_rows": TUNING_ROWS,
                           "query_ids": [r["query_id"] for r in rows]} for ds, rows in data.items()},

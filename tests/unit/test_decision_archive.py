@@ -514,3 +514,91 @@ def test_analyse_only_on_a_new_machine_restores_then_analyses(base, tmp_path, mo
     assert "restored" not in capsys.readouterr().out
     res = json.loads((tmp_path / "out2" / "results.json").read_text())
     assert res["cells_loaded"] == {} and res["archive"] is None
+
+
+# --- one machine's run (--machine) -----------------------------------------------------
+
+def restored_machines(cells) -> dict[str, set]:
+    """Arm -> the machine ids its finished shards are attributed to."""
+    return {c.arm: {cell_archive.shard_machine(d).get("id") for _, _, d in decision.cell_shards(c) if d}
+            for c in cells}
+
+
+def test_a_shard_computed_again_on_another_machine_gets_its_own_entry_and_is_restored_by_machine(
+        base, tmp_path, monkeypatch):
+    """Machine A's cells are archived; machine B computes the same cells (same config, same
+    input rows) again: B's shards get entries of their own beside A's (A's files untouched),
+    and restore_cell gives back A's by default or with machine A, B's with machine B, and
+    nothing (listed, recomputed) for a machine that computed none."""
+    archive = tmp_path / "archive"
+    on_machine(monkeypatch, MACHINE_A)
+    for c in rich_runs(tmp_path / "a", base):
+        assert cell_archive.archive_cell(c, archive)["added"]
+    first = {p: p.read_bytes() for p in archive.rglob("*") if p.is_file()}
+    on_machine(monkeypatch, MACHINE_B)
+    for c in rich_runs(tmp_path / "b", base):
+        got = cell_archive.archive_cell(c, archive)
+        assert got["added"] == len(list(c.input_dir.glob("*.parquet"))) and got["present"] == 0
+        assert cell_archive.archive_cell(c, archive) == {"added": 0, "present": got["added"], "failed": []}
+    assert {p: p.read_bytes() for p in first} == first  # A's entries as they were
+    b_entries = sorted(archive.glob(f"popqa/*/*/part-*.{MACHINE_B['id']}.json"))
+    assert len(b_entries) == 4 + 4 + 3 + 4 and all(json.loads(p.read_text())["machine"]["id"] == MACHINE_B["id"]
+                                        for p in b_entries)
+
+    on_machine(monkeypatch, {**MACHINE_A, "id": "cccccccccccc"})  # a later session's machine
+    for runs, machine, want in (("n0", None, "aaaaaaaaaaaa"), ("na", MACHINE_A["id"], "aaaaaaaaaaaa"),
+                                ("nb", MACHINE_B["id"], "bbbbbbbbbbbb")):
+        cells = fresh(tmp_path / "a", tmp_path / runs, base)
+        for c in cells:
+            got = cell_archive.restore_cell(c, archive, machine)
+            assert got["restored"] == len(list(c.input_dir.glob("*.parquet"))) and got["not_restored"] == []
+        assert restored_machines(cells) == {c.arm: {want} for c in cells}
+    c = fresh(tmp_path / "a", tmp_path / "nc", base)[0]
+    got = cell_archive.restore_cell(c, archive, "cccccccccccc")
+    assert got["restored"] == 0 and got["not_restored"] == [
+        (f"part-000{i}.parquet", "archived only from other machines than cccccccccccc (--machine)") for i in range(4)]
+
+
+def test_machine_flag_computes_only_on_its_own_machine_and_refuses_a_mixed_runs_directory(
+        base, tmp_path, monkeypatch, capsys):
+    """``decision.py --machine``: computing for another machine's id, or with --no-archive, is
+    refused before anything runs; a runs directory holding another machine's finished shards
+    is refused (exit 2, naming a shard); --analyse-only --machine B on a new machine restores
+    and summarises B's run alone, and results.json records it."""
+    archive = tmp_path / "archive"
+    on_machine(monkeypatch, MACHINE_A)
+    for c in rich_runs(tmp_path / "a", base):
+        cell_archive.archive_cell(c, archive)
+    on_machine(monkeypatch, MACHINE_B)
+    for c in rich_runs(tmp_path / "b", base):
+        cell_archive.archive_cell(c, archive)
+    monkeypatch.setattr(decision, "reported_rows", lambda name, shared, rows: input_rows(20, prefix="r"))
+    monkeypatch.setattr(decision, "tuning_rows", lambda name, shared: input_rows(12, prefix="t"))
+    for k in ("PREFECT_HOME", "SPECRAG_PROGRESS", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"):
+        monkeypatch.setenv(k, "0" if k == "SPECRAG_PROGRESS" else str(tmp_path / k))
+    args = ["--config", str(ROOT / "configs" / "test-smollm2.yaml"), "--datasets", "popqa", "--arms", "main,fallback",
+            "--rows", "20", "--shard-rows", "5", "--reps", "50", "--archive", str(archive)]
+    on_machine(monkeypatch, {**MACHINE_A, "id": "cccccccccccc"})
+    for extra, why in ((["--machine", MACHINE_B["id"]], "this machine is cccccccccccc"),
+                       (["--machine", "this", "--no-archive"], "cannot go with --no-archive")):
+        with pytest.raises(SystemExit) as e:
+            decision.main([*args, *extra, "--runs", str(tmp_path / "x"), "--out", str(tmp_path / "ox")])
+        assert e.value.code == 2 and why in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+    # a runs directory with machine A's shards (restored without --machine) is refused for B's run
+    assert decision.main([*args, "--analyse-only", "--runs", str(tmp_path / "mixed"), "--out", str(tmp_path / "o1")]) == 0
+    capsys.readouterr()
+    assert decision.main([*args, "--analyse-only", "--machine", MACHINE_B["id"], "--runs", str(tmp_path / "mixed"),
+                          "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert "holds 15 finished shard(s) of other machines (e.g. popqa/standard/part-0000.parquet)" in err
+    assert not (tmp_path / "o2").exists()
+
+    assert decision.main([*args, "--analyse-only", "--machine", MACHINE_B["id"], "--runs", str(tmp_path / "one"),
+                          "--out", str(tmp_path / "o3")]) == 0
+    res = json.loads((tmp_path / "o3" / "results.json").read_text())
+    assert res["one_machine"] == MACHINE_B["id"]
+    assert {arm: v["machines"] for arm, v in res["cells_loaded"]["popqa"].items()} == {
+        "standard": ["bbbbbbbbbbbb"], "speculative": ["bbbbbbbbbbbb"], "fallback_standard": ["bbbbbbbbbbbb"]}
+    assert res["datasets"]["popqa"]["comparisons"]["speculative - standard"]["seconds"]["n"] == 4

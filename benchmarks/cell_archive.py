@@ -465,5 +465,8 @@ def restore_line(cell, got: dict, archive: Path) -> str | None:
         return None
     parts = [f"[decision] {name}: {got['restored']} shard(s) restored from {archive}"]
     if got["not_restored"]:
-        parts.append("not restored (recomputed): " + "; ".join(f"{n}: {w}" for n, w in got["not_restored"]))
+        by_why: dict[str, list[str]] = {}  # one reason once, with every shard it holds for
+        for n, w in got["not_restored"]:
+            by_why.setdefault(w, []).append(n)
+        parts.append("not restored (recomputed): " + "; ".join(f"{', '.join(ns)}: {w}" for w, ns in by_why.items()))
     return "; ".join(parts)

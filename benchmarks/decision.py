@@ -101,7 +101,10 @@ Cells run in this order: standard and speculative for every dataset, then the tu
 per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first
 :data:`TUNING_ROWS` rows of each file are the tuning split (prompt work may look at them; never reported); reported rows start
 at :data:`REPORT_START` and stay inside the first ``BENCHMARK_RESERVE`` (300) rows of each file,
-which drafter training never reads (``drafter_training/sources.py``).
+which drafter training never reads (``drafter_training/sources.py``). Arm ``tuning-selection``
+(named in ``--arms``, run last) is the speculative config on a second tuning split of 100 rows
+right after the reported ones (:data:`SELECTION_TUNING_START`; Climate-FEVER, HotpotQA,
+NQ-open): its rows join the tuning cells' in choosing the selection variants, never τ_min.
 
     python benchmarks/decision.py --config configs/bench.yaml \\
         --tuned-drafter /work/train/smol-tuned --rows 100            # hours; resumable
@@ -158,6 +161,15 @@ these files have rows to spare. PopQA (74 rows) and ARC-Challenge (71) report ev
 the 20-row tuning split, which includes rows 20-39 of the earlier tuning split. NQ-open was
 never used before."""
 
+SELECTION_TUNING_ROWS = 100
+"""Rows of the selection-tuning split (:data:`SELECTION_TUNING_ARM`) of each dataset that has them."""
+
+SELECTION_TUNING_START = {ds: REPORT_START[ds] + 100 for ds in ("climate_fever", "hotpotqa", "nq_open")}
+"""First row of the selection-tuning split: right after the 100 reported rows of the files that
+have rows to spare (Climate-FEVER and HotpotQA rows 140-239, NQ-open 120-219), inside the first
+``BENCHMARK_RESERVE`` rows that drafter training never reads. PopQA and ARC-Challenge report every
+row they have, so they get none. :func:`reported_rows` refuses reported rows reaching it."""
+
 SMOL_DRAFTER = "smollm2-135m-instruct"
 """The small drafter base of issue 12 (packaged SmolLM2-135M-Instruct): arm ``speculative-smol``
 runs it untuned, beside the tuned drafters trained from it."""
@@ -194,11 +206,12 @@ GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-smol", TUN
                         "dedupe_verifier"),
           "fallback": ("fallback_standard",)}
 GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
-RUN_ORDER = ("main", "tuned", "ablations", "composed", "fallback")
+RUN_ORDER = ("main", "tuned", "ablations", "composed", "fallback", "tuning-selection")
 """Groups in the order their cells run: the headline first, then the tuned drafters, the
 ablations, the composed arms (:data:`COMPOSED`, named one by one in ``--arms``, no group of
 :data:`GROUPS`), the fallback (a second full speculative pass over the reported rows plus its
-tuning cells) last."""
+tuning cells), then the selection-tuning cells (:data:`SELECTION_TUNING_ARM`, named in
+``--arms``) last."""
 
 COMPOSED = "composed"
 """Run-order slot (:data:`RUN_ORDER`) of the composed arms ``<base arm>+<ablation>``
@@ -223,6 +236,17 @@ read only to choose its τ_min (:func:`calibrate_tuning`) and the post-hoc selec
 reported. ``--arms tuning`` runs
 these cells alone (the ``fallback`` group runs them too)."""
 
+SELECTION_TUNING_ARM = "tuning-selection"
+"""Cell name of the speculative arm on a dataset's selection-tuning split
+(:data:`SELECTION_TUNING_ROWS` rows from :data:`SELECTION_TUNING_START`, input
+``<runs>/<dataset>/input-tuning-selection``): more tuning rows for choosing the post-hoc selection
+variants (the self-reflection term, the selection rule, the score terms) than the 20 rows of
+:data:`TUNING_ARM`, which could not decide them (the score terms' best variant, without ρ_SC,
+was +6.0 points [+0.0, +12.0] on 100 tuning rows). :func:`analyse` adds its rows to the tuning
+cell's for those choices only; τ_min (:func:`calibrate_tuning`) still comes from the tuning cell
+alone, so ``fallback_standard``'s config does not change. Never reported; run only when named in
+``--arms`` (no group holds it), after every other cell."""
+
 NOT_COMPOSABLE = {
     "fallback_standard": "its selection.tau_min comes from the dataset's tuning cell, not from a fixed override",
     "standard": "it is Standard RAG (no drafter), not an ablation",
@@ -230,6 +254,7 @@ NOT_COMPOSABLE = {
     "speculative-smol": "it is a base arm (a drafter), not an ablation",
     TUNED_ARM: "it is a base arm (a drafter), not an ablation",
     TUNING_ARM: "it is the tuning-split cell, not an ablation",
+    SELECTION_TUNING_ARM: "it is the selection-tuning cell, not an ablation",
     **{k: "it is re-selected from the speculative cell's drafts by decision_stats, not a run"
        for k in decision_stats.SELECTION_ABLATIONS},
 }
@@ -253,19 +278,33 @@ def tuning_rows(name: str, shared: Path) -> list[dict]:
     return list(benchmark_converters()[name](shared))[:TUNING_ROWS]
 
 
+def selection_tuning_rows(name: str, shared: Path) -> list[dict]:
+    """The selection-tuning split of a dataset (:data:`SELECTION_TUNING_START`,
+    :data:`SELECTION_TUNING_ROWS` rows; input-schema dicts, file order); empty for a dataset
+    without one."""
+    if name not in SELECTION_TUNING_START:
+        return []
+    start = SELECTION_TUNING_START[name]
+    return list(benchmark_converters()[name](shared))[start:start + SELECTION_TUNING_ROWS]
+
+
 def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
     """The reported rows of a dataset: ``rows`` rows from :data:`REPORT_START`, or every row
     after it when the file has fewer (input-schema dicts, file order).
 
     Raises:
         ValueError: the rows would reach past the first ``BENCHMARK_RESERVE`` rows of the
-            file (training data may come from there), or an unknown dataset."""
+            file (training data may come from there) or into the selection-tuning split
+            (:data:`SELECTION_TUNING_START`), or an unknown dataset."""
     if name not in REPORT_START:
         raise ValueError(f"dataset {name!r}: not a benchmark dataset (choose from {', '.join(DATASETS)})")
     start = REPORT_START[name]
     if start + rows > BENCHMARK_RESERVE:
         raise ValueError(f"--rows {rows}: {name} rows {start}..{start + rows - 1} would leave the first "
                          f"{BENCHMARK_RESERVE} rows reserved for the benchmark (training reads the rest)")
+    if name in SELECTION_TUNING_START and start + rows > SELECTION_TUNING_START[name]:
+        raise ValueError(f"--rows {rows}: {name} rows {start}..{start + rows - 1} would reach its selection-tuning "
+                         f"rows (from {SELECTION_TUNING_START[name]}), which choose defaults and are never reported")
     return list(benchmark_converters()[name](shared))[start:start + rows]
 
 
@@ -494,7 +533,7 @@ def expand_arms(spec: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> list
             if (parts := composed_arm(arm, list(tuned_arms))) is not None:  # raises for a name it refuses
                 if parts[0] not in out:  # its baseline: compared only when both are in the summary
                     out.append(parts[0])
-            elif arm not in known and arm != TUNING_ARM:
+            elif arm not in known and arm not in (TUNING_ARM, SELECTION_TUNING_ARM):
                 hint = (f"; give --tuned-drafter {arm.removeprefix(TUNED_ARM + '-')}=<model dir>"
                         if arm.startswith(TUNED_ARM + "-") else "")
                 raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(known)}, a group "
@@ -540,9 +579,12 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
             if group == "fallback" and needs_tuning(arms):
                 cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
                                   runs / ds / TUNING_ARM))
+            if group == SELECTION_TUNING_ARM and SELECTION_TUNING_ARM in arms and ds in SELECTION_TUNING_START:
+                cells.append(Cell(ds, SELECTION_TUNING_ARM, arm_config(base, "speculative"),
+                                  runs / ds / "input-tuning-selection", runs / ds / SELECTION_TUNING_ARM))
             in_group = [a for a in arms if (a in GROUPS.get(group, ()) or (group == "tuned" and is_tuned_arm(a))
                                             or (group == COMPOSED and decision_stats.composed_parts(a) is not None))
-                        and a != TUNING_ARM]
+                        and a not in (TUNING_ARM, SELECTION_TUNING_ARM)]
             for arm in in_group:
                 try:
                     cfg = arm_config(base, arm, tuned_drafter, (tau_min or {}).get(ds))
@@ -905,8 +947,9 @@ def machines_of(loaded: list[dict]) -> dict[str, dict]:
 def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dict, reps: int,
             calibration: dict[str, dict] | None = None, tuning_data: dict[str, list[dict]] | None = None) -> dict:
     """Summarise every cell that has finished shards into ``out/results.json`` and
-    ``out/tables.md``; returns the results. :data:`TUNING_ARM` cells are not reported as arms
-    (their rows are the tuning split): they go to ``decision_stats.summarise(tuning=...)``,
+    ``out/tables.md``; returns the results. :data:`TUNING_ARM` and :data:`SELECTION_TUNING_ARM`
+    cells are not reported as arms (their rows are the tuning splits): their rows, together per
+    dataset, go to ``decision_stats.summarise(tuning=...)``,
     which chooses ``selection.self_reflection`` and ``selection.rule`` on them alone; ``tuning_data`` (dataset ->
     :func:`tuning_rows`) gives their options. ``calibration`` (dataset ->
     :func:`calibrate_tuning`) is reported as the τ_min each ``fallback_standard`` cell ran with.
@@ -919,8 +962,10 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
         got = load_cell(c)
         if got is None:
             continue
-        if c.arm == TUNING_ARM:
-            tuning[c.dataset] = got
+        if c.arm in (TUNING_ARM, SELECTION_TUNING_ARM):  # both choose the selection variants
+            had = tuning.get(c.dataset)
+            tuning[c.dataset] = got if had is None else {**had, "rows": had["rows"] + got["rows"],
+                                                         "shards": had["shards"] + got["shards"]}
         else:
             loaded.setdefault(c.dataset, {})[c.arm] = got
     choices = {ds: {r["query_id"]: r["choices"] for r in rows + (tuning_data or {}).get(ds, [])}
@@ -969,7 +1014,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (all remaining when fewer)")
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, fallback, all; "
-                    "'tuning' = only the tuning-split cells; tuned = speculative-smol and the tuned drafters, "
+                    "'tuning' = only the tuning-split cells; 'tuning-selection' = the selection-tuning cells "
+                    "(rows after the reported ones, choosing the selection variants with the tuning cells); tuned = speculative-smol and the tuned drafters, "
                     "each also by name: speculative-smol, speculative-tuned, speculative-tuned-<label>; "
                     "composed arms <base arm>+<ablation>, e.g. speculative-tuned-qwen+answer_on_truncation: "
                     "the base arm's config with the ablation on top, on the --rows rows, vs the base arm)")
@@ -1017,11 +1063,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
     tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if needs_tuning(arms) else {}
+    selection_tuning = ({ds: rows for ds in datasets if (rows := selection_tuning_rows(ds, a.shared))}
+                        if SELECTION_TUNING_ARM in arms else {})
     ablation_input = {}
     for ds in datasets:
         write_shards(data[ds], a.runs / ds / "input", a.shard_rows)
         if ds in tuning:
             write_shards(tuning[ds], a.runs / ds / "input-tuning", a.shard_rows)
+        if ds in selection_tuning:
+            write_shards(selection_tuning[ds], a.runs / ds / "input-tuning-selection", a.shard_rows)
         n = min(a.ablation_rows, len(data[ds]))
         if n < len(data[ds]) and ds in ablation_datasets and any(x in GROUPS["ablations"] for x in arms):
             ablation_input[ds] = a.runs / ds / f"input-first{n}"
@@ -1081,13 +1131,16 @@ def main(argv: list[str] | None = None) -> int:
                         "id": cell_archive.this_machine()["id"]}, "versions": _versions(),
             "archive": None if archive is None else str(archive), "one_machine": machine,
             "rows_per_dataset": {ds: len(r) for ds, r in data.items()},
+            "selection_tuning_rows": {ds: {"first_row": SELECTION_TUNING_START[ds], "rows": len(r)}
+                                      for ds, r in selection_tuning.items()},
             "rows": {ds: {"first_row": REPORT_START[ds], "tuning_rows": TUNING_ROWS,
                           "query_ids": [r["query_id"] for r in rows]} for ds, rows in data.items()},
             "arms": arms, "notes": notes, "tau_target_coverage": TAU_TARGET_COVERAGE,
             "ablation_datasets": ablation_datasets,
             "ablation_rows": a.ablation_rows, "shard_rows": a.shard_rows,
             "this_invocation": {"cells": statuses, "seconds": round(time.perf_counter() - t0, 1)}}
-    analyse(cells, data, base, a.out, meta, a.reps, calib, tuning)
+    analyse(cells, data, base, a.out, meta, a.reps, calib,
+            {ds: tuning.get(ds, []) + selection_tuning.get(ds, []) for ds in {*tuning, *selection_tuning}})
     print(f"[decision] wrote {a.out / 'results.json'} and {a.out / 'tables.md'}", flush=True)
     return 1 if any(s["status"].startswith("failed") for s in statuses) else 0
 

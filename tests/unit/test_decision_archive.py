@@ -557,6 +557,9 @@ def test_a_shard_computed_again_on_another_machine_gets_its_own_entry_and_is_res
     got = cell_archive.restore_cell(c, archive, "cccccccccccc")
     assert got["restored"] == 0 and got["not_restored"] == [
         (f"part-000{i}.parquet", "archived only from other machines than cccccccccccc (--machine)") for i in range(4)]
+    assert cell_archive.restore_line(c, got, archive).endswith(  # one reason said once
+        "not restored (recomputed): part-0000.parquet, part-0001.parquet, part-0002.parquet, part-0003.parquet: "
+        "archived only from other machines than cccccccccccc (--machine)")
 
 
 def test_machine_flag_computes_only_on_its_own_machine_and_refuses_a_mixed_runs_directory(

@@ -33,11 +33,17 @@ def test_reported_rows_are_reserved_and_disjoint_from_tuning_and_training():
         assert not set(rep) & train, f"{name}: reported rows in the training split"
         assert not set(rep) & tune, f"{name}: reported rows in the tuning split"
         assert len(tune) == decision.TUNING_ROWS
+        sel = [r["query_id"] for r in decision.selection_tuning_rows(name, SHARED)]
+        assert len(sel) == (decision.SELECTION_TUNING_ROWS if name in decision.SELECTION_TUNING_START else 0)
+        assert set(sel) <= set(reserve[name]) and not set(sel) & train, f"{name}: selection tuning outside the reserve"
+        assert not set(sel) & (set(rep) | tune), f"{name}: selection-tuning rows reported or in the tuning split"
     # >= 100 where the data has them, every row after the tuning split where it has fewer
     assert sizes == {"climate_fever": 100, "hotpotqa": 100, "nq_open": 100, "popqa": 74 - 20,
                      "arc_challenge": 71 - 20}
     with pytest.raises(ValueError, match="reserved"):
         decision.reported_rows("climate_fever", SHARED, 261)
+    with pytest.raises(ValueError, match="would reach its selection-tuning rows"):
+        decision.reported_rows("nq_open", SHARED, 101)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
@@ -89,3 +95,59 @@ def test_arms_groups_and_configs():
     assert names[-2:] == ["popqa/tuning", "nq_open/tuning"]
     assert any("--tuned-drafter" in n for n in notes) and any("fallback_standard" in n for n in notes)
     assert cells[-3].input_dir == tmp / "popqa" / "input-first50"
+
+
+def test_selection_tuning_cells_run_last_only_when_named_and_only_where_there_are_rows():
+    from specrag_batch.config import load_config
+
+    base = load_config(ROOT / "configs" / "test-smollm2.yaml")
+    kw = dict(tuned_drafter=None, ablation_datasets=[], ablation_input={})
+    tmp = ROOT / "x"
+    cells, _ = decision.plan_cells(["popqa", "nq_open"], decision.expand_arms("all"), base, tmp, **kw)
+    assert not any(c.arm == decision.SELECTION_TUNING_ARM for c in cells)  # in no group
+    arms = decision.expand_arms(f"main,fallback,{decision.SELECTION_TUNING_ARM}")
+    cells, _ = decision.plan_cells(["popqa", "nq_open"], arms, base, tmp, **kw)
+    last = cells[-1]
+    assert [c.name for c in cells if c.arm == decision.SELECTION_TUNING_ARM] == ["nq_open/tuning-selection"]
+    assert last.name == "nq_open/tuning-selection" and last.input_dir == tmp / "nq_open" / "input-tuning-selection"
+    assert last.config.config_hash() == decision.arm_config(base, "speculative").config_hash()
+    with pytest.raises(ValueError, match="not an ablation"):
+        decision.expand_arms(f"speculative+{decision.SELECTION_TUNING_ARM}")
+
+
+def test_selection_tuning_rows_join_the_tuning_rows_for_the_variant_choice_only(tmp_path):
+    """analyse(): a tuning cell and a selection-tuning cell of one dataset count as one tuning
+    split of 12 + 8 rows for the post-hoc variants; τ_min (calibrate_all) reads the tuning cell
+    alone; neither is reported as an arm."""
+    import json
+
+    from specrag_batch.config import load_config
+
+    from .product_runs import input_rows, write_cell, write_inputs
+    from .test_decision_archive import rich_fields
+
+    base = load_config(ROOT / "configs" / "test-smollm2.yaml")
+    runs = tmp_path / "runs"
+    write_inputs(runs / "nq_open" / "input", input_rows(10, prefix="r"), 5)
+    write_inputs(runs / "nq_open" / "input-tuning", input_rows(12, prefix="t"), 4)
+    write_inputs(runs / "nq_open" / "input-tuning-selection", input_rows(8, prefix="s"), 4)
+    arms = decision.expand_arms(f"main,tuning,{decision.SELECTION_TUNING_ARM}")
+    cells, _ = decision.plan_cells(["nq_open"], arms, base, runs, tuned_drafter=None, ablation_datasets=[],
+                                   ablation_input={})
+    use = {"m": (900, 120, 3)}
+    for seed, c in enumerate(cells):
+        n = len(list(c.input_dir.glob("*.parquet")))
+        write_cell(c.input_dir, c.output_dir, c.config, [use] * n, seconds=10.0, fields=rich_fields(seed))
+    res = decision.analyse(cells, {"nq_open": input_rows(10, prefix="r")}, base, tmp_path / "out",
+                           {"config_path": "c.yaml", "rows_per_dataset": {"nq_open": 10}}, 50,
+                           decision.calibrate_all(cells), {"nq_open": input_rows(12, prefix="t") + input_rows(8, prefix="s")})
+    figures = res["score_terms"]["tuning"]["datasets"]["nq_open"]
+    assert figures["n"] == 12 + 8  # every tuning row of both cells
+    assert set(res["cells_loaded"]["nq_open"]) == {"standard", "speculative"}
+    tuning_only = [c for c in cells if c.arm == decision.TUNING_ARM]
+    assert decision.calibrate_all(cells) == decision.calibrate_all(tuning_only)
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["score_terms"]["tuning"]["pooled"]["n"] == 20
+    alone = decision.analyse(tuning_only + cells[:2], {"nq_open": input_rows(10, prefix="r")}, base, tmp_path / "o2",
+                             {"config_path": "c.yaml", "rows_per_dataset": {"nq_open": 10}}, 50,
+                             decision.calibrate_all(cells), {"nq_open": input_rows(12, prefix="t")})
+    assert alone["score_terms"]["tuning"]["datasets"]["nq_open"]["n"] == 12

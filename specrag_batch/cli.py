@@ -274,15 +274,17 @@ def nightly(
     execution=None,
 ) -> None:
     """The nightly job (flows/nightly.py) over one date partition; re-running resumes."""
-    from .scheduled.nightly import nightly_flow
-    from .scheduled.partitions import check_timezone, parse_date
+    from .scheduled.nightly import check_partition, nightly_flow
+    from .scheduled.partitions import check_timezone, parse_date, require_directory, scheduled_date
 
     with exit_codes(_fail):  # failed shards (RuntimeError): listed in the partition's manifest
-        if date is not None:
-            parse_date(date, "--date")
         check_timezone(timezone, "--timezone")
+        day = parse_date(date, "--date") if date is not None else scheduled_date(timezone, lag_days)
         _check_config(config_path)
-        m = nightly_flow(input_root, output_root, date, lag_days, timezone,
+        # a missing root or partition: one error line before the flow starts (no flow-run traceback)
+        require_directory(input_root, "--input-root")
+        check_partition(input_root, day)
+        m = nightly_flow(input_root, output_root, day.isoformat(), lag_days, timezone,
                          config_path=config_path, execution=execution, overwrite=overwrite)
     print_summary(m)
 

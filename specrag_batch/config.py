@@ -380,6 +380,21 @@ class RunConfig(_Strict):
             return None
         return self.selection.consensus_min or self.sampling.num_drafts
 
+    def idle_settings(self) -> list[str]:
+        """Settings that are valid but change nothing in this config, one sentence each (the
+        flow logs each as a warning at the start of a run); empty when there are none. Now:
+        adaptive drafting (``sampling.adaptive``) whose explicitly set ``sampling.first_round``
+        is at least ``sampling.num_drafts`` drafts every subset in its first round, as a
+        non-adaptive run does (the default first round, 2, with m <= 2 is not named: a user
+        who asked for few drafts did not ask for rounds)."""
+        smp, out = self.sampling, []
+        if (self.mode == "speculative" and smp.adaptive and "first_round" in smp.model_fields_set
+                and smp.first_round >= smp.num_drafts):
+            out.append(f"sampling.first_round ({smp.first_round}) >= sampling.num_drafts ({smp.num_drafts}): "
+                       "adaptive drafting drafts every subset in its first round, so it never stops a row early; "
+                       f"set sampling.first_round below {smp.num_drafts} or sampling.adaptive: false")
+        return out
+
     def config_hash(self) -> str:
         """sha256 (first 16 hex) of the canonical JSON of this config. Optional fields added
         after 0.1 (``task`` and :data:`ADDED_FIELDS`) count only when set away from the value

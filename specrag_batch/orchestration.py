@@ -261,9 +261,9 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     which shard answers each id (:func:`run.plan_ids`). An input without shards raises
     :class:`run.NoShardsError` unless ``allow_empty``. The config's model names are checked
     before the output is claimed (:func:`models.check_config_models`); when the engines fail
-    to load (or a signal stops the load), the ``_run.json`` this run wrote is removed again
-    while no shard is done (:func:`resume.release_output`), so a corrected command is not
-    refused as another config.
+    to load (or a signal stops the load), or when every shard failed (a schema error in each,
+    say), the ``_run.json`` this run wrote is removed again while no shard is done
+    (:func:`resume.release_output`), so a corrected command is not refused as another config.
 
     Returns the run manifest, also written to ``<output_uri>/_manifest.json``. When a shard
     failed, the flow run ends ``Failed`` (Prefect's convention for a run whose work failed, as
@@ -291,6 +291,8 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     log.info("run %s: %d shards (%d to compute, %d failed before the engines load), mode=%s, "
              "stages=%s, task runner=%s, config %s", run_id, len(shards), pending, len(failed),
              cfg.mode, ex.stages, ex.task_runner, cfg.config_hash())
+    for idle in cfg.idle_settings():
+        log.warning("config: %s", idle)
     before = EngineUsage.snapshot()
     engine_load = _load_engines_or_release(cfg, ex, pending, output_uri, run_id, key)
     ran = iter(_run_shards(jobs, ex) if jobs else [])
@@ -303,6 +305,8 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
                               engine_load_seconds=engine_load, execution=ex.model_dump(mode="json"),
                               report=lambda m: _report(output_uri, m))
     write_manifest(output_uri, manifest)
+    if manifest["failed_shards"] and key.get("run_id") == run_id:
+        resume.release_output(output_uri, run_id)  # every shard failed: no key refuses a corrected run
     if manifest["failed_shards"]:  # the run's work failed: the flow run is Failed, not Completed
         why = f"{manifest['failed_shards']} of {len(shards)} shard(s) failed; see {manifest['manifest_uri']}"
         return Failed(message=why, data=ShardsFailedError(why, manifest))

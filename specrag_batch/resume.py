@@ -145,7 +145,8 @@ def finished_shards(output_uri: str) -> int:
 def release_output(output_uri: str, run_id: str) -> bool:
     """Remove the ``_run.json`` run ``run_id`` wrote (:func:`claim_output`) when the output
     holds no done marker (:func:`finished_shards`): a run that failed before computing anything
-    (its engines did not load) leaves no key that would refuse a corrected config. A key of
+    (its engines did not load, or every shard failed) leaves no key that would refuse a
+    corrected config. A key of
     another run, or one with finished shards, stays. Returns whether it was removed."""
     uri = storage.join(output_uri, RUN_FILE)
     try:

@@ -76,6 +76,8 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
     fs, path = storage.filesystem(corpus_uri)
     if fs.isdir(path):
         raise ValueError(f"{corpus_uri}: a directory; --corpus takes one Parquet file")
+    if not fs.exists(path):
+        raise FileNotFoundError(f"corpus {corpus_uri!r} does not exist")
     out_fs, out_path = storage.filesystem(index_uri)
     if out_fs.isfile(out_path):  # refused before the corpus is embedded, not after
         raise ValueError(f"{index_uri}: a file; the index is written as a directory")

@@ -335,8 +335,8 @@ def load_rows(prefix: str) -> RunData:
     :attr:`RunData.columns_read_as_null`. Both go into the report.
 
     Raises:
-        FileNotFoundError: ``prefix`` lists no finished shard (no done marker, no ``ok``
-            manifest entry), or every listed one is gone (naming them).
+        FileNotFoundError: ``prefix`` does not exist, lists no finished shard (no done
+            marker, no ``ok`` manifest entry), or every listed one is gone (naming them).
         ValueError: the manifest, ``_run.json`` or a done marker is not a JSON object or has
             a field of the wrong type (naming the file and field); a listed shard is a
             directory, not Parquet, lacks an essential column, has a column of another type,
@@ -349,6 +349,8 @@ def load_rows(prefix: str) -> RunData:
     run_uri = storage.join(prefix, RUN_FILE)
     config = (manifest or {}).get("config") or _field(storage.read_json_object(run_uri) or {}, "config", dict, run_uri) or {}
     listed = listed_outputs(prefix, manifest)
+    if not listed and not storage.exists(prefix):
+        raise FileNotFoundError(f"{prefix!r} does not exist")
     if not listed:
         raise FileNotFoundError(f"{prefix!r}: no finished output shard (no done marker in "
                                 f"{SHARDS_DIR}/ and no shard listed ok in {MANIFEST})")

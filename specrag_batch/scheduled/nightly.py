@@ -34,6 +34,23 @@ class MissingPartitionError(FileNotFoundError):
     """A date's input partition does not exist or holds no Parquet shard."""
 
 
+def check_partition(input_root: str, date) -> str:
+    """The input partition URI of ``date`` under ``input_root`` (:func:`partition_uri`),
+    checked to exist and hold a Parquet shard (``run.plan_shards``).
+
+    Raises:
+        MissingPartitionError: the partition does not exist or has no ``*.parquet`` shard.
+        ValueError: a bad ``date``."""
+    src = partition_uri(input_root, parse_date(date, "date"))
+    if not storage.exists(src):
+        raise MissingPartitionError(f"input partition {src!r} does not exist")
+    shards, skipped = plan_shards(src)
+    if not shards:
+        raise MissingPartitionError(f"input partition {src!r} has no Parquet shards "
+                                    f"({len(skipped)} other files)")
+    return src
+
+
 def run_partition(input_root: str, output_root: str, date, config: dict,
                   execution: ExecutionConfig, overwrite: bool = False) -> dict:
     """Run the pipeline over one date partition (a subflow when called inside a flow).
@@ -44,13 +61,7 @@ def run_partition(input_root: str, output_root: str, date, config: dict,
         MissingPartitionError: the input partition does not exist or has no ``*.parquet``
             shard (upstream did not deliver; an empty run would hide that)."""
     d = parse_date(date, "date")
-    src, dst = partition_uri(input_root, d), partition_uri(output_root, d)
-    if not storage.exists(src):
-        raise MissingPartitionError(f"input partition {src!r} does not exist")
-    shards, skipped = plan_shards(src)
-    if not shards:
-        raise MissingPartitionError(f"input partition {src!r} has no Parquet shards "
-                                    f"({len(skipped)} other files)")
+    src, dst = check_partition(input_root, d), partition_uri(output_root, d)
     manifest = run_flow(src, dst, config, None, overwrite, execution)
     return {**manifest, "date": d.isoformat()}
 

@@ -132,9 +132,11 @@ def test_report_command_and_s3(cli_run, s3_bucket, tmp_path):
     p = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "report", str(out)], capture_output=True,
                        text=True, env=subprocess_env(tmp_path), cwd=ROOT, timeout=300)
     assert p.returncode == 0 and "8 rows from 2 shards" in p.stdout, p.stderr[-2000:]
-    bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "report", str(tmp_path / "nothing")],
-                         capture_output=True, text=True, env=subprocess_env(tmp_path), cwd=ROOT)
-    assert bad.returncode == 2 and "no finished output shard" in " ".join(bad.stderr.split())  # errors: stderr
+    (tmp_path / "empty").mkdir()
+    for where, why in (("nothing", "nothing' does not exist"), ("empty", "no finished output shard")):
+        bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "report", str(tmp_path / where)],
+                             capture_output=True, text=True, env=subprocess_env(tmp_path), cwd=ROOT)
+        assert bad.returncode == 2 and why in " ".join(bad.stderr.split()), bad.stderr  # errors: stderr
 
 
 def test_artifacts_on_flow_run_and_report_failure_does_not_fail_run(cli_run, prefect_harness):

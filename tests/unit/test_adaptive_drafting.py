@@ -114,6 +114,21 @@ def test_a_first_round_of_all_subsets_is_one_round():
     assert len(drafter.calls_to("generate")) == 1
 
 
+def test_a_first_round_of_all_subsets_is_named_as_an_idle_setting():
+    """Trial finding (2026-12-03): ``first_round >= num_drafts`` silently made adaptive drafting
+    one round; the config now names it (the flow logs it as a warning at the run's start)."""
+    m = config().sampling.num_drafts
+    assert adaptive().idle_settings() == []
+    assert adaptive(**{"sampling.first_round": m - 1}).idle_settings() == []
+    idle = adaptive(**{"sampling.first_round": m}).idle_settings()
+    assert len(idle) == 1 and idle[0].startswith(f"sampling.first_round ({m}) >= sampling.num_drafts ({m})")
+    assert adaptive(**{"sampling.first_round": m, "sampling.adaptive": False}).idle_settings() == []
+    from specrag_batch.config import RunConfig
+
+    assert RunConfig(sampling={"num_drafts": 2}).idle_settings() == []  # the default first round: not named
+    assert RunConfig(sampling={"num_drafts": 2, "first_round": 2}).idle_settings() != []
+
+
 def test_adaptive_needs_the_consensus_rule():
     with pytest.raises(ValueError, match="sampling.adaptive stops a row on the consensus rule"):
         adaptive(**{"selection.consensus_enabled": False})

@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from collections import defaultdict
 
 import pytest
@@ -54,6 +55,30 @@ def test_a_run_whose_every_shard_failed_says_so_and_not_that_it_computed_them(tm
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert "computed nothing: 0 shard(s) already done, 1 failed" in r.stdout, r.stdout
     assert "it computed every shard" not in r.stdout, r.stdout
+
+
+def test_a_run_whose_every_shard_failed_leaves_no_key_refusing_a_corrected_config(tmp_path):
+    """Trial finding (2026-12-03): a run whose every shard failed its schema check kept its
+    ``_run.json``, so the corrected command with another config was refused as a conflict
+    until ``--overwrite`` (README promises a run that computed nothing leaves no key)."""
+    import pyarrow.parquet as pq
+
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    good = sample_rows("climate_fever", 2)
+    pq.write_table(good.drop_columns(["query"]), inp / "s0.parquet")
+    r = _cli(inp, out, tmp_path)
+    assert r.returncode == 1 and "failed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert (out / "_manifest.json").exists() and not (out / resume.RUN_FILE).exists()
+    pq.write_table(good, inp / "s0.parquet")  # the input corrected, and another config
+    cfg = tmp_path / "other.yaml"
+    cfg.write_text(Path(CONFIG).read_text() + "\nseed: 7\n")
+    r = subprocess.run([sys.executable, "-m", "tests.fake_engine_cli", "run", "-i", str(inp), "-o", str(out),
+                        "-c", str(cfg)], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env=subprocess_env(tmp_path))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "refus" not in r.stderr and pq.read_table(out / "s0.parquet").column("query_id").to_pylist() == \
+        good.column("query_id").to_pylist()
 
 
 def _markers(out) -> dict[str, dict]:

@@ -216,6 +216,23 @@ def test_cli_nightly_usage_errors():
         assert r.returncode == 2 and msg in r.stderr and r.stdout == "", r.stdout + r.stderr
 
 
+def test_cli_nightly_missing_root_or_partition_is_one_line_before_the_flow(tmp_path):
+    """Trial finding (2026-12-03): a missing partition printed the failed flow run's Prefect
+    traceback before the error line. Root and partition are now checked before the flow starts:
+    exit 2, one ``error:`` line naming what is missing, no traceback, no flow run."""
+    (tmp_path / "in" / "date=2026-01-02").mkdir(parents=True)
+    (tmp_path / "in" / "date=2026-01-02" / "notes.txt").write_text("not parquet")
+    for root, date, msg in ((tmp_path / "nope", "2026-01-01", "parameter '--input-root': "),
+                            (tmp_path / "in", "2026-01-01", "date=2026-01-01' does not exist"),
+                            (tmp_path / "in", "2026-01-02", "date=2026-01-02' has no Parquet shards (1 other files)")):
+        r = subprocess.run([CLI, "nightly", "--input-root", str(root), "--output-root", str(tmp_path / "out"),
+                            "--date", date], capture_output=True, text=True)
+        err = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(err) == 1 and err[0].startswith("error:") and msg in err[0], r.stderr
+        assert "Traceback" not in r.stderr and "flow run" not in r.stderr.lower() and r.stdout == "", r.stdout
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_invalid_run_config_is_a_usage_error(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("sampling:\n  num_drafts: 0\n")

@@ -22,6 +22,9 @@ def test_index_build_bad_corpus_exits_2_with_one_line(tmp_path):
                                       "-o", str(tmp_path / "idx")])
     assert result.exit_code == 2, result.output
     assert "error:" in result.output and "Traceback" not in result.output
+    # named as the corpus, without the OS's "[Errno 2]" (trial finding, 2026-12-03)
+    assert f"corpus '{tmp_path / 'none.parquet'}' does not exist" in " ".join(result.output.split())
+    assert "Errno" not in result.output
 
 
 def test_tau_min_flag_help_says_it_takes_one_number():

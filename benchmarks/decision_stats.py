@@ -571,9 +571,140 @@ def rule_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | 
     return variant_figures(units, tuple(RULE_VARIANTS), reps=reps, strata=strata)
 
 
+# --- fewer drafts after the run: the m sweep and adaptive drafting, no engine run ----------
+
+NUM_DRAFTS_VARIANTS = {"m5": {"num_drafts": 5}, "m4": {"num_drafts": 4}, "m3": {"num_drafts": 3},
+                       "m2": {"num_drafts": 2}, "m1": {"num_drafts": 1},
+                       "adaptive": {"num_drafts": 5, "first_round": 2}}
+"""Runs with fewer drafts as :func:`nested_pick` switches: ``m<j>`` = ``sampling.num_drafts``
+j, ``adaptive`` = ``sampling.adaptive`` with ``first_round`` 2 of m = 5 (this product's
+adaptive drafting). ``m5``, the benchmark config's m, is the baseline; computed the same way,
+it must reproduce the run's own selection (``n_mismatch`` of :func:`nested_figures`)."""
+
+
+def nested_pick(row: dict, *, num_drafts: int, first_round: int | None = None,
+                consensus_min: int | None = None) -> tuple[int | None, int, int]:
+    """What a run with ``sampling.num_drafts`` = ``num_drafts`` (at most the row's drafts)
+    would select, from the stored drafts of a run with more, with no engine run.
+
+    Exact because the j subsets of such a run are the first j of the longer run
+    (:func:`specrag_batch.sampling.sample_subsets` draws them one by one from the row's seeded
+    generator, so a shorter draw is a prefix: ``tests/unit/test_decision_nested.py``), each
+    draft comes from its own prompt (greedy decoding; vLLM's batch-invariance on CPU is
+    measured by ``benchmarks/batch_invariance.py``) and the verifier scores each draft alone
+    (paper §3.3). The consensus fast path takes c = ``consensus_min`` or ``num_drafts``
+    (``RunConfig.consensus_threshold``) over the first ``num_drafts`` drafts; ``first_round``
+    (adaptive drafting, :class:`specrag_batch.stages.drafting.AdaptiveDrafting`): a row whose
+    first ``first_round`` drafts meet that rule stops there, the others draft the rest.
+
+    Args:
+        row: an output row of a non-adaptive speculative cell, its ``drafts`` in subset order.
+
+    Returns:
+        (index into ``row["drafts"]`` of the selected draft (when none of the drafts used is
+        valid, the best invalid one, as :func:`~specrag_batch.selection.select` returns it);
+        drafts written; verifier passes: the distinct valid (α, β) of the row, 0 on the fast
+        path).
+
+    Raises:
+        ValueError: the row needs verifier scores it does not hold (a run with another
+            consensus rule than ``consensus_min`` took the fast path on it)."""
+    drafts = [Draft.from_record(d) for d in (row.get("drafts") or [])[:num_drafts]]
+    c = consensus_min or num_drafts
+    if first_round is not None and first_round < len(drafts):
+        fast = consensus(drafts[:first_round], c)
+        if fast is not None:
+            return select(drafts[:first_round], fast_path=fast).index, first_round, 0
+    fast = consensus(drafts, c)
+    if fast is not None:
+        return select(drafts, fast_path=fast).index, len(drafts), 0
+    valid = [d for d in drafts if d.valid]
+    if len(valid) > 1 and any(d.score_self_consistency is None for d in valid):
+        raise ValueError(f"row {row['query_id']!r}: {len(valid)} valid drafts without a consensus lack "
+                         "verifier scores; the run took the fast path by another consensus rule")
+    return select(drafts).index, len(drafts), len({(d.written_answer or d.answer, d.rationale) for d in valid})
+
+
+def nested_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int) -> list[dict]:
+    """Per graded row of a non-adaptive speculative cell, what each of
+    :data:`NUM_DRAFTS_VARIANTS` would answer (:func:`nested_pick`): the keys of
+    :func:`variant_rows` (rows with an error or without drafts keep their outcome) plus ``"cost": {variant: (drafts
+    written, drafter tokens generated (``tokens_draft`` of those drafts), verifier passes)}``
+    and ``"run"``: the row's own outcome. ``seed`` is unused (no random selection). Empty for
+    a cell drafted adaptively (a row with ``draft_rounds``): its stopped rows hold too few drafts
+    to tell what a longer first round would have drafted."""
+    if any(r.get("draft_rounds") is not None for r in rows):
+        return []
+    out = []
+    for r in rows:
+        ch = choices.get(r["query_id"])
+        base = row_correct(r, ch, labels)
+        if base is None:
+            continue
+        right = draft_correct(r, ch, labels)
+        picked, got, cost = {}, {}, {}
+        for name, switches in NUM_DRAFTS_VARIANTS.items():
+            if r.get("error") is not None or not r.get("drafts"):
+                picked[name], got[name], cost[name] = None, base, (0, 0, 0)
+                continue
+            i, n, passes = nested_pick(r, **switches)
+            picked[name], got[name] = i, right[i]
+            cost[name] = (n, sum(d.get("tokens_draft") or 0 for d in r["drafts"][:n]), passes)
+        out.append({"query_id": r["query_id"], **got, "picked": picked, "run": base, "cost": cost,
+                    "reselected": r.get("error") is None and bool(r.get("drafts")),
+                    "different": len({got[v] for v in got}) > 1 or len(set(picked.values())) > 1,
+                    "oracle": any(right)})
+    return out
+
+
+NESTED_ARMS = {"adaptive": "adaptive", "m1": "m1", "m3": "m3"}
+"""Arms that run what a :data:`NUM_DRAFTS_VARIANTS` variant computes after the run (arm ->
+variant): where one ran beside ``speculative``, :func:`nested_agreement` checks the derivation
+against it."""
+
+
+def nested_agreement(spec_rows: Sequence[dict], run_rows: Sequence[dict], variant: str) -> dict:
+    """How often ``variant`` of :data:`NUM_DRAFTS_VARIANTS`, computed from the m = 5 cell's
+    drafts (:func:`nested_pick`), matches a cell that ran it, over the rows both answered
+    without an error. Engines that are not batch-invariant (vLLM on CPU in bf16) may write
+    other tokens when a call holds fewer prompts, so the check is empirical.
+
+    Returns ``{"n", "same_answer" (the selected canonical answer), "same_drafts" (as many
+    drafts, each with the same canonical answer)}`` (counts of rows)."""
+    by_id = {r["query_id"]: r for r in spec_rows}
+    out = {"n": 0, "same_answer": 0, "same_drafts": 0}
+    for r in run_rows:
+        s = by_id.get(r["query_id"])
+        if s is None or s.get("error") is not None or r.get("error") is not None or not s.get("drafts"):
+            continue
+        i, n, _ = nested_pick(s, **NUM_DRAFTS_VARIANTS[variant])
+        ran = [d["answer"] for d in (r.get("drafts") or [])]
+        out["n"] += 1
+        out["same_answer"] += s["drafts"][i]["answer"] == r.get("answer")
+        out["same_drafts"] += [d["answer"] for d in s["drafts"][:n]] == ran
+    return out
+
+
+def nested_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | None = None) -> dict:
+    """:func:`variant_figures` of :data:`NUM_DRAFTS_VARIANTS` (baseline ``m5``) over
+    :func:`nested_rows` units, plus ``"cost"``: {variant: {"drafts", "tokens", "verifier"}},
+    the mean drafts written, drafter tokens generated and verifier passes per row (counts, not
+    seconds), and ``"n_mismatch"``: rows where ``m5`` computed after the run differs from the
+    run's own outcome (0 when the derivation holds)."""
+    names = tuple(NUM_DRAFTS_VARIANTS)
+    out = variant_figures(units, names, reps=reps, strata=strata)
+    n = len(units)
+    out["cost"] = {v: dict(zip(("drafts", "tokens", "verifier"),
+                               ((sum(u["cost"][v][k] for u in units) / n) if n else None for k in range(3))))
+                   for v in names}
+    out["n_mismatch"] = sum(u[names[0]] != u["run"] for u in units)
+    return out
+
+
 POST_HOC = {"self_reflection": (self_reflection_rows, self_reflection_figures),
             "selection_rule": (rule_rows, rule_figures),
-            "score_terms": (term_rows, term_figures)}
+            "score_terms": (term_rows, term_figures),
+            "num_drafts": (nested_rows, nested_figures)}
 """The post-hoc selection comparisons of :func:`summarise` (result key -> (units function,
 figures function)): chosen on the tuning cells only, the reported cells shown beside."""
 
@@ -1232,6 +1363,11 @@ def summarise(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 
                 entry["arms"][name] = {"n": len(graded), "accuracy": (sum(graded) / len(graded)) if graded else None,
                                        "ci95": bootstrap_ci([float(c) for c in graded], reps=reps),
                                        "derived_from": "speculative"}
+        for arm, variant in NESTED_ARMS.items():
+            if arm in arms and "speculative" in arms:
+                entry.setdefault("nested_check", {})[arm] = {
+                    **nested_agreement(arms["speculative"]["rows"], arms[arm]["rows"], variant),
+                    "same_machine": same_machine(arms["speculative"], arms[arm])}
         for a_name in list(entry["arms"]):
             for x, y in baselines_of(a_name, same_base):
                 if y not in arms:
@@ -1430,6 +1566,7 @@ def tables(res: dict) -> str:
     out += self_reflection_table(res)
     out += rule_table(res)
     out += terms_table(res)
+    out += nested_table(res)
     out += machines_table(res)
     return "\n".join(out) + "\n"
 
@@ -1862,6 +1999,42 @@ def terms_table(res: dict) -> list[str]:
     return oracle_variant_table(res, "score_terms", terms, intro)
 
 
+def nested_table(res: dict) -> list[str]:
+    """:func:`variant_table` of the draft counts (``res["num_drafts"]``, :data:`NUM_DRAFTS_VARIANTS`)
+    with the oracle rows and, per variant, drafts written, drafter tokens generated and verifier
+    passes per row, and the rows where ``m5`` does not reproduce the run."""
+    names = tuple(NUM_DRAFTS_VARIANTS)
+
+    def cells(f):
+        c = f["cost"]
+        return (f"{f['n_oracle']} | " + " | ".join(_pct(f["recovered"][v]) for v in names) + " | "
+                + " | ".join("n/a" if c[v]["drafts"] is None else
+                             f"{c[v]['drafts']:.2f} / {c[v]['tokens']:.0f} / {c[v]['verifier']:.2f}" for v in names)
+                + f" | {f['n_mismatch']}")
+    intro = ("Fewer drafts (`sampling.num_drafts` m = 1..5, and `sampling.adaptive` with `first_round` 2 of 5), "
+             "computed after the runs from the stored drafts of the m = 5 cells, no engine run: a run with m = j "
+             "drafts the first j of the same subsets (the subset draw is a prefix, tested), each draft from its own "
+             "greedy prompt, each scored by the verifier alone; the consensus fast path takes c = j, and adaptive "
+             "drafting stops a row whose first 2 drafts agree. Selection by the product's `selection.select`. "
+             "Differences vs m5 in points [paired bootstrap 95%], McNemar p; oracle rows: some of the 5 drafts "
+             "right; recovered: share of them each variant answers right; cost per row: drafts written / drafter "
+             "tokens generated / verifier passes (counts, not seconds); m5 ≠ run: rows where m5 computed this way "
+             "does not reproduce the run's own outcome (0 when the derivation holds). **Chosen on the tuning cells "
+             "only**; the reported cells are shown and not used for choosing.")
+    lines = variant_table(res, "num_drafts", names, intro,
+                          "oracle rows | " + " | ".join(f"recovered {v} %" for v in names) + " | "
+                          + " | ".join(f"{v} drafts / tokens / verifier" for v in names) + " | m5 ≠ run", cells)
+    checks = [(ds, arm, c) for ds, e in res["datasets"].items() for arm, c in (e.get("nested_check") or {}).items()]
+    if lines and checks:
+        said = {True: "same machine", False: "different machines", None: "machines unknown"}
+        lines += ["", "Computed after the run vs the arm that ran it (rows both answered; engines that are not "
+                  "batch-invariant may write other tokens when a call holds fewer prompts): "
+                  + "; ".join(f"{ds} `{arm}`: same selected answer on {c['same_answer']} of {c['n']} rows, the same "
+                              f"drafts on {c['same_drafts']} ({said[c['same_machine']]})" for ds, arm, c in checks)
+                  + "."]
+    return lines
+
+
 def verdict_variant_line(res: dict, key: str, head: str) -> str:
     """The generated line on the default of one :data:`POST_HOC` comparison (``res[key]``):
     the variant the tuning cells favour, pooled over datasets (:func:`verdict_variant`), with
@@ -1922,4 +2095,6 @@ def verdicts(res: dict) -> str:
                                     "the tuning cells only"))
     out.append(verdict_variant_line(res, "score_terms", "- **Score terms** (`selection.use_draft_score`, "
                                     "`use_self_consistency`, `use_self_reflection`, chosen on the tuning cells only"))
+    out.append(verdict_variant_line(res, "num_drafts", "- **Drafts per row** (`sampling.num_drafts` 1-5 and "
+                                    "`sampling.adaptive`, computed after the runs, chosen on the tuning cells only"))
     return "\n".join(out) + "\n"

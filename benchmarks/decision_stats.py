@@ -2035,6 +2035,45 @@ def nested_table(res: dict) -> list[str]:
     return lines
 
 
+NON_INFERIORITY_MARGIN = 0.02
+"""Declared 2026-12-03, before the selection-tuning rows ran: a variant that costs less than
+its baseline (fewer drafts, :data:`NUM_DRAFTS_VARIANTS`) is chosen when the lower end of the 95%
+interval of variant - baseline on the tuning rows lies above minus this margin (2 points)."""
+
+
+def verdict_cheaper(figures: dict, margin: float = NON_INFERIORITY_MARGIN) -> str:
+    """The cheapest variant of a :func:`nested_figures` result (fewest drafts per row, then
+    fewest verifier passes) whose paired difference to the baseline has a 95% interval with
+    its lower end above ``-margin`` (non-inferiority, :data:`NON_INFERIORITY_MARGIN`); the
+    baseline when none has; ``not measured`` without rows."""
+    if not figures["n"]:
+        return "not measured"
+    cost = figures["cost"]
+    ok = [v for v, c in figures["vs_baseline"].items() if c["ci95"][0] == c["ci95"][0] and c["ci95"][0] > -margin]
+    ok = [v for v in ok if (cost[v]["drafts"], cost[v]["verifier"]) < (cost[figures["baseline"]]["drafts"],
+                                                                        cost[figures["baseline"]]["verifier"])]
+    return min(ok, key=lambda v: (cost[v]["drafts"], cost[v]["verifier"])) if ok else figures["baseline"]
+
+
+def verdict_cheaper_line(res: dict, head: str) -> str:
+    """The generated line on ``sampling.num_drafts`` / ``sampling.adaptive`` (``res["num_drafts"]``):
+    the variant :func:`verdict_cheaper` picks on the tuning rows pooled, each variant's
+    difference to m5 with its interval and p, its drafts and verifier passes per row, and n."""
+    f = ((res.get("num_drafts") or {}).get("tuning") or {}).get("pooled")
+    if not f or not f["n"]:
+        return f"{head}): **not measured** (no graded rows of a tuning cell)."
+    v, base, c = verdict_cheaper(f), f["baseline"], f["cost"]
+    said = (f"**{v}** is the cheapest variant whose 95% interval vs {base} lies above "
+            f"-{100 * NON_INFERIORITY_MARGIN:.0f} points" if v != base else
+            f"**{base}** stays: no cheaper variant's 95% interval vs {base} lies above -{100 * NON_INFERIORITY_MARGIN:.0f} points")
+    each = "; ".join(f"{x} {_pct(f['accuracy'][x])}%, {100 * d['diff']:+.1f} [{100 * d['ci95'][0]:+.1f}, "
+                     f"{100 * d['ci95'][1]:+.1f}], p = {d['mcnemar']['p']:.3g}, {c[x]['drafts']:.2f} drafts and "
+                     f"{c[x]['verifier']:.2f} verifier passes per row" for x, d in f["vs_baseline"].items())
+    return (f"{head}, pooled over {', '.join(f['datasets'])}, n = {f['n']} rows): {said} ({base} "
+            f"{_pct(f['accuracy'][base])}% at {c[base]['drafts']:.2f} drafts and {c[base]['verifier']:.2f} verifier "
+            f"passes per row; {each}).")
+
+
 def verdict_variant_line(res: dict, key: str, head: str) -> str:
     """The generated line on the default of one :data:`POST_HOC` comparison (``res[key]``):
     the variant the tuning cells favour, pooled over datasets (:func:`verdict_variant`), with
@@ -2095,6 +2134,7 @@ def verdicts(res: dict) -> str:
                                     "the tuning cells only"))
     out.append(verdict_variant_line(res, "score_terms", "- **Score terms** (`selection.use_draft_score`, "
                                     "`use_self_consistency`, `use_self_reflection`, chosen on the tuning cells only"))
-    out.append(verdict_variant_line(res, "num_drafts", "- **Drafts per row** (`sampling.num_drafts` 1-5 and "
-                                    "`sampling.adaptive`, computed after the runs, chosen on the tuning cells only"))
+    out.append(verdict_cheaper_line(res, "- **Drafts per row** (`sampling.num_drafts` 1-5 and `sampling.adaptive`, "
+                                    "computed after the runs, chosen on the tuning cells only by the declared "
+                                    "non-inferiority rule"))
     return "\n".join(out) + "\n"

@@ -116,3 +116,18 @@ def test_nested_agreement_against_a_cell_that_ran_the_variant():
     got = ds.nested_agreement([VERIFIED, EARLY, FAST], [ran_early, ran_verified, failed], "adaptive")
     assert got == {"n": 2, "same_answer": 2, "same_drafts": 1}
     assert ds.nested_agreement([VERIFIED], [{**ran_verified, "answer": "Oslo"}], "adaptive")["same_answer"] == 0
+
+
+def _figures(diffs: dict, drafts: dict) -> dict:
+    return {"n": 100, "baseline": "m5", "vs_baseline": {v: {"ci95": list(ci)} for v, ci in diffs.items()},
+            "cost": {v: {"drafts": d, "verifier": d / 2} for v, d in drafts.items()}}
+
+
+def test_verdict_cheaper_takes_the_cheapest_variant_inside_the_margin():
+    drafts = {"m5": 5.0, "m4": 4.0, "m3": 3.0, "m1": 1.0, "adaptive": 4.2}
+    f = _figures({"m4": (-0.01, 0.02), "m3": (-0.019, 0.05), "m1": (-0.08, 0.0), "adaptive": (-0.01, 0.01)}, drafts)
+    assert ds.verdict_cheaper(f) == "m3"  # m1 is cheaper but its interval reaches -8 points
+    f = _figures({"m4": (-0.021, 0.02), "m3": (-0.03, 0.05), "m1": (-0.08, 0.0), "adaptive": (-0.05, 0.01)}, drafts)
+    assert ds.verdict_cheaper(f) == "m5"  # none inside the margin: the baseline stays
+    assert ds.verdict_cheaper({**f, "n": 0}) == "not measured"
+    assert ds.verdict_cheaper(f, margin=0.04) == "m3"

@@ -52,7 +52,11 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   the same ablation for a config that turns it off. Of these two the one whose setting the
   config already has is skipped with a note (the same cells as ``speculative``).
   The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
-  need no run: they re-select the speculative cell's scored drafts (``decision_stats``).
+  need no run: they re-select the speculative cell's scored drafts (``decision_stats``). Nor
+  does the accuracy of m = 1..4 and of adaptive drafting: ``decision_stats.nested_pick``
+  computes them from the speculative cells' m = 5 drafts on every reported and tuning row
+  (a shorter subset draw is a prefix of the longer one); the ``m1``/``m3``/``adaptive`` arms
+  add their seconds and check that derivation (``decision_stats.nested_agreement``).
 * composed arms ``<base arm>+<ablation>`` (:func:`composed_arm`; named one by one, in no
   group): an ablation on another drafter, e.g. ``speculative-tuned-qwen+answer_on_truncation``:
   the base arm's config (``speculative``, ``speculative-smol`` or a tuned arm) with the

@@ -632,9 +632,18 @@ def nested_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, s
     written, drafter tokens generated (``tokens_draft`` of those drafts), verifier passes)}``
     and ``"run"``: the row's own outcome. ``seed`` is unused (no random selection). Empty for
     a cell drafted adaptively (a row with ``draft_rounds``): its stopped rows hold too few drafts
-    to tell what a longer first round would have drafted."""
+    to tell what a longer first round would have drafted, and for a cell whose drafts
+    :func:`nested_pick` cannot select again (valid drafts without verifier scores: a run with
+    the verifier off, or another consensus rule)."""
     if any(r.get("draft_rounds") is not None for r in rows):
         return []
+    try:
+        return _nested_units(rows, choices, labels)
+    except ValueError:
+        return []
+
+
+def _nested_units(rows: Sequence[dict], choices: dict, labels: Sequence[str]) -> list[dict]:
     out = []
     for r in rows:
         ch = choices.get(r["query_id"])

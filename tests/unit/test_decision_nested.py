@@ -131,3 +131,9 @@ def test_verdict_cheaper_takes_the_cheapest_variant_inside_the_margin():
     assert ds.verdict_cheaper(f) == "m5"  # none inside the margin: the baseline stays
     assert ds.verdict_cheaper({**f, "n": 0}) == "not measured"
     assert ds.verdict_cheaper(f, margin=0.04) == "m3"
+
+
+def test_nested_rows_leave_out_a_cell_they_cannot_select_again():
+    # the verifier off (or another consensus rule): valid, disagreeing drafts without scores
+    unscored = row("u", "A", [draft("A", -1.0), draft("B", -1.0)], True)
+    assert ds.nested_rows([VERIFIED, unscored], {}, LABELS, seed=0) == []

@@ -390,6 +390,16 @@ paper's rule, §3.3), is the baseline; ``answer_vote`` and ``length_normalised``
 product's extensions."""
 
 
+def graded_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str]):
+    """The graded rows of a cell as (row, its outcome :func:`row_correct`, per-draft
+    correctness :func:`draft_correct`); ungraded rows are left out."""
+    for r in rows:
+        ch = choices.get(r["query_id"])
+        base = row_correct(r, ch, labels)
+        if base is not None:
+            yield r, base, draft_correct(r, ch, labels)
+
+
 def variant_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int,
                  variants: dict[str, dict]) -> list[dict]:
     """Per graded row of a speculative cell, what each post-hoc selection variant does with
@@ -407,13 +417,8 @@ def variant_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, 
     Raises:
         ValueError: a variant's switches are unknown to :func:`reselect_index`."""
     out = []
-    for r in rows:
-        ch = choices.get(r["query_id"])
-        base = row_correct(r, ch, labels)
-        if base is None:
-            continue
+    for r, base, right in graded_rows(rows, choices, labels):
         picked = {name: reselect_index(r, seed=seed, **switches) for name, switches in variants.items()}
-        right = draft_correct(r, ch, labels)
         out.append({"query_id": r["query_id"], **{m: base if i is None else right[i] for m, i in picked.items()},
                     "picked": picked, "reselected": next(iter(picked.values())) is not None,
                     "different": len(set(picked.values())) > 1, "oracle": any(right)})
@@ -645,12 +650,7 @@ def nested_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, s
 
 def _nested_units(rows: Sequence[dict], choices: dict, labels: Sequence[str]) -> list[dict]:
     out = []
-    for r in rows:
-        ch = choices.get(r["query_id"])
-        base = row_correct(r, ch, labels)
-        if base is None:
-            continue
-        right = draft_correct(r, ch, labels)
+    for r, base, right in graded_rows(rows, choices, labels):
         picked, got, cost = {}, {}, {}
         for name, switches in NUM_DRAFTS_VARIANTS.items():
             if r.get("error") is not None or not r.get("drafts"):

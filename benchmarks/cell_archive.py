@@ -218,6 +218,12 @@ def _entry_machine(stem: Path) -> str | None:
         return None
 
 
+def archive_machines(archive: Path) -> set[str]:
+    """The machine ids recorded by the archive's entries (every ``*.json`` under
+    ``archive``; unreadable entries and entries without an id are left out)."""
+    return {m for j in archive.rglob("*.json") if (m := _entry_machine(j.with_suffix("")))}
+
+
 def _shards(cell) -> tuple[str, str, list[tuple[str, str]]]:
     """(input URI, output URI, [(input shard URI, output shard URI)] sorted), by the product's
     rules (``run.plan_shards``, ``run.shard_output_uri``)."""

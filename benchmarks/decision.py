@@ -1054,21 +1054,34 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--machine {machine}: this machine is {here}; only its own shards can be computed here "
                  "(use --analyse-only to summarise another machine's run)")
 
+    if a.analyse_only and machine is not None and machine not in (known := cell_archive.archive_machines(archive)):
+        ap.error(f"--machine {machine}: no shard in {archive} was computed on that machine "
+                 f"(machines there: {', '.join(sorted(known)) or 'none'})")
+    datasets = [d.strip() for d in a.datasets.split(",") if d.strip()]
+    ablation_datasets = [d.strip() for d in a.ablation_datasets.split(",") if d.strip()]
+    for flag, names in (("--datasets", datasets), ("--ablation-datasets", ablation_datasets)):
+        if bad := [d for d in names if d not in DATASETS]:
+            ap.error(f"{flag}: {bad[0]!r} is not a benchmark dataset (choose from {', '.join(DATASETS)})")
+    if not datasets:
+        ap.error(f"--datasets: no dataset named (choose from {', '.join(DATASETS)})")
+
     os.environ.setdefault("SPECRAG_PROGRESS", "0")
     os.environ.setdefault("PREFECT_HOME", str(a.runs / "_prefect"))  # its own Prefect database
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     base = load_config(a.config)
-    datasets = [d.strip() for d in a.datasets.split(",") if d.strip()]
-    ablation_datasets = [d.strip() for d in a.ablation_datasets.split(",") if d.strip()]
     try:
         tuned = parse_tuned_drafters(a.tuned_drafter)
         arms = expand_arms(a.arms, list(tuned))
     except ValueError as e:
         ap.error(str(e))
-    data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
-    tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if needs_tuning(arms) else {}
-    selection_tuning = ({ds: rows for ds in datasets if (rows := selection_tuning_rows(ds, a.shared))}
-                        if SELECTION_TUNING_ARM in arms else {})
+    try:
+        data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
+        tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if needs_tuning(arms) else {}
+        selection_tuning = ({ds: rows for ds in datasets if (rows := selection_tuning_rows(ds, a.shared))}
+                            if SELECTION_TUNING_ARM in arms else {})
+    except FileNotFoundError as e:
+        ap.error(f"--shared {a.shared}: {e.filename or e}: no such file (the evaluation data; by default "
+                 "../shared/data beside the checkout)")
     ablation_input = {}
     for ds in datasets:
         write_shards(data[ds], a.runs / ds / "input", a.shard_rows)

@@ -587,17 +587,23 @@ adaptive drafting). ``m5``, the benchmark config's m, is the baseline; computed 
 it must reproduce the run's own selection (``n_mismatch`` of :func:`nested_figures`)."""
 
 
+class NotReselectable(ValueError):
+    """A row whose stored drafts :func:`nested_pick` cannot select again (valid drafts without
+    verifier scores)."""
+
+
 def nested_pick(row: dict, *, num_drafts: int, first_round: int | None = None,
                 consensus_min: int | None = None) -> tuple[int | None, int, int]:
     """What a run with ``sampling.num_drafts`` = ``num_drafts`` (at most the row's drafts)
     would select, from the stored drafts of a run with more, with no engine run.
 
-    Exact because the j subsets of such a run are the first j of the longer run
-    (:func:`specrag_batch.sampling.sample_subsets` draws them one by one from the row's seeded
-    generator, so a shorter draw is a prefix: ``tests/unit/test_decision_nested.py``), each
-    draft comes from its own prompt (greedy decoding; vLLM's batch-invariance on CPU is
-    measured by ``benchmarks/batch_invariance.py``) and the verifier scores each draft alone
-    (paper §3.3). The consensus fast path takes c = ``consensus_min`` or ``num_drafts``
+    The same choice as such a run, up to the engine's batch invariance: the j subsets of such a
+    run are the first j of the longer run (:func:`specrag_batch.sampling.sample_subsets` draws
+    them one by one from the row's seeded generator, so a shorter draw is a prefix:
+    ``tests/unit/test_decision_nested.py``), each draft comes from its own greedy prompt, and
+    the verifier scores each draft alone (paper §3.3). An engine that is not batch-invariant
+    (vLLM on CPU in bf16, ``benchmarks/batch_invariance.py``) may write other tokens when a call
+    holds fewer prompts; :func:`nested_agreement` measures how often that changes the answer. The consensus fast path takes c = ``consensus_min`` or ``num_drafts``
     (``RunConfig.consensus_threshold``) over the first ``num_drafts`` drafts; ``first_round``
     (adaptive drafting, :class:`specrag_batch.stages.drafting.AdaptiveDrafting`): a row whose
     first ``first_round`` drafts meet that rule stops there, the others draft the rest.
@@ -612,8 +618,8 @@ def nested_pick(row: dict, *, num_drafts: int, first_round: int | None = None,
         path).
 
     Raises:
-        ValueError: the row needs verifier scores it does not hold (a run with another
-            consensus rule than ``consensus_min`` took the fast path on it)."""
+        NotReselectable: the row needs verifier scores it does not hold (a run with the
+            verifier off, or another consensus rule than ``consensus_min``)."""
     drafts = [Draft.from_record(d) for d in (row.get("drafts") or [])[:num_drafts]]
     c = consensus_min or num_drafts
     if first_round is not None and first_round < len(drafts):
@@ -625,7 +631,7 @@ def nested_pick(row: dict, *, num_drafts: int, first_round: int | None = None,
         return select(drafts, fast_path=fast).index, len(drafts), 0
     valid = [d for d in drafts if d.valid]
     if len(valid) > 1 and any(d.score_self_consistency is None for d in valid):
-        raise ValueError(f"row {row['query_id']!r}: {len(valid)} valid drafts without a consensus lack "
+        raise NotReselectable(f"row {row['query_id']!r}: {len(valid)} valid drafts without a consensus lack "
                          "verifier scores; the run took the fast path by another consensus rule")
     return select(drafts).index, len(drafts), len({(d.written_answer or d.answer, d.rationale) for d in valid})
 
@@ -644,7 +650,7 @@ def nested_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, s
         return []
     try:
         return _nested_units(rows, choices, labels)
-    except ValueError:
+    except NotReselectable:
         return []
 
 
@@ -679,7 +685,8 @@ def nested_agreement(spec_rows: Sequence[dict], run_rows: Sequence[dict], varian
     other tokens when a call holds fewer prompts, so the check is empirical.
 
     Returns ``{"n", "same_answer" (the selected canonical answer), "same_drafts" (as many
-    drafts, each with the same canonical answer)}`` (counts of rows)."""
+    drafts, each with the same canonical answer; their rationales may differ)}`` (counts of
+    rows)."""
     by_id = {r["query_id"]: r for r in spec_rows}
     out = {"n": 0, "same_answer": 0, "same_drafts": 0}
     for r in run_rows:
@@ -699,7 +706,8 @@ def nested_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence 
     :func:`nested_rows` units, plus ``"cost"``: {variant: {"drafts", "tokens", "verifier"}},
     the mean drafts written, drafter tokens generated and verifier passes per row (counts, not
     seconds), and ``"n_mismatch"``: rows where ``m5`` computed after the run differs from the
-    run's own outcome (0 when the derivation holds)."""
+    run's own outcome (0 when the re-selection is the run's; it checks the re-selection only, not
+    the prefix or batch-invariance premises of m < 5, which :func:`nested_agreement` checks)."""
     names = tuple(NUM_DRAFTS_VARIANTS)
     out = variant_figures(units, names, reps=reps, strata=strata)
     n = len(units)
@@ -2027,8 +2035,9 @@ def nested_table(res: dict) -> list[str]:
              "drafting stops a row whose first 2 drafts agree. Selection by the product's `selection.select`. "
              "Differences vs m5 in points [paired bootstrap 95%], McNemar p; oracle rows: some of the 5 drafts "
              "right; recovered: share of them each variant answers right; cost per row: drafts written / drafter "
-             "tokens generated / verifier passes (counts, not seconds); m5 ≠ run: rows where m5 computed this way "
-             "does not reproduce the run's own outcome (0 when the derivation holds). **Chosen on the tuning cells "
+             "tokens generated / verifier passes (counts, not seconds; passes as with `verifier.deduplicate_drafts` on); "
+             "m5 ≠ run: rows where m5 computed this way does not reproduce the run's own outcome (0: the re-selection "
+             "is the run's; the premises for m < 5 are checked against arms that ran them, below, where present). **Chosen on the tuning cells "
              "only**; the reported cells are shown and not used for choosing.")
     lines = variant_table(res, "num_drafts", names, intro,
                           "oracle rows | " + " | ".join(f"recovered {v} %" for v in names) + " | "
@@ -2039,7 +2048,7 @@ def nested_table(res: dict) -> list[str]:
         lines += ["", "Computed after the run vs the arm that ran it (rows both answered; engines that are not "
                   "batch-invariant may write other tokens when a call holds fewer prompts): "
                   + "; ".join(f"{ds} `{arm}`: same selected answer on {c['same_answer']} of {c['n']} rows, the same "
-                              f"drafts on {c['same_drafts']} ({said[c['same_machine']]})" for ds, arm, c in checks)
+                              f"drafts' answers on {c['same_drafts']} ({said[c['same_machine']]})" for ds, arm, c in checks)
                   + "."]
     return lines
 

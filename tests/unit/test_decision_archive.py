@@ -583,7 +583,13 @@ def test_machine_flag_computes_only_on_its_own_machine_and_refuses_a_mixed_runs_
             "--rows", "20", "--shard-rows", "5", "--reps", "50", "--archive", str(archive)]
     on_machine(monkeypatch, {**MACHINE_A, "id": "cccccccccccc"})
     for extra, why in ((["--machine", MACHINE_B["id"]], "this machine is cccccccccccc"),
-                       (["--machine", "this", "--no-archive"], "cannot go with --no-archive")):
+                       (["--machine", "this", "--no-archive"], "cannot go with --no-archive"),
+                       (["--analyse-only", "--machine", "ffffffffffff"],
+                        f"--machine ffffffffffff: no shard in {archive} was computed on that machine (machines there: "
+                        f"{', '.join(sorted([MACHINE_A['id'], MACHINE_B['id']]))})"),
+                       (["--datasets", "popqa,nosuch"], "--datasets: 'nosuch' is not a benchmark dataset"),
+                       (["--ablation-datasets", "popq"], "--ablation-datasets: 'popq' is not a benchmark dataset"),
+                       (["--datasets", ""], "--datasets: no dataset named")):
         with pytest.raises(SystemExit) as e:
             decision.main([*args, *extra, "--runs", str(tmp_path / "x"), "--out", str(tmp_path / "ox")])
         assert e.value.code == 2 and why in capsys.readouterr().err
@@ -605,3 +611,13 @@ def test_machine_flag_computes_only_on_its_own_machine_and_refuses_a_mixed_runs_
     assert {arm: v["machines"] for arm, v in res["cells_loaded"]["popqa"].items()} == {
         "standard": ["bbbbbbbbbbbb"], "speculative": ["bbbbbbbbbbbb"], "fallback_standard": ["bbbbbbbbbbbb"]}
     assert res["datasets"]["popqa"]["comparisons"]["speculative - standard"]["seconds"]["n"] == 4
+
+
+def test_missing_shared_data_is_one_line_naming_the_flag(tmp_path, capsys):
+    """A checkout without ../shared/data (or a wrong --shared) gets one argparse error, not a
+    traceback."""
+    with pytest.raises(SystemExit) as e:
+        decision.main(["--shared", str(tmp_path / "none"), "--datasets", "popqa", "--arms", "main", "--analyse-only",
+                       "--no-archive", "--runs", str(tmp_path / "r"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--shared {tmp_path / 'none'}: " in err and "no such file" in err

@@ -77,7 +77,7 @@ def test_nested_pick_on_hand_made_rows():
 def test_nested_pick_refuses_rows_the_verifier_never_scored():
     # a run with consensus_min 2 took the fast path on 2 of 3; two disagreeing drafts remain
     bad = row("b", "A", [draft("A", -1.0), draft("B", -1.0), draft("A", -1.0)], True, fast_path=True)
-    with pytest.raises(ValueError, match="row 'b'.*verifier scores"):
+    with pytest.raises(ds.NotReselectable, match="row .b.*verifier scores"):
         ds.nested_pick(bad, num_drafts=2)
 
 

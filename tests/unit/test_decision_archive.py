@@ -613,9 +613,11 @@ def test_machine_flag_computes_only_on_its_own_machine_and_refuses_a_mixed_runs_
     assert res["datasets"]["popqa"]["comparisons"]["speculative - standard"]["seconds"]["n"] == 4
 
 
-def test_missing_shared_data_is_one_line_naming_the_flag(tmp_path, capsys):
+def test_missing_shared_data_is_one_line_naming_the_flag(tmp_path, capsys, monkeypatch):
     """A checkout without ../shared/data (or a wrong --shared) gets one argparse error, not a
     traceback."""
+    for k in ("PREFECT_HOME", "SPECRAG_PROGRESS", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"):
+        monkeypatch.setenv(k, "0" if k == "SPECRAG_PROGRESS" else str(tmp_path / k))  # main sets them
     with pytest.raises(SystemExit) as e:
         decision.main(["--shared", str(tmp_path / "none"), "--datasets", "popqa", "--arms", "main", "--analyse-only",
                        "--no-archive", "--runs", str(tmp_path / "r"), "--out", str(tmp_path / "o")])

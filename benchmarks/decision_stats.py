@@ -2066,11 +2066,11 @@ def verdict_cheaper(figures: dict, margin: float = NON_INFERIORITY_MARGIN) -> st
     baseline when none has; ``not measured`` without rows."""
     if not figures["n"]:
         return "not measured"
-    cost = figures["cost"]
-    ok = [v for v, c in figures["vs_baseline"].items() if c["ci95"][0] == c["ci95"][0] and c["ci95"][0] > -margin]
-    ok = [v for v in ok if (cost[v]["drafts"], cost[v]["verifier"]) < (cost[figures["baseline"]]["drafts"],
-                                                                        cost[figures["baseline"]]["verifier"])]
-    return min(ok, key=lambda v: (cost[v]["drafts"], cost[v]["verifier"])) if ok else figures["baseline"]
+    def cost(v):
+        return figures["cost"][v]["drafts"], figures["cost"][v]["verifier"]
+    base = figures["baseline"]
+    ok = [v for v, c in figures["vs_baseline"].items() if c["ci95"][0] > -margin and cost(v) < cost(base)]
+    return min(ok, key=cost) if ok else base
 
 
 def verdict_cheaper_line(res: dict, head: str) -> str:

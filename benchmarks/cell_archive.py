@@ -461,9 +461,10 @@ def failed_line(failed: list[tuple[str, str]]) -> str:
             + "; ".join(f"{n}: {w}" for n, w in failed))
 
 
-def restore_line(cell, got: dict, archive: Path) -> str | None:
+def restore_line(cell, got: dict, archive: Path, recompute: bool = True) -> str | None:
     """The one line :func:`restore_cell`'s outcome prints for a cell (None when the archive
-    had nothing to say about it)."""
+    had nothing to say about it). ``recompute`` False (``--analyse-only``, which computes
+    nothing): shards not restored are said to be left out of the analysis, not recomputed."""
     name = f"{cell.dataset}/{cell.arm}"
     if got["refused"]:
         return f"[decision] {name}: nothing restored from the archive: {got['refused']}"
@@ -474,5 +475,6 @@ def restore_line(cell, got: dict, archive: Path) -> str | None:
         by_why: dict[str, list[str]] = {}  # one reason once, with every shard it holds for
         for n, w in got["not_restored"]:
             by_why.setdefault(w, []).append(n)
-        parts.append("not restored (recomputed): " + "; ".join(f"{', '.join(ns)}: {w}" for w, ns in by_why.items()))
+        fate = "recomputed" if recompute else "left out of the analysis"
+        parts.append(f"not restored ({fate}): " + "; ".join(f"{', '.join(ns)}: {w}" for w, ns in by_why.items()))
     return "; ".join(parts)

@@ -797,13 +797,14 @@ def run_cell_isolated(cell: Cell, archive: Path | None = None) -> dict:
 
 
 def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = None,
-                 machine: str | None = None) -> None:
+                 machine: str | None = None, recompute: bool = True) -> None:
     """Before cells run or are analysed: for each cell (once per cell and config hash, noted
     in ``synced``), copy its finished shards into ``archive``
     (:func:`cell_archive.archive_cell`), then restore the archived shards its runs directory
     lacks (:func:`cell_archive.restore_cell`), printing one line per cell that restored
     anything or has archived shards it could not use (another config, other input rows, an
-    entry that fails to restore: recomputed) and one per cell with finished shards that could
+    entry that fails to restore: recomputed, or with ``recompute`` False, as under
+    ``--analyse-only``, left out of the analysis) and one per cell with finished shards that could
     not be archived. A shard that fails either way never stops the benchmark or
     ``--analyse-only``. Nothing with ``archive`` None (``--no-archive``). ``machine``
     (``--machine``): restore only shards computed on that machine
@@ -820,7 +821,7 @@ def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = N
             continue
         synced.add(key)
         got = cell_archive.archive_cell(c, archive)
-        line = cell_archive.restore_line(c, cell_archive.restore_cell(c, archive, machine), archive)
+        line = cell_archive.restore_line(c, cell_archive.restore_cell(c, archive, machine), archive, recompute)
         if got["added"]:
             print(f"[decision] {c.name}: {got['added']} finished shard(s) added to the archive {archive}", flush=True)
         if got["failed"]:
@@ -1104,11 +1105,11 @@ def main(argv: list[str] | None = None) -> int:
         kw = dict(tuned_drafter=tuned, ablation_datasets=ablation_datasets,
                   ablation_input=ablation_input)
         first, _ = plan_cells(datasets, arms, base, a.runs, **kw)
-        sync_archive(first, archive, synced, machine)
+        sync_archive(first, archive, synced, machine, not a.analyse_only)
         calib = calibrate_all(first)
         cells, notes = plan_cells(datasets, arms, base, a.runs, tau_min={d: c["tau_min"] for d, c in calib.items()},
                                   **kw)
-        sync_archive(cells, archive, synced, machine)
+        sync_archive(cells, archive, synced, machine, not a.analyse_only)
         return cells, notes, calib
 
     cells, notes, calib = plan()

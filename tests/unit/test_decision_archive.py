@@ -217,6 +217,9 @@ def test_a_changed_input_shard_or_config_is_not_restored(base, tmp_path):
     assert not m3.output_dir.exists()
     line = cell_archive.restore_line(m3, got, archive)
     assert line.count("\n") == 0 and "0 shard(s) restored" in line and "part-0003.parquet" in line
+    assert "not restored (recomputed): " in line
+    analysed = cell_archive.restore_line(m3, got, archive, recompute=False)  # --analyse-only computes nothing
+    assert "not restored (left out of the analysis): " in analysed and "recomputed" not in analysed
 
     # an output directory holding another config's results: nothing restored (run_batch refuses it too)
     spec_dir_other = cell(new, "speculative", decision.arm_config(base, "m3"))

@@ -28,6 +28,7 @@ from .models import check_config_models
 from .redaction import install_log_filter
 from .run import (
     build_manifest,
+    check_foreign_outputs,
     check_layout,
     computed_part,
     count_failed_rows,
@@ -281,6 +282,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     shards, skipped, ids, fingerprints = list_shards(input_uri, cfg.task)
     require_shards(input_uri, shards, skipped, allow_empty)
     check_layout(input_uri, output_uri, shards)
+    check_foreign_outputs(input_uri, output_uri, shards)
     check_config_models(cfg)  # before anything is written or loaded: a bad name writes nothing
     key = resume.claim_output(output_uri, input_uri, cfg.config_hash(), cfg.model_dump(mode="json"),
                               run_id, overwrite)
@@ -373,8 +375,10 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
             local directory or a hub id reachable from here (checked first: nothing written).
         FileNotFoundError: ``input_uri`` does not exist.
         run.NoShardsError: ``input_uri`` holds no ``.parquet`` shard and not ``allow_empty``.
-        run.InputLayoutError: output inside input, or two shards sharing an output name
-            (these, like a missing input, are refused before the flow starts: one clear line)."""
+        run.InputLayoutError: output inside input, two shards sharing an output name, or an
+            output prefix without a run key already holding a shard's output file
+            (:func:`run.check_foreign_outputs`) (these, like a missing input, are refused
+            before the flow starts: one clear line)."""
     if isinstance(config, (str, Path)):
         config = load_config(config)
     if isinstance(config, RunConfig):
@@ -388,4 +392,5 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     shards, skipped = plan_shards(storage.normalize_uri(input_uri))
     require_shards(input_uri, shards, skipped, allow_empty)
     check_layout(storage.normalize_uri(input_uri), storage.normalize_uri(output_uri), shards)
+    check_foreign_outputs(storage.normalize_uri(input_uri), storage.normalize_uri(output_uri), shards)
     return run_flow(input_uri, output_uri, config, run_id, overwrite, execution, allow_empty)

@@ -78,7 +78,8 @@ def check_layout(input_uri: str, output_uri: str, shards: list[str]) -> None:
             same output name (``a/b.parquet`` and ``a__b.parquet``), or an output name the
             storage cannot hold (the longest object written per shard, its draft done marker
             ``_drafts/_shards/<name>.json``, over 255 bytes of file name locally or 1024 bytes
-            of S3 key), naming the files; checked here, before any shard is computed."""
+            of S3 key), naming the files; checked here, before any shard is computed. Reads
+            no storage (:func:`check_foreign_outputs` does)."""
     if storage.is_within(output_uri, input_uri) or storage.is_within(input_uri, output_uri):
         raise InputLayoutError(f"output {output_uri!r} and input {input_uri!r} overlap: outputs "
                                "would be read back as input; use separate prefixes")
@@ -94,6 +95,30 @@ def check_layout(input_uri: str, output_uri: str, shards: list[str]) -> None:
             raise InputLayoutError(f"input shard {s!r}: output name too long, its done marker "
                                    f"{longest!r} would need a {why}; shorten the shard's path "
                                    "below the input prefix (or the output prefix)")
+
+
+def check_foreign_outputs(input_uri: str, output_uri: str, shards: list[str]) -> None:
+    """Refuse to replace files that no run of this pipeline wrote. Every run writes the output
+    prefix's run key (``_run.json``, :func:`resume.claim_output`) before its first shard, and a
+    run that releases the key again has written no shard; so when the prefix has no key, a file
+    already at the output URI of one of the input ``shards`` (:func:`shard_output_uri`) came
+    from somewhere else (another
+    tool, a copy by hand) and would be silently replaced. With a key, the prefix is a run's: the
+    run key check (:func:`resume.check_output`) decides, and ``--overwrite`` still removes only
+    what the previous run's markers name.
+
+    Raises:
+        InputLayoutError: naming the first such file and how many there are."""
+    if not storage.exists(output_uri) or storage.exists(storage.join(output_uri, resume.RUN_FILE)):
+        return
+    present = set(storage.list_files(output_uri))
+    clash = [o for s in shards if (o := shard_output_uri(input_uri, s, output_uri)) in present]
+    if clash:
+        more = f" (and {len(clash) - 1} more shard output(s))" if len(clash) > 1 else ""
+        raise InputLayoutError(
+            f"output {output_uri!r} already holds {clash[0]!r}{more}, which no run of this pipeline "
+            f"wrote (the prefix has no {resume.RUN_FILE}); this run would replace it. Move the file "
+            "away or choose another output URI")
 
 
 def shard_output_uri(input_uri: str, shard_uri: str, output_uri: str) -> str:

@@ -75,3 +75,35 @@ def test_claims_bad_labels_refused_before_the_flow_starts(tmp_path, monkeypatch)
                         lambda *a, **k: pytest.fail("the flow started"))
     result = CliRunner().invoke(app, ["claims", "-i", str(tmp_path), "-o", str(tmp_path / "o"), "--labels", "A"])
     assert result.exit_code == 2 and "--labels" in result.output, result.output
+
+
+def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
+    """Trial finding (2026-12-03): an output prefix without a run key that already held
+    ``a.parquet`` (another tool's table) had it replaced by the run's shard, exit 0, no warning.
+    Now the run is refused before the flow starts and the file is kept; a file no shard would
+    write (``notes.txt``) refuses nothing, and once the prefix is a run's (``_run.json``) the
+    run key decides."""
+    from specrag_batch import orchestration, resume
+    from specrag_batch.run import InputLayoutError
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
+    out = tmp_path / "out [1]"
+    out.mkdir()
+    pq.write_table(pa.table({"precious": [1, 2, 3]}), out / "a.parquet")
+    before = (out / "a.parquet").read_bytes()
+    (out / "notes.txt").write_text("kept")
+    started = []
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: started.append(a))
+    with pytest.raises(InputLayoutError, match=r"already holds .*a\.parquet.*no run of this pipeline wrote"):
+        orchestration.run_batch(str(tmp_path / "in"), str(out))
+    assert not started and (out / "a.parquet").read_bytes() == before and not (out / resume.RUN_FILE).exists()
+
+    (out / "a.parquet").rename(tmp_path / "moved.parquet")  # what the message asks: notes.txt alone refuses nothing
+    orchestration.run_batch(str(tmp_path / "in"), str(out))
+    assert len(started) == 1
+
+    (out / "a.parquet").write_bytes(before)  # a run's prefix (its key written): the run key check decides
+    (out / resume.RUN_FILE).write_text("{}")
+    with pytest.raises(resume.RunConflictError):
+        orchestration.run_batch(str(tmp_path / "in"), str(out))

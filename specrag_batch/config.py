@@ -12,6 +12,8 @@ import json
 import math
 import re
 import string
+import types
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +43,23 @@ class _Strict(BaseModel):
                     raise ValueError(f"unknown key {key!r}" + (f"; did you mean {near[0]!r}?" if near else
                                      f"; known keys: {', '.join(cls.model_fields)}"))
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info) -> Any:
+        """Refuse a boolean for a number field: pydantic reads ``true`` as 1, so
+        ``num_drafts: true`` (or YAML's ``yes``/``on``) ran with m = 1, silently.
+
+        Raises:
+            ValueError: ``value`` is a bool and the field's type is ``int`` or ``float`` (or
+                either ``| None``), not also ``bool``."""
+        if isinstance(value, bool):
+            ann = cls.model_fields[info.field_name].annotation
+            members = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+            if (int in members or float in members) and bool not in members:
+                raise ValueError(f"a number is needed, got the boolean {value!r} (YAML reads true/false, "
+                                 "yes/no and on/off as booleans)")
+        return value
 
 
 class ModelConfig(_Strict):

@@ -77,6 +77,20 @@ def configure_cpu_env() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    check_cpu_env()
+
+
+def check_cpu_env() -> None:
+    """Refuse a ``VLLM_CPU_KVCACHE_SPACE`` that vLLM's CPU backend cannot read, before a flow
+    starts: it is each engine's KV cache in whole GiB (default here 2), and ``0.5`` failed inside
+    the engine's start with a pydantic traceback (trial finding, 2026-12-03).
+
+    Raises:
+        ValueError: the variable is set to something other than a whole number >= 0."""
+    value = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    if value is not None and not value.strip().isdigit():
+        raise ValueError(f"VLLM_CPU_KVCACHE_SPACE={value!r}: vLLM's CPU backend needs a whole number of "
+                         "GiB (each engine's KV cache; this pipeline's default is 2)")
 
 
 @dataclass

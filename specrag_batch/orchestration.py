@@ -22,7 +22,7 @@ from prefect.states import Failed
 
 from . import resume, storage
 from .config import RunConfig, load_config
-from .engines import EngineUsage, get_engine, merge_dtypes, used_dtypes
+from .engines import EngineUsage, check_cpu_env, get_engine, merge_dtypes, used_dtypes
 from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from .models import check_config_models
 from .redaction import install_log_filter
@@ -374,6 +374,7 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
         models.ModelNameError: a model of the config is not a packaged name, an existing
             local directory or a hub id reachable from here (checked first: nothing written).
         FileNotFoundError: ``input_uri`` does not exist.
+        ValueError: ``VLLM_CPU_KVCACHE_SPACE`` is not a whole number (:func:`engines.check_cpu_env`).
         run.NoShardsError: ``input_uri`` holds no ``.parquet`` shard and not ``allow_empty``.
         run.InputLayoutError: output inside input, two shards sharing an output name, or an
             output prefix without a run key already holding a shard's output file
@@ -387,6 +388,7 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     # callers that start it directly): a clean error, no failed flow run with a traceback
     cfg = RunConfig.model_validate(config or {})
     check_config_models(cfg)
+    check_cpu_env()
     resume.check_output(storage.normalize_uri(output_uri), storage.normalize_uri(input_uri),
                         cfg.config_hash(), overwrite, cfg.model_dump(mode="json"))
     shards, skipped = plan_shards(storage.normalize_uri(input_uri))

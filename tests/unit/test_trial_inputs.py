@@ -107,3 +107,23 @@ def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
     (out / resume.RUN_FILE).write_text("{}")
     with pytest.raises(resume.RunConflictError):
         orchestration.run_batch(str(tmp_path / "in"), str(out))
+
+
+@pytest.mark.parametrize("value", ["0.5", "2GiB", ""])
+def test_a_kv_cache_size_vllm_cannot_read_is_one_line_before_the_flow(tmp_path, monkeypatch, value):
+    """Trial finding (2026-12-03): ``VLLM_CPU_KVCACHE_SPACE=0.5`` failed inside the engine's
+    start, about 50 lines of pydantic/vLLM traceback; a whole number still runs."""
+    from specrag_batch import orchestration
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
+    started = []
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: started.append(a))
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", value)
+    result = CliRunner().invoke(app, ["run", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and not started, result.output
+    assert f"VLLM_CPU_KVCACHE_SPACE={value!r}" in result.output and "whole number of GiB" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # the flow starts (the stand-in returns no manifest)
+    CliRunner().invoke(app, ["run", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out")])
+    assert len(started) == 1

@@ -46,7 +46,8 @@ test: models-test
 	$(BIN)/python -m pytest -q -rs --durations=30
 
 # No vLLM engine: the pipeline's bookkeeping runs on tests/fakes.py's FakeEngine, which needs
-# only the test model's real tokenizer (hence models-test: converted once, then cached).
+# only real tokenizers (SmolLM2's, and Qwen2.5-Coder-0.5B's and Gemma 3's for the prompt checks),
+# hence models-test: converted once, then cached.
 test-fast: models-test
 	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 

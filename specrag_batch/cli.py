@@ -498,7 +498,10 @@ def main() -> None:
     # Prefect's ephemeral API server starts in a subprocess; on a loaded 2-core machine the
     # default 20 s start-up timeout was too short.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    logging.basicConfig(level=os.environ.get("SPECRAG_LOG_LEVEL", "WARNING"))
+    level = os.environ.get("SPECRAG_LOG_LEVEL", "WARNING")
+    logging.basicConfig(level=level)
+    for handler in logging.getLogger().handlers:  # the console: Prefect's loggers stay at INFO for
+        handler.setLevel(level)  # its API (flow-run logs in the UI) but propagate here, filtered
     stopping.install()
     try:
         app(**help_settings(sys.stdout))

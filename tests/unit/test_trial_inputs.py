@@ -127,3 +127,32 @@ def test_a_kv_cache_size_vllm_cannot_read_is_one_line_before_the_flow(tmp_path, 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # the flow starts (the stand-in returns no manifest)
     CliRunner().invoke(app, ["run", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out")])
     assert len(started) == 1
+
+
+def test_a_run_prints_prefects_info_records_only_to_its_api_not_the_console():
+    """Trial finding (2026-12-03): a successful ``specrag-batch run`` printed 10 ``INFO:prefect``
+    lines on stderr (temporary server, flow and task states), against README's "Quiet logs".
+    Prefect's own logging config sets its loggers to INFO (for the flow-run logs its API keeps)
+    and they propagate to the console handler ``cli.main`` installs: that handler now filters at
+    ``SPECRAG_LOG_LEVEL``, while the logger still hands INFO records to its own handlers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging\n"
+        "from specrag_batch import cli\n"
+        "got = []\n"
+        "class Api(logging.Handler):\n"
+        "    def emit(self, record): got.append(record.getMessage())\n"
+        "def app(**kw):\n"
+        "    log = logging.getLogger('prefect.flow_runs')\n"
+        "    logging.getLogger('prefect').setLevel('INFO')  # as Prefect's logging config sets it\n"
+        "    log.addHandler(Api())\n"
+        "    log.info('INFO-LINE'); log.warning('WARN-LINE')\n"
+        "    print('API:' + ','.join(got))\n"
+        "cli.app = app\n"
+        "cli.main()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "WARN-LINE" in r.stderr and "INFO-LINE" not in r.stderr
+    assert "API:INFO-LINE,WARN-LINE" in r.stdout

@@ -21,6 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Mode = Literal["speculative", "standard"]
+TauTask = Literal["qa", "claim", "choice"]
+"""The tasks a per-task ``selection.tau_min`` mapping may name (``schema.TASKS``)."""
 
 DEFAULT_CLAIM_LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
 REFLECTION_QUESTION = "Do you think the explanation supports the answers? (Yes or No)"
@@ -281,7 +283,7 @@ class SelectionConfig(_Strict):
         "another rule (benchmarks/decision.py, post hoc from the stored drafts; "
         "benchmarks/README.md, \"Selection rules\")")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
-    tau_min: float | dict[Literal["qa", "claim", "choice"], float] | None = Field(
+    tau_min: float | dict[TauTask, float] | None = Field(
         None, description="threshold on the selected draft's confidence (``confidence``); "
         "below it the row is flagged `low_confidence`. One value for every task or a mapping "
         "task -> value (a task not in it is never flagged); None disables the flag. "
@@ -291,6 +293,19 @@ class SelectionConfig(_Strict):
             "selection.confidence), one number for every task: a row below it is flagged "
             "low_confidence; `specrag-batch calibrate` chooses it from a labelled run. A "
             "per-task mapping is config-file only.")})
+
+    @field_validator("tau_min", mode="before")
+    @classmethod
+    def _tau_tasks_known(cls, v: Any) -> Any:
+        """Name an unknown task of a per-task ``tau_min`` mapping in one line (pydantic listed
+        one error per member of the union, ``tau_min.dict[literal[...],float].bogus.[key]``).
+
+        Raises:
+            ValueError: a mapping key that is not a task (``qa``, ``claim``, ``choice``)."""
+        if isinstance(v, dict) and (bad := [k for k in v if k not in typing.get_args(TauTask)]):
+            raise ValueError(f"unknown task {bad[0]!r} in the per-task mapping; tasks: "
+                             + ", ".join(typing.get_args(TauTask)))
+        return v
 
     @field_validator("tau_min")
     @classmethod

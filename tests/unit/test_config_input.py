@@ -72,6 +72,7 @@ def test_query_instruction_placeholders_checked_at_load(instruction, reason):
     ({"sampling.num_drafts": True}, "a number is needed, got the boolean True"),  # ran with m = 1 (trial 2026-12-03)
     ({"drafter.temperature": True}, "got the boolean True"),
     ({"selection.consensus_min": False}, "got the boolean False"),
+    ({"selection.tau_min": {"qa": -1.0, "bogus": -2.0}}, "unknown task 'bogus' in the per-task mapping; tasks: qa, "),
     ({"retrieval.index": ""}, "at least 1 character"),
 ])
 def test_unclear_or_silently_wrong_config_values_refused_with_a_hint(override, reason):

@@ -39,12 +39,21 @@ class _Strict(BaseModel):
         Raises:
             ValueError: a key that is not a field of this section."""
         if isinstance(data, dict):
-            for key in data:
-                if isinstance(key, str) and key not in cls.model_fields:
-                    near = difflib.get_close_matches(key, list(cls.model_fields), n=1)
-                    raise ValueError(f"unknown key {key!r}" + (f"; did you mean {near[0]!r}?" if near else
-                                     f"; known keys: {', '.join(cls.model_fields)}"))
+            for key in cls.unknown_keys(data):
+                raise ValueError(cls.unknown_key_message(key))
         return data
+
+    @classmethod
+    def unknown_keys(cls, data: dict) -> list[str]:
+        """The keys of mapping ``data`` that are not fields of this section, in order."""
+        return [k for k in data if isinstance(k, str) and k not in cls.model_fields]
+
+    @classmethod
+    def unknown_key_message(cls, key: str) -> str:
+        """``unknown key 'num_draft'; did you mean 'num_drafts'?`` (or the known keys)."""
+        near = difflib.get_close_matches(key, list(cls.model_fields), n=1)
+        return f"unknown key {key!r}" + (f"; did you mean {near[0]!r}?" if near else
+                                         f"; known keys: {', '.join(cls.model_fields)}")
 
     @field_validator("*", mode="before")
     @classmethod
@@ -556,7 +565,39 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             cur = cur[p]
         cur[parts[-1]] = value
         data = _deep_merge(data, node)
-    return RunConfig.model_validate(data)
+    return validate_run_config(data)
+
+
+def validate_run_config(data: dict[str, Any]) -> RunConfig:
+    """``RunConfig.model_validate(data)``, reporting every error at once: an unknown top-level
+    key stops pydantic before the sections are validated (``_Strict._known_keys``), so the
+    sections' errors are collected from ``data`` without the unknown keys and raised with them
+    (a file with ``bogus_top: 1`` and ``sampling.num_draft: 3`` names both).
+
+    Raises:
+        pydantic.ValidationError: every unknown top-level key (as ``_known_keys`` words it),
+            then the other errors."""
+    from pydantic import ValidationError
+
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        top = RunConfig.unknown_keys(data) if isinstance(data, dict) else []
+        if not top:
+            raise
+        try:
+            RunConfig.model_validate({k: v for k, v in data.items() if k not in top})
+            rest = []
+        except ValidationError as e2:
+            rest = e2.errors()
+        lines = [{"type": "value_error", "loc": (), "input": data,
+                  "ctx": {"error": ValueError(RunConfig.unknown_key_message(k))}} for k in top]
+        lines += [{k: x[k] for k in ("type", "loc", "input", "ctx") if k in x} for x in rest]
+        try:
+            combined = ValidationError.from_exception_data(e.title, lines)
+        except (KeyError, TypeError, ValueError):  # an error type pydantic cannot rebuild: the first error
+            raise e from None
+        raise combined from None
 
 
 class ConfigError(ValueError):

@@ -45,6 +45,19 @@ def test_the_trials_bad_config_gives_one_line_per_error_naming_the_file(tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_an_unknown_top_level_key_does_not_hide_the_sections_errors(tmp_path):
+    """Trial finding (2026-12-03): with ``bogus_top: 1`` and ``sampling.num_draft: 3`` only
+    ``bogus_top`` was reported (the top-level check stopped validation before the sections)."""
+    bad = tmp_path / "unknown.yaml"
+    bad.write_text("bogus_top: 1\nsampling:\n  num_draft: 3\nsed: 4\n")
+    r = _run("run", "--config", str(bad), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2
+    lines = r.output.splitlines()
+    assert lines[0].startswith(f"error: {bad}: bogus_top: unknown key; known keys: mode, seed")
+    assert lines[1:] == [f"{bad}: sed: unknown key; did you mean 'seed'?",
+                         f"{bad}: sampling.num_draft: unknown key; did you mean 'num_drafts'?"]
+
+
 @pytest.mark.parametrize("yaml_text, flags, line", [
     ("seed: -1\n", [], "{file}: seed: Input should be greater than or equal to 0 (got -1)"),
     ("sed: 3\n", [], "{file}: sed: unknown key; did you mean 'seed'?"),

@@ -101,18 +101,20 @@ def check_foreign_outputs(input_uri: str, output_uri: str, shards: list[str]) ->
     """Refuse to replace files that no run of this pipeline wrote. Every run writes the output
     prefix's run key (``_run.json``, :func:`resume.claim_output`) before its first shard, and a
     run that releases the key again has written no shard; so when the prefix has no key, a file
-    already at the output URI of one of the input ``shards`` (:func:`shard_output_uri`) came
-    from somewhere else (another
+    already at the output URI of one of the input ``shards`` (:func:`shard_output_uri`) that no
+    done marker names came from somewhere else (another
     tool, a copy by hand) and would be silently replaced. With a key, the prefix is a run's: the
     run key check (:func:`resume.check_output`) decides, and ``--overwrite`` still removes only
-    what the previous run's markers name.
+    what the previous run's markers name. A file with its done marker (written by a run, or
+    restored with one, as the decision benchmark's archive does) is the pipeline's either way.
 
     Raises:
         InputLayoutError: naming the first such file and how many there are."""
     if not storage.exists(output_uri) or storage.exists(storage.join(output_uri, resume.RUN_FILE)):
         return
     present = set(storage.list_files(output_uri))
-    clash = [o for s in shards if (o := shard_output_uri(input_uri, s, output_uri)) in present]
+    clash = [o for s in shards if (o := shard_output_uri(input_uri, s, output_uri)) in present
+             and not storage.exists(resume.marker_uri(output_uri, o))]
     if clash:
         more = f" (and {len(clash) - 1} more shard output(s))" if len(clash) > 1 else ""
         raise InputLayoutError(

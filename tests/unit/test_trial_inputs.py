@@ -103,6 +103,14 @@ def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
     orchestration.run_batch(str(tmp_path / "in"), str(out))
     assert len(started) == 1
 
+    # a shard with its done marker and no key (the decision benchmark restores archived shards so)
+    (out / "a.parquet").write_bytes(before)
+    resume.mark_done(str(out), str(out / "a.parquet"), "h", {}, "r", {"status": "ok"})
+    orchestration.run_batch(str(tmp_path / "in"), str(out))
+    assert len(started) == 2
+    for marker in (out / "_shards").iterdir():
+        marker.unlink()
+
     (out / "a.parquet").write_bytes(before)  # a run's prefix (its key written): the run key check decides
     (out / resume.RUN_FILE).write_text("{}")
     with pytest.raises(resume.RunConflictError):

@@ -38,9 +38,8 @@ class _Strict(BaseModel):
 
         Raises:
             ValueError: a key that is not a field of this section."""
-        if isinstance(data, dict):
-            for key in cls.unknown_keys(data):
-                raise ValueError(cls.unknown_key_message(key))
+        if isinstance(data, dict) and (unknown := cls.unknown_keys(data)):
+            raise ValueError(cls.unknown_key_message(unknown[0]))
         return data
 
     @classmethod

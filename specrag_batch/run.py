@@ -112,8 +112,10 @@ def check_foreign_outputs(input_uri: str, output_uri: str, shards: list[str]) ->
         InputLayoutError: naming the first such file and how many there are."""
     if not storage.exists(output_uri) or storage.exists(storage.join(output_uri, resume.RUN_FILE)):
         return
-    present = set(storage.list_files(output_uri))
-    clash = [o for s in shards if (o := shard_output_uri(input_uri, s, output_uri)) in present
+    fs, path = storage.filesystem(output_uri)
+    fs.invalidate_cache(path)
+    present = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)}  # outputs are flat: one listing
+    clash = [o for s in shards if (o := shard_output_uri(input_uri, s, output_uri)).rsplit("/", 1)[-1] in present
              and not storage.exists(resume.marker_uri(output_uri, o))]
     if clash:
         more = f" (and {len(clash) - 1} more shard output(s))" if len(clash) > 1 else ""

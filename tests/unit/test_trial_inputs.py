@@ -164,3 +164,24 @@ def test_a_run_prints_prefects_info_records_only_to_its_api_not_the_console():
     assert r.returncode == 0, r.stderr
     assert "WARN-LINE" in r.stderr and "INFO-LINE" not in r.stderr
     assert "API:INFO-LINE,WARN-LINE" in r.stdout
+
+
+def test_foreign_output_check_on_s3_with_odd_keys(s3_bucket):
+    """The same check against a real S3 server (moto, as s3fs's tests), one non-recursive
+    listing of the output prefix: keys with spaces, ``[1]``, ``*``, ``?``, ``#`` and ``%20`` are
+    names, never patterns; a key in a deeper "folder" is no shard output; a marker makes a key
+    the pipeline's."""
+    from specrag_batch import resume, storage
+    from specrag_batch.run import InputLayoutError, check_foreign_outputs
+
+    inp, out = f"{s3_bucket}/in put [1]", f"{s3_bucket}/out #%20 [x]"
+    shards = [f"{inp}/a*b? [1].parquet", f"{inp}/sub/c%20.parquet"]
+    check_foreign_outputs(inp, out, shards)  # nothing there yet
+    storage.write_bytes_atomic(f"{out}/deeper/sub__c%20.parquet", b"not a shard output")
+    storage.write_bytes_atomic(f"{out}/a*b [1].parquet", b"a glob would match a*b? [1]")
+    check_foreign_outputs(inp, out, shards)
+    storage.write_bytes_atomic(f"{out}/sub__c%20.parquet", b"another tool's")
+    with pytest.raises(InputLayoutError, match=r"already holds 's3://.*/sub__c%20\.parquet'"):
+        check_foreign_outputs(inp, out, shards)
+    resume.mark_done(out, f"{out}/sub__c%20.parquet", "h", {}, "r", {"status": "ok"})
+    check_foreign_outputs(inp, out, shards)

@@ -309,10 +309,14 @@ class SelectionConfig(_Strict):
         one error per member of the union, ``tau_min.dict[literal[...],float].bogus.[key]``).
 
         Raises:
-            ValueError: a mapping key that is not a task (``qa``, ``claim``, ``choice``)."""
+            ValueError: a mapping key that is not a task (``qa``, ``claim``, ``choice``), or a
+                boolean value (read as 0.0 or 1.0 otherwise; trial finding)."""
         if isinstance(v, dict) and (bad := [k for k in v if k not in typing.get_args(TauTask)]):
             raise ValueError(f"unknown task {bad[0]!r} in the per-task mapping; tasks: "
                              + ", ".join(typing.get_args(TauTask)))
+        if isinstance(v, dict) and (flag := next(((k, x) for k, x in v.items() if isinstance(x, bool)), None)):
+            raise ValueError(f"a number is needed for task {flag[0]!r}, got the boolean {flag[1]!r} (YAML reads "
+                             "true/false, yes/no and on/off as booleans)")
         return v
 
     @field_validator("tau_min")

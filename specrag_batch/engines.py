@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -88,7 +89,7 @@ def check_cpu_env() -> None:
     Raises:
         ValueError: the variable is set to something other than a whole number >= 0."""
     value = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    if value is not None and not value.strip().isdigit():
+    if value is not None and not re.fullmatch(r"\s*[0-9]+\s*", value):  # ASCII: int("²") fails in vLLM
         raise ValueError(f"VLLM_CPU_KVCACHE_SPACE={value!r}: vLLM's CPU backend needs a whole number of "
                          "GiB (each engine's KV cache; this pipeline's default is 2)")
 

@@ -106,9 +106,14 @@ def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: b
 
     Raises:
         RunConflictError: the prefix holds results of another input or config, or a
-            ``_run.json`` that is not a JSON object (named), and ``overwrite`` is false.
+            ``_run.json`` that is not a JSON object (named), and ``overwrite`` is false; or
+            ``output_uri`` is a file (whatever ``overwrite``).
     """
     uri = storage.join(output_uri, RUN_FILE)
+    fs, path = storage.filesystem(output_uri)
+    if fs.isfile(path):  # a local file: reading <file>/_run.json raised NotADirectoryError (trial)
+        raise RunConflictError(f"output {redact_text(output_uri)!r} is a file; give a directory or "
+                               "prefix for the output shards")
     try:
         existing = storage.read_json_object(uri)
     except ValueError as e:
@@ -149,6 +154,10 @@ def release_output(output_uri: str, run_id: str) -> bool:
     corrected config. A key of
     another run, or one with finished shards, stays. Returns whether it was removed."""
     uri = storage.join(output_uri, RUN_FILE)
+    fs, path = storage.filesystem(output_uri)
+    if fs.isfile(path):  # a local file: reading <file>/_run.json raised NotADirectoryError (trial)
+        raise RunConflictError(f"output {redact_text(output_uri)!r} is a file; give a directory or "
+                               "prefix for the output shards")
     try:
         existing = storage.read_json_object(uri)
     except ValueError:

@@ -73,6 +73,7 @@ def test_query_instruction_placeholders_checked_at_load(instruction, reason):
     ({"drafter.temperature": True}, "got the boolean True"),
     ({"selection.consensus_min": False}, "got the boolean False"),
     ({"selection.tau_min": {"qa": -1.0, "bogus": -2.0}}, "unknown task 'bogus' in the per-task mapping; tasks: qa, "),
+    ({"selection.tau_min": {"qa": False}}, "a number is needed for task 'qa', got the boolean False"),  # ran as 0.0
     ({"retrieval.index": ""}, "at least 1 character"),
 ])
 def test_unclear_or_silently_wrong_config_values_refused_with_a_hint(override, reason):

@@ -117,7 +117,7 @@ def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
         orchestration.run_batch(str(tmp_path / "in"), str(out))
 
 
-@pytest.mark.parametrize("value", ["0.5", "2GiB", ""])
+@pytest.mark.parametrize("value", ["0.5", "2GiB", "", "\u00b2"])  # "²": str.isdigit() but int("²") fails in vLLM
 def test_a_kv_cache_size_vllm_cannot_read_is_one_line_before_the_flow(tmp_path, monkeypatch, value):
     """Trial finding (2026-12-03): ``VLLM_CPU_KVCACHE_SPACE=0.5`` failed inside the engine's
     start, about 50 lines of pydantic/vLLM traceback; a whole number still runs."""
@@ -185,3 +185,15 @@ def test_foreign_output_check_on_s3_with_odd_keys(s3_bucket):
         check_foreign_outputs(inp, out, shards)
     resume.mark_done(out, f"{out}/sub__c%20.parquet", "h", {}, "r", {"status": "ok"})
     check_foreign_outputs(inp, out, shards)
+
+
+def test_an_output_that_is_a_file_is_one_line(tmp_path):
+    """Second trial (2026-12-03): ``-o <an existing file>`` raised NotADirectoryError from reading
+    ``<file>/_run.json``, a traceback and exit 1."""
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
+    (tmp_path / "outfile").write_text("file")
+    result = CliRunner().invoke(app, ["run", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "outfile")])
+    assert result.exit_code == 2, result.output
+    assert "is a file; give a directory or prefix" in result.output and "Traceback" not in result.output
+    assert (tmp_path / "outfile").read_text() == "file"

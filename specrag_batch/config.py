@@ -25,6 +25,7 @@ TauTask = Literal["qa", "claim", "choice"]
 """The tasks a per-task ``selection.tau_min`` mapping may name (``schema.TASKS``)."""
 
 DEFAULT_CLAIM_LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
+_YAML_BOOLEANS = "(YAML reads true/false, yes/no and on/off as booleans)"
 REFLECTION_QUESTION = "Do you think the explanation supports the answers? (Yes or No)"
 
 
@@ -67,8 +68,7 @@ class _Strict(BaseModel):
             ann = cls.model_fields[info.field_name].annotation
             members = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
             if (int in members or float in members) and bool not in members:
-                raise ValueError(f"a number is needed, got the boolean {value!r} (YAML reads true/false, "
-                                 "yes/no and on/off as booleans)")
+                raise ValueError(f"a number is needed, got the boolean {value!r} {_YAML_BOOLEANS}")
         return value
 
 
@@ -315,8 +315,7 @@ class SelectionConfig(_Strict):
             raise ValueError(f"unknown task {bad[0]!r} in the per-task mapping; tasks: "
                              + ", ".join(typing.get_args(TauTask)))
         if isinstance(v, dict) and (flag := next(((k, x) for k, x in v.items() if isinstance(x, bool)), None)):
-            raise ValueError(f"a number is needed for task {flag[0]!r}, got the boolean {flag[1]!r} (YAML reads "
-                             "true/false, yes/no and on/off as booleans)")
+            raise ValueError(f"a number is needed for task {flag[0]!r}, got the boolean {flag[1]!r} {_YAML_BOOLEANS}")
         return v
 
     @field_validator("tau_min")

@@ -524,6 +524,32 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+def _non_string_keys(text: str) -> list[str]:
+    """One message per mapping key of the YAML ``text`` that YAML does not read as a string, at
+    any depth: ``on:``/``yes:`` become the key ``True``, ``1:`` the key ``1``, which no config
+    field has. Each names the line, the dotted path with the key as the file spells it, and
+    what YAML made of it (the YAML node tree of ``yaml.compose`` keeps the spelling)."""
+    out: list[str] = []
+    str_tag = "tag:yaml.org,2002:str"
+
+    def walk(node: Any, where: str) -> None:
+        if not isinstance(node, yaml.MappingNode):
+            return
+        for key, value in node.value:
+            spelt = key.value if isinstance(key, yaml.ScalarNode) else "<a mapping or list>"
+            here = f"{where}.{spelt}" if where else str(spelt)
+            if isinstance(key, yaml.ScalarNode) and key.tag == str_tag:
+                walk(value, here)
+                continue
+            read = yaml.safe_load(yaml.serialize(key)) if isinstance(key, yaml.ScalarNode) else spelt
+            hint = f" {_YAML_BOOLEANS}" if isinstance(read, bool) else ""
+            out.append(f"line {key.start_mark.line + 1}: {here}: YAML reads this key as "
+                       f"{type(read).__name__} {read!r}, not a string{hint}; quote it ('{spelt}':)")
+
+    walk(yaml.compose(text, Loader=yaml.SafeLoader), "")
+    return out
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
                 base: dict[str, Any] | None = None) -> RunConfig:
     """Build a :class:`RunConfig` from an optional YAML file (local path or storage URI) plus
@@ -556,6 +582,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ValueError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: top level of a config file must be a mapping")
+        bad = _non_string_keys(text)
+        if bad:
+            raise ValueError("\n".join(f"{path}: {line}" for line in bad))
     for key, value in (overrides or {}).items():
         if value is None:
             continue

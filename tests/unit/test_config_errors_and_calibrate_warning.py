@@ -45,6 +45,25 @@ def test_the_trials_bad_config_gives_one_line_per_error_naming_the_file(tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_yaml_boolean_and_number_keys_are_named_as_the_file_spells_them(tmp_path):
+    """Trial finding (2026-12-03): ``on:`` as a key gave pydantic's "Keys should be strings (got
+    True)" under a path ``1``. YAML reads ``on``/``yes`` keys as ``True`` and ``3`` as an int;
+    each is now one line with its line number, its spelling and the way to quote it."""
+    bad = tmp_path / "keys.yaml"
+    bad.write_text("on: 1\nsampling:\n  yes: 2\n  3: x\n  num_drafts: 2\n")
+    r = _run("run", "--config", str(bad), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2
+    boolean = "(YAML reads true/false, yes/no and on/off as booleans)"
+    assert r.output.splitlines() == [
+        f"error: {bad}: line 1: on: YAML reads this key as bool True, not a string {boolean}; quote it ('on':)",
+        f"{bad}: line 3: sampling.yes: YAML reads this key as bool True, not a string {boolean}; quote it ('yes':)",
+        f"{bad}: line 4: sampling.3: YAML reads this key as int 3, not a string; quote it ('3':)"]
+    quoted = tmp_path / "quoted.yaml"  # quoted, they are plain unknown keys
+    quoted.write_text("'on': 1\n")
+    r = _run("run", "--config", str(quoted), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2 and r.output.startswith(f"error: {quoted}: on: unknown key")
+
+
 def test_an_unknown_top_level_key_does_not_hide_the_sections_errors(tmp_path):
     """Trial finding (2026-12-03): with ``bogus_top: 1`` and ``sampling.num_draft: 3`` only
     ``bogus_top`` was reported (the top-level check stopped validation before the sections)."""

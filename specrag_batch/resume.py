@@ -110,10 +110,7 @@ def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: b
             ``output_uri`` is a file (whatever ``overwrite``).
     """
     uri = storage.join(output_uri, RUN_FILE)
-    fs, path = storage.filesystem(output_uri)
-    if fs.isfile(path):  # a local file: reading <file>/_run.json raised NotADirectoryError (trial)
-        raise RunConflictError(f"output {redact_text(output_uri)!r} is a file; give a directory or "
-                               "prefix for the output shards")
+    _refuse_file_output(output_uri)
     try:
         existing = storage.read_json_object(uri)
     except ValueError as e:
@@ -136,6 +133,15 @@ def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: b
     return existing
 
 
+def _refuse_file_output(output_uri: str) -> None:
+    """Raise :class:`RunConflictError` when ``output_uri`` is a file, not a directory or prefix
+    (reading ``<file>/_run.json`` raised NotADirectoryError, a trial finding of 2026-12-03)."""
+    fs, path = storage.filesystem(output_uri)
+    if fs.isfile(path):
+        raise RunConflictError(f"output {redact_text(output_uri)!r} is a file; give a directory or "
+                               "prefix for the output shards")
+
+
 def finished_shards(output_uri: str) -> int:
     """Done markers (final or draft shards) under ``output_uri``: files in ``_shards/`` and
     ``_drafts/_shards/``, damaged ones included (0 when the prefix does not exist)."""
@@ -154,10 +160,7 @@ def release_output(output_uri: str, run_id: str) -> bool:
     corrected config. A key of
     another run, or one with finished shards, stays. Returns whether it was removed."""
     uri = storage.join(output_uri, RUN_FILE)
-    fs, path = storage.filesystem(output_uri)
-    if fs.isfile(path):  # a local file: reading <file>/_run.json raised NotADirectoryError (trial)
-        raise RunConflictError(f"output {redact_text(output_uri)!r} is a file; give a directory or "
-                               "prefix for the output shards")
+    _refuse_file_output(output_uri)
     try:
         existing = storage.read_json_object(uri)
     except ValueError:

@@ -44,7 +44,10 @@ FORCED_LOW = (Flag.NO_VALID_DRAFT, Flag.SELECTED_DRAFT_MISSING_SCORE, Flag.NO_DR
 @dataclass
 class Curve:
     """Risk-coverage curve: ``taus[i]`` keeps ``coverage[i]`` of the rows at ``accuracy[i]``
-    (arrays of equal length, τ descending, coverage ascending)."""
+    (float arrays of equal length, one entry per distinct finite confidence; τ descending,
+    in the confidence's unit; coverage ascending, a fraction in (0, 1]; accuracy in [0, 1]).
+    ``n``: all rows the curve was built from, the denominator of ``coverage`` (rows with no
+    finite confidence and fast-path rows included)."""
 
     taus: np.ndarray
     coverage: np.ndarray
@@ -124,7 +127,16 @@ def auroc(conf, correct) -> float | None:
 
 @dataclass
 class TaskThreshold:
-    """τ_min chosen for one task: ``tau`` None when the target cannot be met on this data."""
+    """τ_min chosen for one task (:func:`calibrate`): ``tau`` None when the target cannot be
+    met on this data.
+
+    ``measure``: ``score`` or ``mean_logprob`` (:data:`MEASURES`); ``n``: graded answered rows
+    of the task; ``tau``: in the measure's unit (log ρ in nats, or nats per token);
+    ``coverage``/``accuracy``: fractions in [0, 1] at ``tau``; ``interval``: 95% percentile
+    bootstrap interval of τ (None when no resample met the target);
+    ``bootstrap_unreachable``: resamples where the target was not met (all ``n_boot`` when
+    ``tau`` is None); ``auroc``: :func:`auroc` per measure over the rows outside the fast
+    path."""
 
     task: str
     measure: str
@@ -185,7 +197,13 @@ def calibrate_task(conf, correct, always, *, target_accuracy: float | None = Non
 
 
 def graded_rows(df: pl.DataFrame) -> pl.DataFrame:
-    """Answered rows with a gold verdict, with ``always`` (fast path) and ``forced_low``."""
+    """Answered rows with a gold verdict (``error`` null, ``answer`` and ``correct`` not
+    null), with boolean columns ``always`` (fast path) and ``forced_low`` (a flag of
+    :data:`FORCED_LOW`).
+
+    Raises:
+        polars.exceptions.ColumnNotFoundError: ``df`` lacks ``error``, ``answer``,
+            ``correct``, ``fast_path`` or ``flags``."""
     return (df.filter(pl.col("error").is_null() & pl.col("answer").is_not_null()
                       & pl.col("correct").is_not_null())
             .with_columns(always=pl.col("fast_path").fill_null(False),
@@ -208,7 +226,9 @@ def tasks(g: pl.DataFrame) -> list[str]:
 
 
 def measure_values(g: pl.DataFrame, measure: str) -> np.ndarray:
-    """The confidence ``measure`` of each row of :func:`graded_rows` (NaN = never kept)."""
+    """The confidence ``measure`` of each row of :func:`graded_rows`: float64 array, shape
+    (rows of ``g``,), natural-log units (nats, or nats per token); NaN = never kept (null,
+    NaN, or a :data:`FORCED_LOW` row)."""
     v = g.select(pl.when(pl.col("forced_low")).then(None).otherwise(pl.col(measure))
                  .cast(pl.Float64).fill_nan(None)).to_series()
     return v.fill_null(float("nan")).to_numpy()

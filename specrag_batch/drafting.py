@@ -50,9 +50,13 @@ class PromptTooLongError(ValueError):
 
 
 def truncate_documents(tokenizer, docs: Sequence[Document], budget: int) -> tuple[list[Document], bool]:
-    """Cut each document's text to at most ``budget`` tokens (of ``tokenizer``).
+    """Cut each document's text to at most ``budget`` tokens (of ``tokenizer``, the drafter's).
 
-    Returns (documents, whether any was truncated). Titles are kept whole."""
+    A cut text is the decoded first ``budget`` tokens, right-stripped, plus ``" ..."`` (so it
+    may re-encode to a few tokens more than ``budget``). Titles are kept whole.
+
+    Returns:
+        (documents, whether any was truncated): one :class:`Document` per input, in order."""
     out, cut = [], False
     for document in docs:
         ids = encode_plain(tokenizer, document.text)
@@ -73,7 +77,10 @@ def fitted_prompt(tokenizer, task: str, query: str, docs: Sequence[Document], ch
     ``rationale_style`` (:func:`~specrag_batch.prompts.drafter_prompt_ids`),
     shrinking the per-document budget (tokens) until it fits ``max_prompt_tokens``.
 
-    Returns (token ids, truncated?).
+    The budget starts at ``doc_budget`` and is multiplied by 0.6 (floor 16) after each try
+    that does not fit.
+
+    Returns (token ids, whether any document was truncated).
 
     Raises:
         PromptTooLongError: the prompt does not fit even at 16 tokens per document.
@@ -95,7 +102,11 @@ def fitted_prompt(tokenizer, task: str, query: str, docs: Sequence[Document], ch
 def token_char_spans(tokenizer, token_ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
     """Decode generated tokens and return (text, per-token character span in that text).
 
-    Spans come from incremental decoding, so they match what the model emitted."""
+    Returns:
+        (text, spans): ``spans`` has one half-open (start, end) character range per token id,
+        ``len(spans) == len(token_ids)``; a token that adds no text (e.g. a special token)
+        gets an empty range. Spans come from incremental decoding (special tokens skipped),
+        so they match what the model emitted. Decodes every prefix: O(len(token_ids)²)."""
     spans, prev = [], 0
     for i in range(len(token_ids)):
         end = max(prev, len(tokenizer.decode(token_ids[:i + 1], skip_special_tokens=True)))
@@ -135,7 +146,13 @@ def max_prompt_tokens(tokenizer, max_model_len: int, max_tokens: int,
 
 @dataclass
 class DraftRequest:
-    """One (row, subset) to draft. ``prompt_ids`` already fit the drafter's context."""
+    """One (row, subset) to draft (paper §3.2: one draft per subset).
+
+    ``row``: the caller's key for the row (not read here; the drafting stage uses the row's
+    position in its chunk); ``task``: ``qa`` | ``claim`` | ``choice``;
+    ``doc_ids``: the subset's document ids; ``prompt_ids``: drafter prompt token ids
+    (:func:`fitted_prompt`), already fitting the drafter's context; ``choices``: the option
+    texts of a ``choice`` row."""
 
     row: int
     task: str
@@ -233,8 +250,11 @@ def force_answers(engine: Engine, prompts: Sequence[list[int]], gens: Sequence[G
 def run_drafts(engine: Engine, requests: Sequence[DraftRequest], *, max_tokens: int,
                temperature: float, top_p: float, seed: int, labels: list[str],
                desc: str = "drafting", answer_max_tokens: int | None = None) -> list[Draft]:
-    """Generate and score all drafts in one batched engine call; one :class:`Draft` each,
-    in request order. Unparseable drafts are kept with flags (``valid`` False). A draft
+    """Generate and score all drafts in one batched engine call (paper §3.2); one
+    :class:`Draft` each, in request order, with ``score_draft`` = log ρ_draft (natural log,
+    nats; :func:`score_generation`, module docstring) and ``tokens_draft`` the drafter tokens
+    of β and α behind it. ``max_tokens``: generated tokens per draft at most.
+    Unparseable drafts are kept with flags (``valid`` False). A draft
     whose parsing or scoring raised is returned with ``valid`` False, flag
     ``draft_processing_error`` and the message as its ``rationale`` (the caller makes it the
     row's error).
@@ -242,7 +262,11 @@ def run_drafts(engine: Engine, requests: Sequence[DraftRequest], *, max_tokens: 
     ``answer_max_tokens`` (``drafter.answer_budget``): None = drafts as generated; a number =
     drafts cut at ``max_tokens`` before their answer line get one (:func:`force_answers`, one
     more batched call over those drafts only; flag ``answer_forced``). ``tokens_draft`` then
-    counts the continuation's α tokens too."""
+    counts the continuation's α tokens too.
+
+    Raises:
+        Whatever the engine raises (one failing call fails the batch); errors of parsing or
+        scoring one draft are caught as above."""
     prompts = [request.prompt_ids for request in requests]
     gens = engine.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                            seed=seed, desc=desc)

@@ -96,7 +96,10 @@ def check_cpu_env() -> None:
 
 @dataclass
 class GenerationResult:
-    """One generated sequence: text, token ids, per-token log-probs (natural log), finish."""
+    """One generated sequence: ``text``; ``token_ids``; ``logprobs``, one natural-log
+    probability per token id (``len(logprobs) == len(token_ids)``; a non-finite one replaced
+    by :data:`NON_FINITE_FLOOR`); ``finish_reason`` (vLLM's: ``"stop"``, ``"length"``, ...);
+    ``non_finite``: whether any log-prob was replaced."""
 
     text: str
     token_ids: list[int]

@@ -36,9 +36,11 @@ _KEY_RE = re.compile(r"\(?([A-Za-z]+|[0-9]+)[.):]?")
 
 @dataclass
 class RowScore:
-    """Metrics of one row: ``correct`` (match for QA, accuracy otherwise), ``exact_match``,
-    ``f1`` (QA only, in [0, 1]); None when ungraded. ``flags`` names golds that could not be
-    scored (:data:`GOLD_FLAGS`: not a label, not an option, or an ambiguous option)."""
+    """Metrics of one row: ``correct`` (match for QA, accuracy otherwise), ``exact_match``
+    (SQuAD EM for QA; for claim and choice the same value as ``correct``), ``f1`` (QA only,
+    SQuAD token F1 in [0, 1]; None for claim and choice); None when ungraded. ``flags``
+    names golds that could not be scored (:data:`GOLD_FLAGS`: not a label, not an option, or
+    an ambiguous option)."""
 
     correct: bool | None
     exact_match: bool | None
@@ -109,7 +111,8 @@ def score_row(task: str, answer: str | None, gold: list[str] | None, *,
     """Metrics for one row (paper §4.1 metrics; see the module docstring).
 
     Args:
-        task: ``qa`` | ``claim`` | ``choice``.
+        task: ``qa`` | ``claim`` | ``choice`` (any other value is scored as ``claim``; never
+            raises).
         answer: the selected answer (an option text for ``choice``, a label for ``claim``);
             None or empty scores 0 / False.
         gold: accepted answers (QA), the gold label (claim) or the correct option as text,
@@ -162,7 +165,9 @@ def score_row(task: str, answer: str | None, gold: list[str] | None, *,
 def summarize(rows: list[dict]) -> dict:
     """Run-level metrics from output rows (dicts with task, correct, exact_match, f1, ...).
 
-    Returns counts, per-task accuracy (mean of ``correct``), EM and F1 for QA, the
+    Returns counts, per-task accuracy (mean of ``correct`` over the task's graded rows,
+    ``n_with_gold``; a fraction in [0, 1]), EM and F1 for QA (means, in [0, 1]), overall
+    ``accuracy`` over all graded rows (None when none is graded), the
     low-confidence / fast-path / error counts, ``gold_not_scored``: rows with a gold that
     could not be mapped to a label or option (flagged, not graded), ``draft_rounds``: rows
     per number of adaptive drafting rounds (``{"1": n, "2": n}``; empty when not adaptive),

@@ -4,11 +4,11 @@ stages run on different worker pools (``execution.stages = "disaggregated"``).
 A drafter worker runs stages 1-3 (retrieval, multi-perspective sampling, drafting; paper
 §3.2) over a shard and writes ``<output>/_drafts/<shard>.parquet``: one row per input row, in
 input order, with the row's question, its validation state and its m drafts (answer α,
-rationale β, document ids, draft score ρ_draft). A verifier worker reads it and runs stages
+rationale β, document ids, draft score log ρ_draft in nats). A verifier worker reads it and runs stages
 4-5 (paper §3.3) in the same chunks as a fused run, so both topologies give the same answers.
 
 The documents themselves are not in the file: the verifier never reads them (paper §3.3).
-Scores are stored as float64, so ρ_draft survives the round trip bit for bit.
+Scores are stored as float64, so log ρ_draft survives the round trip bit for bit.
 """
 
 from __future__ import annotations
@@ -50,7 +50,11 @@ OPTIONAL_COLUMNS = {"error_reason", "draft_rounds"}
 
 def to_table(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]]) -> pa.Table:
     """Rows (after stages 1-3) and their drafts (position in ``rows`` -> drafts) as a
-    :data:`DRAFTS_SCHEMA` table, in input order."""
+    :data:`DRAFTS_SCHEMA` table, in input order: ``len(rows)`` rows, a row without an entry
+    in ``drafts`` gets an empty ``drafts`` list.
+
+    Raises:
+        pyarrow.ArrowInvalid, pyarrow.ArrowTypeError: a field does not fit the schema."""
     records = [{**{name: getattr(row, name) for name in _ROW_COLUMNS}, "flags": list(row.flags),
                 "drafts": [draft.to_record() for draft in drafts.get(i, [])]}
                for i, row in enumerate(rows)]

@@ -369,8 +369,10 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     an input without any ``.parquet`` shard is a finished run of 0 shards, not an error.
 
     Raises:
+        pydantic.ValidationError: the config is invalid (a field unknown or out of range);
+            a YAML path: also :func:`config.load_config`'s errors (missing file, bad YAML).
         resume.RunConflictError: ``output_uri`` holds results of another input/config and
-            ``overwrite`` is false.
+            ``overwrite`` is false, or is a file.
         models.ModelNameError: a model of the config is not a packaged name, an existing
             local directory or a hub id reachable from here (checked first: nothing written).
         FileNotFoundError: ``input_uri`` does not exist.

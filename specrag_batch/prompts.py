@@ -78,7 +78,8 @@ def task_instruction(task: str, query: str, choices: Sequence[str] | None, label
                      slot=None) -> str:
     """The question block shared by drafter and verifier. Options are labelled A..Z, AA, AB, ...
     (:func:`parsing.option_label`). With ``slot`` (a :class:`Slots`) data values are replaced
-    by placeholders; without it the text is plain (for display)."""
+    by placeholders; without it the text is plain (for display). ``task``: ``claim`` and
+    ``choice`` get their own blocks, any other value the QA block (never raises)."""
     s = slot or (lambda x: x)
     if task == "claim":
         return (f"Claim: {s(query)}\nDoes the evidence support or refute the claim? "

@@ -270,9 +270,10 @@ class FallbackAnswer:
 @dataclass
 class Selection:
     """Outcome of selection for one row: ``index`` into the row's drafts (None only when it
-    has none), its log ρ ``score`` (natural log, paper §3.3; None when the selected draft
-    misses an enabled term), whether it is ``low_confidence``, whether it came from
-    the consensus ``fast_path``, and row ``flags``."""
+    has none), its log ρ ``score`` (natural log, paper §3.3; on the fast path log ρ_draft
+    alone; None when the selected draft misses an enabled term, or on the fast path with the
+    draft score switched off), whether it is ``low_confidence``, whether it came from the
+    consensus ``fast_path``, and row ``flags``."""
 
     index: int | None
     score: float | None

@@ -51,7 +51,11 @@ class RunConflictError(RuntimeError):
 
 
 def input_fingerprint(uri: str) -> dict:
-    """Size and version tag (ETag, or mtime on local disk) of an input file."""
+    """Size and version tag of an input file: ``{"size": bytes, "tag": str}``, the tag being
+    the ETag (S3) or the mtime (local disk; as a string).
+
+    Raises:
+        FileNotFoundError: nothing at ``uri``."""
     fs, path = storage.filesystem(uri)
     info = fs.info(path)
     tag = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
@@ -193,8 +197,9 @@ def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict
     config values and URL passwords replaced by their hash (:func:`redaction.redact`).
 
     Raises:
-        RunConflictError: the prefix holds results of another input or config and
-            ``overwrite`` is false.
+        RunConflictError: the prefix holds results of another input or config (or a
+            ``_run.json`` that is not a JSON object) and ``overwrite`` is false; or
+            ``output_uri`` is a file (:func:`check_output`).
     """
     uri = storage.join(output_uri, RUN_FILE)
     existing = check_output(output_uri, input_uri, config_hash, overwrite, config)
@@ -250,7 +255,8 @@ def mark_done(output_uri: str, shard_out_uri: str, config_hash: str, fingerprint
 
 def remove_stale_temporaries(output_uri: str) -> int:
     """Delete temporary files left by a killed local writer (``.<hex>.tmp``,
-    :func:`storage.write_bytes_atomic`)."""
+    :func:`storage.write_bytes_atomic`) anywhere under ``output_uri``; returns how many were
+    removed (0 when the prefix does not exist)."""
     fs, path = storage.filesystem(output_uri)
     if not fs.exists(path):
         return 0

@@ -108,7 +108,12 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
 
 
 class FaissRetriever:
-    """Top-N dense retrieval over an index built by :func:`build_index`."""
+    """Top-N dense retrieval over an index built by :func:`build_index` (loaded whole into
+    memory at construction).
+
+    Raises (constructor):
+        FileNotFoundError: ``meta.json``, ``index.faiss`` or ``docs.parquet`` is missing
+            under ``index_uri``."""
 
     def __init__(self, index_uri: str):
         import faiss
@@ -124,7 +129,8 @@ class FaissRetriever:
 
     def search(self, queries: Sequence[str], top_n: int) -> list[list[Document]]:
         """For each query, its top-N documents by cosine similarity (best first): a list per
-        query, in order, of at most ``top_n`` (fewer when the index holds fewer)."""
+        query, in order, of at most ``top_n`` (fewer when the index holds fewer). Queries are
+        embedded with the index's ``embedding_model`` (:func:`embed`)."""
         if not queries:
             return []
         q = embed(self.meta["embedding_model"], queries)

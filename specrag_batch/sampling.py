@@ -93,15 +93,20 @@ def _distinct_rows(embeddings: np.ndarray) -> int:
 
 
 def cluster_documents(embeddings: np.ndarray, k: int, seed: int, n_init: int = 10) -> np.ndarray:
-    """K-Means labels for document embeddings.
+    """K-Means labels for the query-conditioned document embeddings of one row (paper §3.2:
+    the top-N documents are clustered into k groups by K-Means).
 
     Args:
-        embeddings: float array, shape (N, d); N >= 1.
-        k: requested clusters; clamped to the number of distinct embeddings (k <= N).
+        embeddings: float array, shape (N, d) (:func:`specrag_batch.retrieval.embed` of
+            :func:`conditioned_texts`); N = 0 gives an empty label array.
+        k: requested clusters; clamped to k_eff = min(k, N, distinct embeddings), rows
+            compared after rounding to 6 decimals; k_eff = 1 skips K-Means (all label 0).
         seed: K-Means ``random_state``.
+        n_init: K-Means restarts (``sampling.kmeans_n_init``).
 
     Returns:
-        int array of shape (N,), labels in ``[0, k_eff)`` with every label used.
+        int array of shape (N,), labels in ``[0, k_eff)`` with every label used, numbered in
+        order of first appearance (so they do not depend on K-Means' label ids).
     """
     n = embeddings.shape[0]
     k_eff = max(1, min(k, n, _distinct_rows(embeddings)))
@@ -147,13 +152,15 @@ def sample_subsets(
     cluster"): k documents all from one cluster (or the whole cluster if smaller).
 
     Subsets are sorted index tuples; duplicates are never repeated, so fewer than m subsets
-    come back when fewer distinct ones exist. Deterministic for a given seed.
+    come back when fewer distinct ones exist, or when the draws stop at 50·m + 100 attempts
+    before finding that many distinct ones. Deterministic for a given seed.
 
     Args:
         labels: shape (N,), cluster label per document (from :func:`cluster_documents`).
         m: number of subsets wanted (drafts).
         seed: RNG seed (use :func:`row_seed`).
-        k: documents per subset for ``random``/``single_cluster`` (default: number of clusters).
+        k: documents per subset for ``random``/``single_cluster`` (default: number of
+            clusters; clamped to [1, N]); ignored by ``cluster`` and ``cluster_cover``.
 
     Returns:
         list of at most m subsets, each a sorted tuple of document indices into the N documents.

@@ -118,7 +118,10 @@ class StorageIO:
 
 @dataclass
 class ShardResult:
-    """What a shard task reports back (small: counters, not rows)."""
+    """What a shard task reports back (small: counters, not rows). ``status``: ``"ok"`` or
+    ``"failed"``; ``seconds``: wall-clock seconds of the shard task; ``stage_seconds``:
+    seconds per pipeline stage; ``summary``: :func:`evaluation.summarize` of its rows;
+    ``engines``: :meth:`engines.EngineUsage.as_dict` (seconds inside vLLM, token counts)."""
 
     input: str
     output: str | None

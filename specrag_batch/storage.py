@@ -232,7 +232,11 @@ def name_too_long(uri: str) -> str | None:
 
 
 def read_parquet(uri: str) -> pa.Table:
-    """Read one Parquet file."""
+    """Read one Parquet file (the whole object, then parsed in memory).
+
+    Raises:
+        FileNotFoundError: nothing at ``uri``.
+        pyarrow.ArrowInvalid: the object is not Parquet."""
     return pq.read_table(io.BytesIO(read_bytes(uri)))
 
 

@@ -53,7 +53,9 @@ def _sum(logprobs: Sequence[float | None], positions: range) -> tuple[float, boo
 def word_token_ids(tokenizer, word: str) -> set[int]:
     """Ids of the tokenizer's single-token spellings of ``word``: lower, Capitalised and
     UPPER case, each with and without a leading space (spellings that take several tokens
-    are left out)."""
+    are left out). ``tokenizer``: a Hugging Face tokenizer (encoded with
+    :func:`~specrag_batch.prompts.encode_plain`). May be empty: then no probability mass is
+    found for the word and :func:`reflection_scores` uses its k-th log-prob bound."""
     ids = set()
     for w in {word.lower(), word.capitalize(), word.upper()}:
         for pre in ("", " "):
@@ -157,14 +159,17 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
     """Fill each draft's verifier scores in place (paper §3.3; natural log-probs):
     ``score_self_consistency`` (log ρ_SC, the summed log-probs of α's and β's tokens given Q),
     ``score_self_reflection`` (log ρ_SR after R), ``logprob_yes``/``logprob_no`` and the
-    token counts ``tokens_answer``/``tokens_rationale``. One forward pass per draft over
-    [Q, α, β, R, "Yes"] (prompt log-probs); the verifier never reads the documents.
+    token counts ``tokens_answer``/``tokens_rationale`` (verifier tokens). One forward pass
+    per draft over [Q, α, β, R] and the template's assistant opening
+    (:func:`~specrag_batch.prompts.verifier_prompt`): its prompt log-probs give log ρ_SC and
+    the next token's top-:data:`TOP_K` log-probs give log ρ_SR; the verifier never reads the
+    documents.
 
     Args:
         engine: the verifier engine (its tokenizer renders the prompts).
         items: (row key, question, draft); all scored in one batched engine call.
         reflection_question: R, the self-reflection statement asked after the draft.
-        max_prompt_tokens: the verifier's context; a longer input gets flag
+        max_prompt_tokens: the verifier's context, tokens; a longer input gets flag
             ``verifier_input_too_long`` and null verifier scores instead of failing the batch
             (selection then ranks it after every fully scored draft).
         mode: self-reflection variant, ``paper`` | ``contrast`` (module docstring).

@@ -44,7 +44,15 @@ def _terms(draft: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> list[tu
 def combine(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float | None:
     """log ρ = Σ of the enabled log terms (paper §3.3: ρ = ρ_Draft·ρ_SC·ρ_SR in log space).
 
-    Returns None when an enabled term is missing (never counts it as probability 1)."""
+    Args:
+        d: a draft whose ``score_draft``, ``score_self_consistency`` and
+            ``score_self_reflection`` are natural-log probabilities (or None).
+        use_draft, use_sc, use_sr: include log ρ_draft, log ρ_SC, log ρ_SR (the Table 3
+            ablations switch them off).
+
+    Returns:
+        log ρ in nats (≤ 0 for the paper's terms); 0.0 when no term is enabled; None when an
+        enabled term is missing (never counts it as probability 1)."""
     terms = _terms(d, use_draft, use_sc, use_sr)
     if any(v is None for _, v in terms):
         return None
@@ -100,7 +108,15 @@ def _rule_keys(drafts: list[Draft], pool: list[int], rule: str, use_draft: bool,
 
 def consensus_threshold(c: int | None, n_valid: int) -> int | None:
     """The consensus rule: c' = max(2, min(c, number of valid drafts)); None when off (c None
-    or 0) or when fewer than 2 drafts are valid (one draft is not a consensus)."""
+    or 0) or when fewer than 2 drafts are valid (one draft is not a consensus).
+
+    The consensus fast path is this product's shortcut, not the paper's (§3.3 verifies every
+    draft).
+
+    Args:
+        c: ``selection.consensus_min`` (a number of drafts; see
+            :attr:`specrag_batch.config.RunConfig.consensus_threshold`).
+        n_valid: valid drafts of the row."""
     if not c or n_valid < 2:
         return None
     return max(2, min(c, n_valid))
@@ -108,8 +124,19 @@ def consensus_threshold(c: int | None, n_valid: int) -> int | None:
 
 def consensus(drafts: list[Draft], c: int | None) -> list[int] | None:
     """Indices of the valid drafts sharing the most common normalised answer, when at least
-    c' of them agree, c' = :func:`consensus_threshold` (the fast path); otherwise None."""
-    keys = [normalize_answer(d.answer) if d.valid else None for d in drafts]
+    c' of them agree, c' = :func:`consensus_threshold` (the fast path, this product's
+    shortcut, not in the paper); otherwise None.
+
+    Answers are compared by :func:`answer_key`, the key ``answer_vote`` groups by: the
+    SQuAD-normalised answer, or the answer with its articles kept when that is empty, so two
+    drafts answering ``"The"`` agree (with :func:`~specrag_batch.parsing.normalize_answer`
+    alone such drafts counted towards the valid drafts but agreed with none). A draft whose
+    key is still empty agrees with no other. Between answers with equal counts the one seen
+    first wins.
+
+    Returns:
+        ascending indices into ``drafts`` (at least c' of them), or None."""
+    keys = [answer_key(d.answer) if d.valid else None for d in drafts]
     need = consensus_threshold(c, sum(1 for d in drafts if d.valid))
     counts = Counter(k for k in keys if k)
     if need is None or not counts:
@@ -129,10 +156,13 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
     Args:
         drafts: the row's drafts; their ``score`` is filled in here.
         fast_path: indices from :func:`consensus`; the verifier was skipped and the argmax of
-            the draft score among them is taken; never flagged low-confidence.
+            the draft score log ρ_draft among them is taken (a draft without one ranks last);
+            every draft's ``score`` becomes its log ρ_draft (None when ``use_draft`` is
+            False); never flagged low-confidence, ``tau_min`` is not applied.
         random_seed: when set, the ablation "random selection": a uniformly random valid draft.
         tau_min: low-confidence threshold on the selected draft's ``confidence``: its log ρ
-            (``"score"``) or :func:`mean_logprob` (``"mean_logprob"``).
+            in nats (``"score"``) or :func:`mean_logprob` in nats per token
+            (``"mean_logprob"``); a confidence below it, None or not finite flags the row.
         confidence: ``"score"`` or ``"mean_logprob"`` (:data:`CONFIDENCE`).
         rule: how the fully scored valid drafts are ranked (:data:`RULES`), log ρ in natural log:
 

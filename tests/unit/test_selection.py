@@ -48,6 +48,16 @@ def test_consensus_fast_path():
     assert s.fast_path and s.index == 1 and not s.low_confidence
 
 
+def test_consensus_compares_answers_by_the_answer_vote_key():
+    """Review finding (2026-12-03): consensus compared SQuAD-normalised answers, which are
+    empty for "A" or "The", so drafts answering "The" counted as valid but never agreed (and
+    never took the fast path) while answer_vote and the evaluation keep their articles."""
+    drafts = [d("The", -1.0, None, None), d("the.", -2.0, None, None), d("Lyon", -0.5, None, None)]
+    assert consensus(drafts, 2) == [0, 1]
+    assert consensus([d("A", -1.0, None, None), d("The", -1.0, None, None)], 2) is None
+    assert consensus([d("...", -1.0, None, None), d("!", -1.0, None, None)], 2) is None
+
+
 def test_fast_path_ranks_a_draft_without_draft_score_last():
     # a missing ρ_draft is not probability 1: the scored agreeing draft carries the row
     drafts = [d("Paris", None, None, None), d("paris", -4.0, None, None), d("Lyon", -0.1, None, None)]

@@ -61,14 +61,20 @@ class _Strict(BaseModel):
         """Refuse a boolean for a number field: pydantic reads ``true`` as 1, so
         ``num_drafts: true`` (or YAML's ``yes``/``on``) ran with m = 1, silently.
 
+        And the mirror case: a boolean field takes only a boolean (pydantic's lax mode read
+        ``use_draft_score: 0`` or ``"off"`` as False).
+
         Raises:
             ValueError: ``value`` is a bool and the field's type is ``int`` or ``float`` (or
-                either ``| None``), not also ``bool``."""
+                either ``| None``), not also ``bool``; or the field's type is ``bool`` (or
+                ``bool | None``) and ``value`` is neither a bool nor None."""
+        ann = cls.model_fields[info.field_name].annotation
+        members = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
         if isinstance(value, bool):
-            ann = cls.model_fields[info.field_name].annotation
-            members = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
             if (int in members or float in members) and bool not in members:
                 raise ValueError(f"a number is needed, got the boolean {value!r} {_YAML_BOOLEANS}")
+        elif bool in members and value is not None and not ({int, float, str, dict} & set(members)):
+            raise ValueError(f"true or false is needed, got {value!r}")
         return value
 
 
@@ -84,7 +90,7 @@ class ModelConfig(_Strict):
     model: str = Field(min_length=1, description="packaged model name (`specrag-batch models list`) or a "
                        "Hugging Face id / local path that vLLM can load")
     max_tokens: int = Field(160, ge=1, description="generation budget per draft, tokens")
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy (default)")
+    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="0 = greedy (default)")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_model_len: int = Field(2048, ge=256, description="context window given to vLLM, tokens")
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -524,30 +530,100 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _non_string_keys(text: str) -> list[str]:
-    """One message per mapping key of the YAML ``text`` that YAML does not read as a string, at
-    any depth: ``on:``/``yes:`` become the key ``True``, ``1:`` the key ``1``, which no config
-    field has. Each names the line, the dotted path with the key as the file spells it, and
-    what YAML made of it (the YAML node tree of ``yaml.compose`` keeps the spelling)."""
-    out: list[str] = []
-    str_tag = "tag:yaml.org,2002:str"
+MAX_YAML_NODES = 100_000
+"""Most YAML nodes a config file may expand to through aliases (:func:`_yaml_problems`): a
+real config has a few hundred; a few hundred bytes of nested aliases (a "billion laughs"
+file) expand to millions and took seconds and a gigabyte before this limit."""
 
-    def walk(node: Any, where: str) -> None:
+_YAML_TAG = "tag:yaml.org,2002:"
+_DECIMAL_INT = re.compile(r"[-+]?(0|[1-9][0-9_]*)")
+
+
+def _yaml_problems(text: str) -> list[str]:
+    """One message per construct of the YAML ``text`` that YAML would read other than a reader
+    expects, each naming the line and the dotted path as the file spells it (the node tree of
+    ``yaml.compose`` keeps spellings and lines):
+
+    * a mapping key that is not a string (``on:``/``yes:`` become the key ``True``, ``3:`` the
+      key ``3``, which no config field has);
+    * a key given twice in one mapping (YAML keeps the last one silently); merge keys
+      (``<<: *base``) are YAML's own and pass, the keys written beside them override them;
+    * an integer not in plain decimal (``010`` is 8 in YAML 1.1, ``0x3``, ``1:30`` is 90);
+    * a ``!!set`` (no order: the labels' order and the config hash would change per process);
+    * more than :data:`MAX_YAML_NODES` nodes once aliases are expanded (then the walk stops).
+
+    Raises:
+        yaml.YAMLError: ``text`` is not valid YAML (the caller names the file)."""
+    out: list[str] = []
+    seen = 0
+
+    def where_of(path: str, node: Any) -> str:
+        return f"line {node.start_mark.line + 1}: {path or '(top level)'}"
+
+    def walk(node: Any, path: str) -> bool:  # False: stop (too many nodes)
+        nonlocal seen
+        seen += 1
+        if seen > MAX_YAML_NODES:
+            out.append(f"more than {MAX_YAML_NODES:,} YAML nodes once aliases are expanded "
+                       "(nested aliases?); write the config out")
+            return False
+        if node.tag == _YAML_TAG + "set":
+            out.append(f"{where_of(path, node)}: a YAML set (!!set) has no order; write a list")
+        if isinstance(node, yaml.ScalarNode) and node.tag == _YAML_TAG + "int" \
+                and not _DECIMAL_INT.fullmatch(node.value):
+            out.append(f"{where_of(path, node)}: YAML reads {node.value!r} as the integer "
+                       f"{yaml.safe_load(node.value)!r} (octal, hex or base 60); write it in decimal, "
+                       f"or quote it for a string")
+        if isinstance(node, yaml.SequenceNode):
+            return all(walk(item, f"{path}[{n}]") for n, item in enumerate(node.value))
         if not isinstance(node, yaml.MappingNode):
-            return
+            return True
+        keys: dict[str, Any] = {}
         for key, value in node.value:
+            if key.tag == _YAML_TAG + "merge":
+                continue  # '<<': the merged mapping is walked where its anchor is
             spelt = key.value if isinstance(key, yaml.ScalarNode) else "<a mapping or list>"
-            here = f"{where}.{spelt}" if where else str(spelt)
-            if isinstance(key, yaml.ScalarNode) and key.tag == str_tag:
-                walk(value, here)
+            here = f"{path}.{spelt}" if path else str(spelt)
+            if isinstance(key, yaml.ScalarNode) and key.tag == _YAML_TAG + "str":
+                if spelt in keys:
+                    out.append(f"line {key.start_mark.line + 1}: {here}: key given twice (also at line "
+                               f"{keys[spelt].start_mark.line + 1}); YAML would keep the last one")
+                keys[spelt] = key
+                if not walk(value, here):
+                    return False
                 continue
             read = yaml.safe_load(yaml.serialize(key)) if isinstance(key, yaml.ScalarNode) else spelt
             hint = f" {_YAML_BOOLEANS}" if isinstance(read, bool) else ""
             out.append(f"line {key.start_mark.line + 1}: {here}: YAML reads this key as "
                        f"{type(read).__name__} {read!r}, not a string{hint}; quote it ('{spelt}':)")
+        return True
 
-    walk(yaml.compose(text, Loader=yaml.SafeLoader), "")
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root, "")
     return out
+
+
+def _config_text(path: str | Path) -> str:
+    """The config file ``path`` (local path or storage URI) as text.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        ValueError: it is a directory, or not UTF-8 (naming the line of the first bad byte)."""
+    if "://" in str(path):  # e.g. s3://bucket/configs/nightly.yaml
+        from .storage import read_bytes
+
+        raw = read_bytes(str(path))
+    else:
+        if Path(path).is_dir():
+            raise ValueError(f"{path}: a directory, not a config file")
+        raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ValueError(f"{path}: not UTF-8 text (byte {raw[e.start]:#04x} at line {line}); "
+                         "save the config as UTF-8") from None
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
@@ -560,31 +636,30 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
 
     Raises:
         FileNotFoundError: the YAML file does not exist.
-        ValueError: both ``path`` and ``base`` given, the file is not valid YAML, or its top
-            level is not a mapping.
+        ValueError: both ``path`` and ``base`` given; the file is a directory, not UTF-8, not
+            valid YAML, holds what YAML reads other than written (:func:`_yaml_problems`: keys
+            that are not strings or given twice, octal/hex integers, sets, alias bombs), or its
+            top level is not a mapping.
         pydantic.ValidationError: a field is unknown or out of range (message names the field).
     """
     if path is not None and base is not None:
         raise ValueError("give either a config file or an inline config, not both")
     data: dict[str, Any] = dict(base or {})
     if path is not None:
-        if "://" in str(path):  # e.g. s3://bucket/configs/nightly.yaml
-            from .storage import read_bytes
-
-            text = read_bytes(str(path)).decode()
-        else:
-            text = Path(path).read_text()
+        text = _config_text(path)
         try:
-            data = yaml.safe_load(text) or {}
+            problems = _yaml_problems(text)
+            data = {} if problems else yaml.safe_load(text)
         except yaml.YAMLError as e:  # a usage error (exit 2) naming the file, not a traceback
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             raise ValueError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+        if problems:
+            raise ValueError("\n".join(f"{path}: {line}" for line in problems))
+        if data is None:  # an empty or comment-only file: the defaults
+            data = {}
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: top level of a config file must be a mapping")
-        bad = _non_string_keys(text)
-        if bad:
-            raise ValueError("\n".join(f"{path}: {line}" for line in bad))
+            raise ValueError(f"{path}: top level of a config file must be a mapping (got {type(data).__name__})")
     for key, value in (overrides or {}).items():
         if value is None:
             continue

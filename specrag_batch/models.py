@@ -295,7 +295,7 @@ def check_model_name(field: str, name: str, packaged: list[str] | None = None,
     field ``field`` (``"drafter.model"``) can be used; returns how: ``"packaged"`` (a name of
     ``packaged``, default :data:`PACKAGED_MODELS`, as :func:`resolve_model` matches them: exactly,
     or ignoring case with ``ignore_case`` as ``retrieval.load_embedder`` does; no network),
-    ``"local"`` (an existing local directory; no network) or ``"hub"`` (``owner/name`` found
+    ``"local"`` (an existing local directory holding ``config.json`` or ``cache_file``; no network) or ``"hub"`` (``owner/name`` found
     in the local Hugging Face cache (file ``cache_file``) or on the hub, :func:`_hub_problem`).
 
     Raises:
@@ -313,14 +313,23 @@ def check_model_name(field: str, name: str, packaged: list[str] | None = None,
                 f"(`{pip_install_command(missing)}`; {MAKE_HINT}), then "
                 f"`specrag-batch models prepare {name}`")
         return "packaged"
-    if Path(name).is_dir():
-        return "local"
-    if HUB_ID.match(name) and not Path(name).exists():
+    try:
+        is_dir, exists = Path(name).is_dir(), Path(name).exists()
+    except OSError:  # e.g. a name longer than the file system allows (ENAMETOOLONG)
+        is_dir = exists = False
+    if is_dir:
+        wanted = {cache_file, "config.json"}  # an embedder: modules.json or a plain HF model
+        if any((Path(name) / f).is_file() for f in wanted):
+            return "local"
+        raise ModelNameError(
+            f"{field}: {name!r} is a directory without a model: no {' or '.join(sorted(wanted))} "
+            "in it (a Hugging Face model directory has config.json)")
+    if HUB_ID.match(name) and not exists:
         why = _hub_problem(name, cache_file)
         if why is None:
             return "hub"
         what = f"not a packaged model or an existing local directory, and as a hub id: {why}"
-    elif Path(name).exists():
+    elif exists:
         what = "a file, not a model directory"
     else:
         what = "not a packaged model, not an existing local directory, and not a hub id (owner/name)"

@@ -64,6 +64,53 @@ def test_yaml_boolean_and_number_keys_are_named_as_the_file_spells_them(tmp_path
     assert r.exit_code == 2 and r.output.startswith(f"error: {quoted}: on: unknown key")
 
 
+@pytest.mark.parametrize("text, expected", [
+    # a key given twice: YAML kept the last silently (num_drafts: 3 was dropped)
+    ("sampling:\n  num_drafts: 3\nsampling:\n  num_clusters: 4\n",
+     "line 3: sampling: key given twice (also at line 1); YAML would keep the last one"),
+    ("drafter:\n  max_tokens: 96\n  max_tokens: 9\n", "line 3: drafter.max_tokens: key given twice"),
+    # YAML 1.1 integers: 010 ran as m = 8, 1:30 as 90
+    ("sampling:\n  num_drafts: 010\n", "line 2: sampling.num_drafts: YAML reads '010' as the integer 8"),
+    ("seed: 1:30\n", "line 1: seed: YAML reads '1:30' as the integer 90"),
+    # a set has no order: the labels' order and the config hash changed per process
+    ("claim_labels: !!set {REFUTES, SUPPORTS}\n", "line 1: claim_labels: a YAML set (!!set) has no order"),
+    # false / [] / "" at the top level ran with every default
+    ("false\n", "top level of a config file must be a mapping (got bool)"),
+    ("[]\n", "top level of a config file must be a mapping (got list)"),
+    # lax booleans: 0 and "off" were read as False
+    ("selection:\n  use_draft_score: 0\n", "selection.use_draft_score: true or false is needed, got 0"),
+    ("selection:\n  random_selection: 'off'\n", "true or false is needed, got 'off'"),
+    ("drafter:\n  temperature: .inf\n", "drafter.temperature: Input should be a finite number"),
+    # a billion-laughs file of 600 bytes expanded to a gigabyte
+    ("x0: &a0 {v: 1}\n" + "".join(f"x{n}: &a{n} {{" + ", ".join(f"k{i}: *a{n - 1}" for i in range(10)) + "}\n"
+                                   for n in range(1, 7)),
+     "more than 100,000 YAML nodes once aliases are expanded"),
+])
+def test_yaml_that_reads_other_than_written_is_refused(tmp_path, text, expected):
+    """Trial findings (2026-12-03, a helper's 150 hostile config files): each case ran with a
+    value the user did not write, or (the alias bomb) took seconds and a gigabyte."""
+    bad = tmp_path / "c.yaml"
+    bad.write_text(text)
+    r = _run("run", "--config", str(bad), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2 and expected in r.output.splitlines()[0], r.output
+    assert r.output.startswith(f"error: {bad}: ")
+
+
+def test_merge_keys_empty_files_and_plain_aliases_still_load(tmp_path):
+    """YAML's merge key (``<<: *base``) is valid and its keys yield to the ones beside it; an
+    empty or comment-only file is the defaults; a non-UTF-8 file names its line."""
+    f = tmp_path / "merge.yaml"
+    f.write_text("drafter: &d\n  max_tokens: 96\nverifier:\n  <<: *d\n  max_tokens: 64\n")
+    cfg = load_config(f)
+    assert (cfg.drafter.max_tokens, cfg.verifier.max_tokens) == (96, 64)
+    for text in ("", "# nothing\n"):
+        f.write_text(text)
+        assert load_config(f).sampling.num_drafts == load_config().sampling.num_drafts
+    f.write_bytes(b"seed: 3\nreflection_question: caf\xe9?\n")
+    with pytest.raises(ValueError, match=r"merge.yaml: not UTF-8 text \(byte 0xe9 at line 2\)"):
+        load_config(f)
+
+
 def test_an_unknown_top_level_key_does_not_hide_the_sections_errors(tmp_path):
     """Trial finding (2026-12-03): with ``bogus_top: 1`` and ``sampling.num_draft: 3`` only
     ``bogus_top`` was reported (the top-level check stopped validation before the sections)."""

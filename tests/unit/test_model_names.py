@@ -86,9 +86,25 @@ def test_packaged_names_and_local_directories_need_no_hub(hub, monkeypatch, tmp_
     for name in models.PACKAGED_MODELS:
         assert check_model_name("drafter.model", name) == "packaged"
     (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "config.json").write_text("{}")
     assert check_model_name("drafter.model", str(tmp_path / "tuned")) == "local"
     assert check_model_name("retrieval.embedding_model", "all-minilm-l6-v2",
                             packaged=["all-MiniLM-L6-v2"], ignore_case=True) == "packaged"
+    assert _Hub.asked == []
+
+
+def test_a_directory_without_a_model_and_an_overlong_name_are_one_line(hub, monkeypatch, tmp_path):
+    """Trial findings (2026-12-03): any existing directory (``/etc``, ``.``) passed as a model
+    and failed only at engine load; a 300-character name raised OSError (file name too long)
+    with a traceback. Both are now a ModelNameError naming the field, before anything loads."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNameError, match=r"drafter.model: .* is a directory without a model: no config.json"):
+        check_model_name("drafter.model", str(tmp_path))
+    (tmp_path / "modules.json").write_text("[]")  # a sentence-transformers directory
+    assert check_model_name("retrieval.embedding_model", str(tmp_path), packaged=[],
+                            cache_file="modules.json") == "local"
+    with pytest.raises(ModelNameError, match="drafter.model: 'aaaa.* cannot be used: not a packaged model"):
+        check_model_name("drafter.model", "a" * 300)
     assert _Hub.asked == []
 
 

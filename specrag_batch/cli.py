@@ -16,11 +16,13 @@ from rich.table import Table
 from rich.text import Text
 
 from .cli_options import (
+    CONFIG_HELP,
     INPUT_ROOT,
     OUTPUT_ROOT,
     RAY_ADDRESS,
     STAGES_OPT,
     TASK_RUNNER,
+    config_location,
     execution_from_flags,
     exit_codes,
     hide_flag_types,
@@ -203,8 +205,8 @@ def run(
                               "directory of shards (local path, file:// or s3://)."),
     output: str = typer.Option(..., "--output", "-o", help="Output URI prefix; one Parquet per "
                                "input shard plus _manifest.json."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
-                                          help="YAML run config (see configs/); flags override it."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", callback=config_location,
+                                         metavar="<file or URI>", help=CONFIG_HELP + "; flags override it."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id (default: time + random)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace results of a different "
                                    "input/config already in --output (default: refuse)."),

@@ -136,14 +136,14 @@ def with_run_options(command: Callable) -> Callable:
     Raises:
         typer.BadParameter: a bad execution flag (exit 2, naming the flag)."""
     kw = inspect.Parameter.KEYWORD_ONLY
-    added = [inspect.Parameter("config", kw, default=CONFIG_OPT, annotation=Optional[Path]),
+    added = [inspect.Parameter("config", kw, default=CONFIG_OPT, annotation=Optional[str]),
              inspect.Parameter("overwrite", kw, default=OVERWRITE_OPT, annotation=bool),
              inspect.Parameter("task_runner", kw, default=TASK_RUNNER, annotation=str),
              inspect.Parameter("ray_address", kw, default=RAY_ADDRESS, annotation=Optional[str]),
              inspect.Parameter("stages", kw, default=STAGES_OPT, annotation=str)]
 
     def collect(v: dict) -> dict:
-        return {"config_path": str(v["config"]) if v["config"] else None, "overwrite": v["overwrite"],
+        return {"config_path": v["config"] or None, "overwrite": v["overwrite"],
                 "execution": execution_from_flags(v["task_runner"], v["ray_address"], v["stages"])}
     return _extended(command, added, ("config_path", "overwrite", "execution"), collect)
 
@@ -157,8 +157,26 @@ STAGES_OPT = typer.Option("fused", "--stages", help="fused, or disaggregated (dr
 OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace results of another config.")
 INPUT_ROOT = typer.Option(..., "--input-root", help="Prefix holding date=YYYY-MM-DD/ partitions.")
 OUTPUT_ROOT = typer.Option(..., "--output-root", help="Prefix for the output partitions.")
-CONFIG_OPT = typer.Option(None, "--config", "-c", exists=True, dir_okay=False,
-                          help="YAML run config (see configs/).")
+def config_location(value: str | None) -> str | None:
+    """``--config``'s check: a storage URI (``file://``, ``s3://``, any ``<scheme>://``) passes
+    as given (read by :func:`~specrag_batch.config.load_config`; a missing object is exit 2
+    there); a local path must be an existing file (click's ``Path(exists=True)`` refused every
+    URI, saying the file did not exist).
+
+    Raises:
+        typer.BadParameter: a local path that does not exist or is a directory (exit 2)."""
+    if value is None or "://" in value:
+        return value
+    if not Path(value).exists():
+        raise typer.BadParameter(f"file {value!r} does not exist.")
+    if Path(value).is_dir():
+        raise typer.BadParameter(f"{value!r} is a directory, not a config file.")
+    return value
+
+
+CONFIG_HELP = "YAML run config (see configs/): a local file or a storage URI (file://, s3://)"
+CONFIG_OPT = typer.Option(None, "--config", "-c", callback=config_location, metavar="<file or URI>",
+                          help=CONFIG_HELP + ".")
 
 
 def execution_from_flags(task_runner: str, ray_address: str | None, stages: str):

@@ -613,7 +613,10 @@ def _config_text(path: str | Path) -> str:
     if "://" in str(path):  # e.g. s3://bucket/configs/nightly.yaml
         from .storage import read_bytes
 
-        raw = read_bytes(str(path))
+        try:
+            raw = read_bytes(str(path))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"config {path!r} does not exist") from None
     else:
         if Path(path).is_dir():
             raise ValueError(f"{path}: a directory, not a config file")

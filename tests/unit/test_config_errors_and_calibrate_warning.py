@@ -111,6 +111,22 @@ def test_merge_keys_empty_files_and_plain_aliases_still_load(tmp_path):
         load_config(f)
 
 
+def test_config_as_a_file_uri(tmp_path):
+    """Trial finding (2026-12-03): ``-c file:///...`` was refused by click ("does not exist")
+    although the file existed and load_config reads storage URIs; the scheduled commands too."""
+    f = tmp_path / "odd #1 %20.yaml"
+    f.write_text("sampling:\n  num_draft: 3\n")
+    uri = f"file://{f}"
+    for cmd in (["run", "-i", str(tmp_path), "-o", str(tmp_path / "out")],
+                ["claims", "-i", str(tmp_path), "-o", str(tmp_path / "out")]):
+        r = _run(*cmd, "-c", uri)
+        assert r.exit_code == 2 and r.output.startswith(f"error: {uri}: sampling.num_draft: unknown key"), r.output
+    r = _run("run", "-c", f"file://{tmp_path}/missing.yaml", "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2 and f"config 'file://{tmp_path}/missing.yaml' does not exist" in r.output
+    r = _run("run", "-c", str(tmp_path), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2 and "is a directory" in r.output and "flow started" not in r.output
+
+
 def test_an_unknown_top_level_key_does_not_hide_the_sections_errors(tmp_path):
     """Trial finding (2026-12-03): with ``bogus_top: 1`` and ``sampling.num_draft: 3`` only
     ``bogus_top`` was reported (the top-level check stopped validation before the sections)."""

@@ -314,14 +314,37 @@ class SelectionConfig(_Strict):
         """Name an unknown task of a per-task ``tau_min`` mapping in one line (pydantic listed
         one error per member of the union, ``tau_min.dict[literal[...],float].bogus.[key]``).
 
+        Every problem of the mapping is named in the one message (trial finding: only the
+        first was), and a value that is neither a number, a mapping nor null is one message,
+        not one per member of the union.
+
         Raises:
-            ValueError: a mapping key that is not a task (``qa``, ``claim``, ``choice``), or a
-                boolean value (read as 0.0 or 1.0 otherwise; trial finding)."""
-        if isinstance(v, dict) and (bad := [k for k in v if k not in typing.get_args(TauTask)]):
-            raise ValueError(f"unknown task {bad[0]!r} in the per-task mapping; tasks: "
-                             + ", ".join(typing.get_args(TauTask)))
-        if isinstance(v, dict) and (flag := next(((k, x) for k, x in v.items() if isinstance(x, bool)), None)):
-            raise ValueError(f"a number is needed for task {flag[0]!r}, got the boolean {flag[1]!r} {_YAML_BOOLEANS}")
+            ValueError: a mapping key that is not a task (``qa``, ``claim``, ``choice``), a
+                boolean value (read as 0.0 or 1.0 otherwise; trial finding), or a value that is
+                not a number (a date, a list, null inside the mapping)."""
+        def number(x: Any) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+        if isinstance(v, dict):
+            tasks = typing.get_args(TauTask)
+            problems = []
+            for k, x in v.items():
+                if k not in tasks:
+                    problems.append(f"unknown task {k!r} in the per-task mapping; tasks: " + ", ".join(tasks))
+                elif isinstance(x, bool):
+                    problems.append(f"a number is needed for task {k!r}, got the boolean {x!r} {_YAML_BOOLEANS}")
+                elif not number(x):
+                    problems.append(f"a number is needed for task {k!r}, got {x!r}")
+                elif not math.isfinite(x):
+                    problems.append(f"task {k!r}: must be finite, got {x}")
+                elif x > 0:
+                    problems.append(f"task {k!r}: {x} is positive, but the confidence it is compared "
+                                    "with is a log-probability (<= 0)")
+            if problems:
+                raise ValueError("; ".join(problems))
+        elif v is not None and not number(v):
+            raise ValueError("a number (<= 0), a mapping task -> number, or null is needed, got "
+                             f"{v!r}" + (f" {_YAML_BOOLEANS}" if isinstance(v, bool) else ""))
         return v
 
     @field_validator("tau_min")

@@ -96,6 +96,23 @@ def test_yaml_that_reads_other_than_written_is_refused(tmp_path, text, expected)
     assert r.output.startswith(f"error: {bad}: ")
 
 
+def test_a_per_task_tau_min_names_every_problem_in_one_line(tmp_path):
+    """Trial findings (2026-12-03): ``{qa: .nan, bogus: -1, claim: 5}`` named only ``bogus``;
+    a date or a list gave two lines with pydantic's union member names."""
+    f = tmp_path / "tau.yaml"
+    f.write_text("selection:\n  tau_min: {qa: .nan, bogus: -1, claim: 5}\n")
+    r = _run("run", "--config", str(f), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2 and r.output.splitlines() == [
+        f"error: {f}: selection.tau_min: task 'qa': must be finite, got nan; unknown task 'bogus' "
+        "in the per-task mapping; tasks: qa, claim, choice; task 'claim': 5 is positive, but the "
+        "confidence it is compared with is a log-probability (<= 0)"]
+    for text, said in (("{qa: 2024-01-01}", "a number is needed for task 'qa', got datetime.date(2024, 1, 1)"),
+                       ("[-1, -2]", "a number (<= 0), a mapping task -> number, or null is needed, got [-1, -2]")):
+        f.write_text(f"selection:\n  tau_min: {text}\n")
+        r = _run("run", "--config", str(f), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
+        assert r.exit_code == 2 and r.output.splitlines() == [f"error: {f}: selection.tau_min: {said}"]
+
+
 def test_merge_keys_empty_files_and_plain_aliases_still_load(tmp_path):
     """YAML's merge key (``<<: *base``) is valid and its keys yield to the ones beside it; an
     empty or comment-only file is the defaults; a non-UTF-8 file names its line."""

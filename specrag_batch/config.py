@@ -57,7 +57,7 @@ class _Strict(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_boolean_numbers(cls, value: Any, info) -> Any:
+    def _booleans_only_where_meant(cls, value: Any, info) -> Any:
         """Refuse a boolean for a number field: pydantic reads ``true`` as 1, so
         ``num_drafts: true`` (or YAML's ``yes``/``on``) ran with m = 1, silently.
 
@@ -609,7 +609,7 @@ def _yaml_problems(text: str) -> list[str]:
             here = f"{path}.{spelt}" if path else str(spelt)
             if isinstance(key, yaml.ScalarNode) and key.tag == _YAML_TAG + "str":
                 if spelt in keys:
-                    out.append(f"line {key.start_mark.line + 1}: {here}: key given twice (also at line "
+                    out.append(f"{where_of(here, key)}: key given twice (also at line "
                                f"{keys[spelt].start_mark.line + 1}); YAML would keep the last one")
                 keys[spelt] = key
                 if not walk(value, here):
@@ -617,7 +617,7 @@ def _yaml_problems(text: str) -> list[str]:
                 continue
             read = yaml.safe_load(yaml.serialize(key)) if isinstance(key, yaml.ScalarNode) else spelt
             hint = f" {_YAML_BOOLEANS}" if isinstance(read, bool) else ""
-            out.append(f"line {key.start_mark.line + 1}: {here}: YAML reads this key as "
+            out.append(f"{where_of(here, key)}: YAML reads this key as "
                        f"{type(read).__name__} {read!r}, not a string{hint}; quote it ('{spelt}':)")
         return True
 

@@ -233,11 +233,13 @@ def run(
     to resume. A second signal ends the process at once."""
     from .cli_options import COMMON
     from .config import read_run_config
+    from .models import check_config_models
     from .orchestration import run_batch
 
     execution = execution_from_flags(task_runner, ray_address, stages)
     with exit_codes(_fail):  # config errors: "<file>: <field>: <message>", one line each
         cfg = read_run_config(config, config_overrides, {k: v[0] for k, v in COMMON.items()})
+        check_config_models(cfg)  # here, where the lines can name the file or flag of each model
         manifest = run_batch(input, output, config=cfg, execution=execution, run_id=run_id,
                              overwrite=overwrite, allow_empty=allow_empty)
     if json_out:
@@ -345,14 +347,15 @@ def claims(
     (finished shards kept; run it again to resume)."""
     from pydantic import ValidationError
 
-    from .config import explain_config_error, load_config
+    from .config import explain_config_error, load_config, note_sources
     from .models import check_config_models
     from .scheduled.claim_verification import claim_verification_flow
 
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
     with exit_codes(_fail):
         try:  # labels, config and models checked before the flow starts: no failed flow run first
-            cfg = load_config(config_path, {"claim_labels": label_list})
+            cfg = note_sources(load_config(config_path, {"claim_labels": label_list}), config_path,
+                               {"claim_labels": label_list}, {"claim_labels": "--labels"})
         except ValidationError as e:
             err = e.errors()[0]
             if label_list and err["loc"] and err["loc"][0] == "claim_labels":

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 Mode = Literal["speculative", "standard"]
 TauTask = Literal["qa", "claim", "choice"]
@@ -383,6 +383,19 @@ class SelectionConfig(_Strict):
 class RunConfig(_Strict):
     """Full configuration of one batch run. Hash = identity of a run's results."""
 
+    _sources: tuple[str, dict[str, str]] | None = PrivateAttr(None)
+    """Where the values came from, set by :func:`read_run_config` (the config file, and the
+    flag of each field a command-line flag set) for :meth:`field_source`; not in the hash."""
+
+    def field_source(self, field: str) -> str | None:
+        """Where the value of dotted ``field`` (``"drafter.model"``) came from, for error
+        lines such as ``<source>: drafter.model: ...``: the flag that set it, else the config
+        file a command read (:func:`read_run_config`); None when unknown (built in code)."""
+        if self._sources is None:
+            return None
+        path, flagged = self._sources
+        return _flag_for(field, flagged) or path
+
     mode: Mode = Field("speculative", description="speculative (drafter + verifier) or standard "
                        "(verifier answers from all N documents)")
     seed: int = Field(0, ge=0, lt=2**32, description="random seed (sampling, K-Means, vLLM); "
@@ -737,6 +750,17 @@ class ConfigError(ValueError):
     ``<source>: <field path>: <message>`` (:func:`explain_config_error`). CLI exit 2."""
 
 
+def _flags_given(overrides: dict[str, Any] | None, flags: dict[str, str] | None) -> dict[str, str]:
+    """Dotted field -> the flag that set it (``flags``' name, else ``command line``) for each
+    override with a value."""
+    return {k: (flags or {}).get(k, "command line") for k, v in (overrides or {}).items() if v is not None}
+
+
+def _flag_for(field: str, flagged: dict[str, str]) -> str | None:
+    """The flag of ``flagged`` (:func:`_flags_given`) that set dotted ``field`` or a section holding it."""
+    return next((flag for key, flag in flagged.items() if field == key or field.startswith(key + ".")), None)
+
+
 def _error_line(err: dict, source: str, flagged: dict[str, str]) -> str:
     """One pydantic error (``ValidationError.errors()`` item) as ``<source>: <field>: <msg>``:
     pydantic's ``Value error, `` prefix dropped; an unknown key's path is the field
@@ -754,8 +778,7 @@ def _error_line(err: dict, source: str, flagged: dict[str, str]) -> str:
     value = err.get("input")
     if err.get("type") != "value_error" and isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 60:
         msg += f" (got {value!r})"
-    given = next((flag for key, flag in flagged.items() if field == key or field.startswith(key + ".")), None)
-    return ": ".join(x for x in (given or source, field, msg) if x)
+    return ": ".join(x for x in (_flag_for(field, flagged) or source, field, msg) if x)
 
 
 def explain_config_error(error: Any, path: str | Path | None = None,
@@ -768,7 +791,7 @@ def explain_config_error(error: Any, path: str | Path | None = None,
     set), without pydantic's input dump and documentation link, keeping the validators'
     hints (``did you mean 'num_drafts'?``)."""
     source = str(path) if path is not None else "config"
-    given = {k: (flags or {}).get(k, "command line") for k, v in (overrides or {}).items() if v is not None}
+    given = _flags_given(overrides, flags)
     return ConfigError("\n".join(_error_line(e, source, given) for e in error.errors()))
 
 
@@ -779,10 +802,22 @@ def read_run_config(path: str | Path | None = None, overrides: dict[str, Any] | 
 
     Raises:
         ConfigError: a field is unknown or out of range, one line per error naming the file.
-        FileNotFoundError, ValueError: as :func:`load_config`."""
+        FileNotFoundError, ValueError: as :func:`load_config`.
+
+    The config returned knows where each value came from (:meth:`RunConfig.field_source`)."""
     from pydantic import ValidationError
 
     try:
-        return load_config(path, overrides)
+        cfg = load_config(path, overrides)
     except ValidationError as e:
         raise explain_config_error(e, path, overrides, flags) from None
+    return note_sources(cfg, path, overrides, flags)
+
+
+def note_sources(cfg: RunConfig, path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                 flags: dict[str, str] | None = None) -> RunConfig:
+    """Record on ``cfg`` (returned, the same object) where its values came from, as
+    :func:`load_config` built it from ``path`` and ``overrides`` (``flags``: dotted field ->
+    flag name), for :meth:`RunConfig.field_source`."""
+    cfg._sources = (str(path) if path is not None else "config", _flags_given(overrides, flags))
+    return cfg

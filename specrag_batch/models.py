@@ -366,7 +366,8 @@ def check_config_models(cfg) -> dict[str, str]:
 
     Raises:
         ModelNameError: every model that cannot be used, one line each (in the order above),
-            so that one correction pass fixes them all."""
+            so that one correction pass fixes them all; each line opens with where the name
+            came from (the config file or the flag, ``RunConfig.field_source``) when known."""
     from .retrieval import PACKAGED_EMBEDDERS
 
     fields = [("verifier.model", cfg.verifier.model, {})]
@@ -381,7 +382,8 @@ def check_config_models(cfg) -> dict[str, str]:
         try:
             found[f] = check_model_name(f, name, **kw)
         except ModelNameError as e:
-            errors.append(str(e))
+            source = cfg.field_source(f) if hasattr(cfg, "field_source") else None
+            errors.append(f"{source}: {e}" if source else str(e))
     if errors:
         raise ModelNameError("\n".join(errors))
     return found

@@ -242,7 +242,7 @@ def test_scheduled_commands_check_config_and_models_before_their_flow(tmp_path, 
     monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))
     roots = ["--input-root", str(tmp_path / "in"), "--output-root", str(tmp_path / "out")]
     for text, line in (("sampling:\n  num_draft: 5\n", "{file}: sampling.num_draft: unknown key; did you mean 'num_drafts'?"),
-                       ("verifier:\n  model: no-such-model\n", "verifier.model: 'no-such-model' cannot be used: ")):
+                       ("verifier:\n  model: no-such-model\n", "{file}: verifier.model: 'no-such-model' cannot be used: ")):
         path = tmp_path / "c.yaml"
         path.write_text(text)
         r = _run(*command, *roots, "-c", str(path))

@@ -189,7 +189,7 @@ def test_run_with_a_bad_model_exits_2_in_one_line_writing_nothing(hub, monkeypat
         r = CliRunner().invoke(app, ["run", "--config", DEMO, "--drafter", name, "-i", str(inp), "-o", str(out)])
         assert r.exit_code == 2, (r.output, r.exception)
         lines = r.output.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"error: drafter.model: {name!r} cannot be used"), r.output
+        assert len(lines) == 1 and lines[0].startswith(f"error: --drafter: drafter.model: {name!r} cannot be used"), r.output
         assert "Traceback" not in r.output
         assert r.stdout == "" and r.stderr == r.output  # the error line goes to standard error
         assert not out.exists()
@@ -208,8 +208,8 @@ def test_every_unusable_model_is_named_at_once(hub, monkeypatch, tmp_path):
                                  "--verifier", "no-such-verifier", "-i", str(inp), "-o", str(tmp_path / "out")])
     lines = r.stderr.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 2, r.output
-    assert lines[0].startswith("error: drafter.model: 'no-such-drafter' cannot be used"), lines
-    assert lines[1].startswith("verifier.model: 'no-such-verifier' cannot be used"), lines
+    assert lines[0].startswith("error: --drafter: drafter.model: 'no-such-drafter' cannot be used"), lines
+    assert lines[1].startswith("--verifier: verifier.model: 'no-such-verifier' cannot be used"), lines
     cfg = RunConfig.model_validate({"drafter": {"model": "no-such-drafter"}})
     with pytest.raises(ModelNameError, match=r"^drafter.model: 'no-such-drafter' cannot be used[^\n]*$"):
         check_config_models(cfg)  # one bad model: one line
@@ -229,8 +229,28 @@ def test_claims_checks_the_models_before_its_flow(hub, monkeypatch, tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("verifier:\n  model: no-such-model\n")
     r = CliRunner().invoke(app, ["claims", "-i", str(tmp_path), "-o", str(tmp_path / "o"), "-c", str(cfg)])
-    assert r.exit_code == 2 and "verifier.model: 'no-such-model' cannot be used" in " ".join(r.output.split())
+    assert r.exit_code == 2 and f"{cfg}: verifier.model: 'no-such-model' cannot be used" in " ".join(r.output.split())
     assert reached == [DEMO]
+
+
+def test_a_model_error_names_the_config_file_or_flag_it_came_from(hub, monkeypatch, tmp_path):
+    """A model named in a config file is refused with that file's name, one named by a flag
+    with the flag (as the config's own error lines), so a user with several configs knows
+    which one to fix; before the flow starts, writing nothing."""
+    monkeypatch.setattr(cli.err_console, "width", 2000)
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
+    inp, out, cfg = tmp_path / "in", tmp_path / "out", tmp_path / "nightly b.yaml"
+    inp.mkdir()
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["?"], "task": ["qa"]}), inp / "a.parquet")
+    cfg.write_text("drafter:\n  model: no-such-drafter\nverifier:\n  model: no-such-verifier\n")
+    r = CliRunner().invoke(app, ["run", "-c", str(cfg), "--verifier", "also-no-verifier", "-i", str(inp), "-o", str(out)])
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 2, r.output
+    assert lines[0].startswith(f"error: {cfg}: drafter.model: 'no-such-drafter' cannot be used"), lines
+    assert lines[1].startswith("--verifier: verifier.model: 'also-no-verifier' cannot be used"), lines
+    assert not out.exists()
+    direct = RunConfig.model_validate({"drafter": {"model": "no-such-drafter"}})
+    assert direct.field_source("drafter.model") is None  # built in code: no source to name
 
 
 def _claimed(tmp_path, run_id: str = "r1"):
@@ -317,7 +337,7 @@ def test_a_packaged_model_not_installed_is_named_before_the_flow(uninstalled, mo
     r = CliRunner().invoke(app, ["run", "--config", DEMO, "--drafter", uninstalled.name, "-i", str(inp), "-o", str(out)])
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1, (r.output, r.exception)
-    assert lines[0].startswith("error: drafter.model: 'uninstalled-model' is a packaged model"), lines
+    assert lines[0].startswith("error: --drafter: drafter.model: 'uninstalled-model' is a packaged model"), lines
     assert "models prepare uninstalled-model" in lines[0] and not out.exists()
 
 

@@ -114,7 +114,8 @@ def test_drafting_and_verification_on_real_rows(cfg, engine):
             if d.valid and not sel.fast_path:
                 verified += 1
                 assert d.score_self_consistency <= 0 and d.score_self_reflection <= 0
-                assert d.score == pytest.approx(d.score_draft + d.score_self_consistency + d.score_self_reflection)
+                sc = d.score_self_consistency if cfg.selection.use_self_consistency else 0.0
+                assert d.score == pytest.approx(d.score_draft + sc + d.score_self_reflection)
         if not sel.fast_path and any(d.valid for d in drafts):
             best = max((d for d in drafts if d.valid), key=lambda d: d.score)
             assert drafts[sel.index].score == best.score

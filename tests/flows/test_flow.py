@@ -69,8 +69,9 @@ def test_flow_speculative_local(prefect_harness, tmp_path, shards):
         if r["score_self_consistency"] is None:  # only unverified: fast path or no valid draft
             assert r["fast_path"] or "no_valid_draft" in r["flags"]
         else:
-            assert r["score"] == pytest.approx(r["score_draft"] + r["score_self_consistency"]
-                                               + r["score_self_reflection"])
+            sel = manifest["config"]["selection"]  # log ρ: the enabled terms (ρ_SC off by default)
+            assert sel["use_self_consistency"] is False
+            assert r["score"] == pytest.approx(r["score_draft"] + r["score_self_reflection"])
     # pyarrow reads the file with the published schema
     from specrag_batch.schema import OUTPUT_SCHEMA
     assert pq.read_schema(os.path.join(out, "popqa.parquet")).equals(OUTPUT_SCHEMA)

@@ -173,7 +173,9 @@ def test_post_hoc_contrast_equals_a_contrast_run():
             out.append(QueryRow(i, f"q{i}", f"Question {i}?", "qa", gold=[f"answer {i} 0"], drafts=drafts))
         return out
 
-    for over in ({}, {"selection.use_draft_score": False, "selection.use_self_consistency": False}):
+    # the paper's three terms (configs/bench.yaml's cells), then ρ_SR alone
+    for over in ({"selection.use_self_consistency": True},
+                 {"selection.use_draft_score": False, "selection.use_self_consistency": False}):
         switches = {"use_draft": over.get("selection.use_draft_score", True),
                     "use_sc": over.get("selection.use_self_consistency", True)}
         picked = {}
@@ -185,7 +187,7 @@ def test_post_hoc_contrast_equals_a_contrast_run():
         post = [ds.reselect_index(r, seed=0, self_reflection="contrast", **switches) for r in stored]
         assert post == picked["contrast"]
         assert [ds.reselect_index(r, seed=0, self_reflection="paper", **switches) for r in stored] == picked["paper"]
-        if over:  # ρ_SR alone: the variants disagree on some rows, so the check above has teeth
+        if not switches["use_draft"]:  # ρ_SR alone: the variants disagree on some rows, so the check above has teeth
             assert sum(p != c for p, c in zip(picked["paper"], picked["contrast"])) >= 3
 
 

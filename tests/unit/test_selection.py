@@ -171,13 +171,40 @@ def test_selection_rule_is_in_the_config_hash_only_away_from_the_paper_default()
 
     base = RunConfig()
     assert base.selection.rule == "argmax"
-    # recorded at fa4b01a, before the option (and before verifier deduplication and adaptive
-    # drafting, on by default now)
+    # recorded at fa4b01a, before the option (and before the defaults changed since: verifier
+    # deduplication and adaptive drafting on, log ρ_SC off)
     assert base.model_copy(update={"verifier": base.verifier.model_copy(update={"deduplicate_drafts": False}),
-                                   "sampling": base.sampling.model_copy(update={"adaptive": False})}
+                                   "sampling": base.sampling.model_copy(update={"adaptive": False}),
+                                   "selection": base.selection.model_copy(update={"use_self_consistency": True})}
                            ).config_hash() == "420716c9f187c07c"
     hashes = {RunConfig.model_validate({"selection": {"rule": r}}).config_hash()
               for r in ("answer_vote", "length_normalised")}
     assert len(hashes) == 2 and base.config_hash() not in hashes
     with pytest.raises(Exception, match="rule"):
         RunConfig.model_validate({"selection": {"rule": "vote"}})
+
+
+def test_the_default_leaves_self_consistency_out_where_bench_and_production_keep_it():
+    """Decided 2026-12-04 by the rule declared before the 300 selection-tuning rows ran
+    (benchmarks/README.md, "Selection rules"): a run with the default config ranks drafts by
+    log ρ_draft + log ρ_SR, so a terse draft the verifier's summed α/β log-probs favour no longer
+    wins; configs/bench.yaml keeps the paper's three terms and so the hash of its archived cells,
+    and configs/production-gpu.yaml (unmeasured 7B verifier, a tau_min on that log ρ) keeps them."""
+    from pathlib import Path
+
+    from specrag_batch.config import RunConfig, load_config
+    from specrag_batch.records import QueryRow
+    from specrag_batch.stages.selection import Selection
+
+    root = Path(__file__).resolve().parents[2]
+    bench, prod = load_config(root / "configs/bench.yaml"), load_config(root / "configs/production-gpu.yaml")
+    assert RunConfig().selection.use_self_consistency is False
+    assert bench.selection.use_self_consistency is True and prod.selection.use_self_consistency is True
+    assert bench.config_hash() == "4a8bea3894232945"  # the archived cells' (benchmarks/decision/cells)
+    picked = {}
+    for name, cfg in (("default", RunConfig()), ("bench", bench)):
+        row = QueryRow(0, "q", "Who?", "qa", consensus=[],
+                       drafts=[d("long right answer", -2.0, -30.0, -0.2), d("x", -6.0, -4.0, -0.3)])
+        Selection(cfg)([row])
+        picked[name] = (row.selection.index, row.selection.score)
+    assert picked["default"] == (0, pytest.approx(-2.2)) and picked["bench"] == (1, pytest.approx(-10.3))

@@ -769,6 +769,22 @@ def _flag_for(field: str, flagged: dict[str, str]) -> str | None:
     return next((flag for key, flag in flagged.items() if field == key or field.startswith(key + ".")), None)
 
 
+def _string_hint(value: Any) -> str:
+    """What YAML read instead of the text a string field needs, and the fix (quote it): an
+    unquoted ``null``/``~``/empty value, a date, a boolean word or a number."""
+    import datetime
+
+    if value is None:
+        return " (got null: YAML reads null, ~ and an empty value so; quote the text, or leave the key out for the default)"
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return f" (got the date {value.isoformat()}: YAML reads an unquoted date so; quote it)"
+    if isinstance(value, bool):
+        return f" (got {value!r}: {_YAML_BOOLEANS.strip('()')}; quote it)"
+    if isinstance(value, (int, float)):
+        return f" (got the number {value!r}; quote it for text)"
+    return ""
+
+
 def _error_line(err: dict, source: str, flagged: dict[str, str]) -> str:
     """One pydantic error (``ValidationError.errors()`` item) as ``<source>: <field>: <msg>``:
     pydantic's ``Value error, `` prefix dropped; an unknown key's path is the field
@@ -784,7 +800,9 @@ def _error_line(err: dict, source: str, flagged: dict[str, str]) -> str:
     if unknown:
         field, msg = ".".join(x for x in (field, unknown.group(1)) if x), "unknown key" + unknown.group(2)
     value = err.get("input")
-    if err.get("type") != "value_error" and isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 60:
+    if err.get("type") == "string_type":
+        msg += _string_hint(value)
+    elif err.get("type") != "value_error" and isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 60:
         msg += f" (got {value!r})"
     return ": ".join(x for x in (_flag_for(field, flagged) or source, field, msg) if x)
 

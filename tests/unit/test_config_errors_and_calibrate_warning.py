@@ -164,6 +164,12 @@ def test_an_unknown_top_level_key_does_not_hide_the_sections_errors(tmp_path):
     ("mode: standard\nselection:\n  fallback: standard\n", [],
      "{file}: selection.fallback 'standard' re-answers low-confidence"),  # a whole-config rule
     ("seed: 1\n", ["--tau-min", "0.5"], "--tau-min: selection.tau_min: tau_min 0.5 is positive"),
+    # text fields YAML read as something else: what it read, and the fix (review finding 2026-12-03)
+    ("drafter:\n  model:\n", [], "{file}: drafter.model: Input should be a valid string (got null: YAML reads null"),
+    ("verifier:\n  model: 2024-01-01\n", [],
+     "{file}: verifier.model: Input should be a valid string (got the date 2024-01-01: YAML reads an unquoted date so; quote it)"),
+    ("reflection_question: yes\n", [], "{file}: reflection_question: Input should be a valid string (got True: YAML reads"),
+    ("drafter:\n  model: 12\n", [], "{file}: drafter.model: Input should be a valid string (got the number 12; quote it"),
 ])
 def test_each_error_names_where_the_value_came_from(tmp_path, yaml_text, flags, line):
     path = tmp_path / "c.yaml"

@@ -718,10 +718,51 @@ def nested_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence 
     return out
 
 
+VERIFIER_VARIANTS = {"default": {"use_sc": False}, "draft_score_only": {"use_sc": False, "use_sr": False}}
+"""The verifier's part in the product's default selection (log ρ = log ρ_draft + log ρ_SR since
+2026-12-04, ``selection.use_self_consistency: false``) as :func:`reselect_index` switches:
+``default`` is the baseline; ``draft_score_only`` leaves log ρ_SR out as well, log ρ = log
+ρ_draft, which a run gets with ``use_self_consistency`` and ``use_self_reflection`` both false,
+and which skips the verification stage (no verifier pass). The rule, declared 2026-12-04 after
+the 360 selection-tuning rows had shown it (so they do not decide it): ``draft_score_only``
+becomes the default when, on tuning rows not read before, its 95% interval against ``default``
+lies above ``-NON_INFERIORITY_MARGIN`` (:func:`verdict_cheaper`)."""
+
+
+def verifier_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int) -> list[dict]:
+    """:func:`variant_rows` of :data:`VERIFIER_VARIANTS`, each unit with ``"verified"``: the
+    row's drafts the verifier scored (``score_self_reflection`` or ``score_self_consistency``
+    stored; with ``verifier.deduplicate_drafts`` duplicates share one pass), the passes that
+    ``draft_score_only`` would not run."""
+    units = variant_rows(rows, choices, labels, seed=seed, variants=VERIFIER_VARIANTS)
+    by_id = {r["query_id"]: r for r in rows}
+    for u in units:
+        drafts = by_id[u["query_id"]].get("drafts") or []
+        u["verified"] = sum(d.get("score_self_reflection") is not None or d.get("score_self_consistency") is not None
+                            for d in drafts)
+        u["drafts"] = len(drafts)
+    return units
+
+
+def verifier_figures(units: Sequence[dict], *, reps: int = REPS, strata: Sequence | None = None) -> dict:
+    """:func:`variant_figures` of :data:`VERIFIER_VARIANTS` (baseline ``default``) over
+    :func:`verifier_rows` units, plus ``"cost"``: {variant: {"drafts", "verifier"}}, the mean
+    drafts and verified drafts per row (counts; 0 verified for ``draft_score_only``), the shape
+    :func:`verdict_cheaper` reads."""
+    out = variant_figures(units, tuple(VERIFIER_VARIANTS), reps=reps, strata=strata)
+    n = len(units)
+    drafts = sum(u["drafts"] for u in units) / n if n else None
+    verified = sum(u["verified"] for u in units) / n if n else None
+    out["cost"] = {"default": {"drafts": drafts, "verifier": verified},
+                   "draft_score_only": {"drafts": drafts, "verifier": 0.0 if n else None}}
+    return out
+
+
 POST_HOC = {"self_reflection": (self_reflection_rows, self_reflection_figures),
             "selection_rule": (rule_rows, rule_figures),
             "score_terms": (term_rows, term_figures),
-            "num_drafts": (nested_rows, nested_figures)}
+            "num_drafts": (nested_rows, nested_figures),
+            "verifier_terms": (verifier_rows, verifier_figures)}
 """The post-hoc selection comparisons of :func:`summarise` (result key -> (units function,
 figures function)): chosen on the tuning cells only, the reported cells shown beside."""
 
@@ -1583,6 +1624,7 @@ def tables(res: dict) -> str:
     out += self_reflection_table(res)
     out += rule_table(res)
     out += terms_table(res)
+    out += verifier_table(res)
     out += nested_table(res)
     out += machines_table(res)
     return "\n".join(out) + "\n"
@@ -2016,6 +2058,26 @@ def terms_table(res: dict) -> list[str]:
     return oracle_variant_table(res, "score_terms", terms, intro)
 
 
+def verifier_table(res: dict) -> list[str]:
+    """:func:`variant_table` of the verifier's part in the default selection
+    (``res["verifier_terms"]``, :data:`VERIFIER_VARIANTS`) with the oracle rows, the share of
+    them each variant answers right and the verified drafts per row the default needs."""
+    names = tuple(VERIFIER_VARIANTS)
+    intro = ("The verifier in the default selection (`selection.use_self_consistency: false` since 2026-12-04: "
+             "log ρ = log ρ_draft + log ρ_SR), computed after the runs from the stored drafts: `default` against "
+             "`draft_score_only` (log ρ = log ρ_draft; `use_self_reflection: false` as well, which skips the "
+             "verification stage). Same drafts, same scores; consensus fast-path rows keep their answer. Chosen "
+             "by the rule declared 2026-12-04 (`VERIFIER_VARIANTS`): on tuning rows not read before, "
+             "`draft_score_only` when its 95% interval vs `default` lies above -2 points. Differences in points "
+             "[paired bootstrap 95%], McNemar p; oracle rows: some draft right; recovered: share of them each "
+             "variant answers right; verified: drafts per row the verifier scores under `default`.")
+    return variant_table(res, "verifier_terms", names, intro,
+                         "oracle rows | " + " | ".join(f"recovered {v} %" for v in names) + " | verified per row",
+                         lambda f: f"{f['n_oracle']} | " + " | ".join(_pct(f["recovered"][v]) for v in names)
+                         + (" | n/a" if f["cost"]["default"]["verifier"] is None
+                            else f" | {f['cost']['default']['verifier']:.2f}"))
+
+
 def nested_table(res: dict) -> list[str]:
     """:func:`variant_table` of the draft counts (``res["num_drafts"]``, :data:`NUM_DRAFTS_VARIANTS`)
     with the oracle rows and, per variant, drafts written, drafter tokens generated and verifier
@@ -2073,11 +2135,13 @@ def verdict_cheaper(figures: dict, margin: float = NON_INFERIORITY_MARGIN) -> st
     return min(ok, key=cost) if ok else base
 
 
-def verdict_cheaper_line(res: dict, head: str) -> str:
-    """The generated line on ``sampling.num_drafts`` / ``sampling.adaptive`` (``res["num_drafts"]``):
-    the variant :func:`verdict_cheaper` picks on the tuning rows pooled, each variant's
-    difference to m5 with its interval and p, its drafts and verifier passes per row, and n."""
-    f = ((res.get("num_drafts") or {}).get("tuning") or {}).get("pooled")
+def verdict_cheaper_line(res: dict, head: str, key: str = "num_drafts", passes: str = "verifier passes") -> str:
+    """The generated line on a comparison of cheaper variants (``res[key]``: ``num_drafts``,
+    ``sampling.num_drafts`` / ``sampling.adaptive``; ``verifier_terms``, the verifier in the
+    default selection): the variant :func:`verdict_cheaper` picks on the tuning rows pooled,
+    each variant's difference to the baseline with its interval and p, its drafts and verifier
+    work per row (``passes`` names that count), and n."""
+    f = ((res.get(key) or {}).get("tuning") or {}).get("pooled")
     if not f or not f["n"]:
         return f"{head}): **not measured** (no graded rows of a tuning cell)."
     v, base, c = verdict_cheaper(f), f["baseline"], f["cost"]
@@ -2086,10 +2150,10 @@ def verdict_cheaper_line(res: dict, head: str) -> str:
             f"**{base}** stays: no cheaper variant's 95% interval vs {base} lies above -{100 * NON_INFERIORITY_MARGIN:.0f} points")
     each = "; ".join(f"{x} {_pct(f['accuracy'][x])}%, {100 * d['diff']:+.1f} [{100 * d['ci95'][0]:+.1f}, "
                      f"{100 * d['ci95'][1]:+.1f}], p = {d['mcnemar']['p']:.3g}, {c[x]['drafts']:.2f} drafts and "
-                     f"{c[x]['verifier']:.2f} verifier passes per row" for x, d in f["vs_baseline"].items())
+                     f"{c[x]['verifier']:.2f} {passes} per row" for x, d in f["vs_baseline"].items())
     return (f"{head}, pooled over {', '.join(f['datasets'])}, n = {f['n']} rows): {said} ({base} "
-            f"{_pct(f['accuracy'][base])}% at {c[base]['drafts']:.2f} drafts and {c[base]['verifier']:.2f} verifier "
-            f"passes per row; {each}).")
+            f"{_pct(f['accuracy'][base])}% at {c[base]['drafts']:.2f} drafts and {c[base]['verifier']:.2f} "
+            f"{passes} per row; {each}).")
 
 
 def verdict_variant_line(res: dict, key: str, head: str) -> str:
@@ -2155,4 +2219,9 @@ def verdicts(res: dict) -> str:
     out.append(verdict_cheaper_line(res, "- **Drafts per row** (`sampling.num_drafts` 1-5 and `sampling.adaptive`, "
                                     "computed after the runs, chosen on the tuning cells only by the declared "
                                     "non-inferiority rule"))
+    out.append(verdict_cheaper_line(res, "- **The verifier in the default selection** (`draft_score_only` = "
+                                    "`selection.use_self_reflection: false` beside the default "
+                                    "`use_self_consistency: false`: no verifier pass; declared 2026-12-04, "
+                                    "decided only on tuning rows not read before", key="verifier_terms",
+                                    passes="verified drafts"))
     return "\n".join(out) + "\n"

@@ -206,3 +206,40 @@ def test_score_terms_are_chosen_on_the_tuning_cells_only():
     table = ds.tables(res)
     assert "| tuning (chooses the default) | pooled | 20 (20; 20) | 0.0 | 0.0 | 100.0 | 0.0 |" in table
     assert "| reported (not used for choosing) | d | 10 (10; 10) | 100.0 | 100.0 | 0.0 | 100.0 |" in table
+
+
+def test_post_hoc_verifier_variants_equal_runs_of_the_default_and_without_the_verifier():
+    """The verifier comparison (``VERIFIER_VARIANTS``, declared 2026-12-04): ``default``
+    re-selected from a paper-terms run's stored drafts is what a run with the default config
+    (log ρ_SC off) picks; ``draft_score_only`` is what a run with ``use_self_reflection: false``
+    as well picks, a run whose verification stage scores nothing. The figures count the verified
+    drafts per row the default needs and none for ``draft_score_only``, and the cheaper-variant
+    verdict reads them."""
+    from specrag_batch.records import Draft, QueryRow
+
+    from ..fakes import FakeEngine
+
+    engine = FakeEngine()
+
+    def rows():
+        rng = np.random.default_rng(11)
+        return [QueryRow(i, f"q{i}", f"Question {i}?", "qa", gold=[f"answer {i} 0"],
+                         drafts=[Draft([f"d{j}"], f"answer {i} {j}", f"rationale {j} of row {i}.",
+                                       score_draft=float(-0.2 * rng.random())) for j in range(3)])
+                for i in range(30)]
+
+    _, stored = verify_and_select(rows(), small_config(**{"selection.use_self_consistency": True}), engine)
+    default, _ = verify_and_select(rows(), small_config(), engine)
+    no_verifier_rows = rows()
+    without, _ = verify_and_select(no_verifier_rows, small_config(**{"selection.use_self_reflection": False}), engine)
+    assert all(d.score_self_reflection is None for r in no_verifier_rows for d in r.drafts)  # no verifier pass
+    assert [ds.reselect_index(r, seed=0, **ds.VERIFIER_VARIANTS["default"]) for r in stored] == default
+    assert [ds.reselect_index(r, seed=0, **ds.VERIFIER_VARIANTS["draft_score_only"]) for r in stored] == without
+    assert sum(a != b for a, b in zip(default, without)) >= 3  # ρ_SR within 0.2 nats of ρ_draft: picks differ
+    units = ds.verifier_rows(stored, {}, LABELS, seed=0)
+    f = ds.verifier_figures(units, reps=200)
+    assert f["cost"]["default"] == {"drafts": 3.0, "verifier": 3.0}
+    assert f["cost"]["draft_score_only"] == {"drafts": 3.0, "verifier": 0.0}
+    verdict = ds.verdict_cheaper(f)
+    assert verdict == ("draft_score_only" if f["vs_baseline"]["draft_score_only"]["ci95"][0] > -ds.NON_INFERIORITY_MARGIN
+                       else "default")

@@ -354,7 +354,7 @@ def claims(
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
     with exit_codes(_fail):
         try:  # labels, config and models checked before the flow starts: no failed flow run first
-            cfg = note_sources(load_config(config_path, {"claim_labels": label_list}), config_path,
+            cfg = note_sources(load_config(config_path, {"claim_labels": label_list}),
                                {"claim_labels": label_list}, {"claim_labels": "--labels"})
         except ValidationError as e:
             err = e.errors()[0]

@@ -391,18 +391,25 @@ class SelectionConfig(_Strict):
 class RunConfig(_Strict):
     """Full configuration of one batch run. Hash = identity of a run's results."""
 
-    _sources: tuple[str, dict[str, str]] | None = PrivateAttr(None)
-    """Where the values came from, set by :func:`read_run_config` (the config file, and the
-    flag of each field a command-line flag set) for :meth:`field_source`; not in the hash."""
+    _file: tuple[str, frozenset[str]] | None = PrivateAttr(None)
+    """The config file :func:`load_config` read and the dotted keys it set; not in the hash."""
+    _flagged: dict[str, str] = PrivateAttr(default_factory=dict)
+    """Dotted field -> the command-line flag that set it (:func:`note_sources`); not in the hash."""
 
     def field_source(self, field: str) -> str | None:
         """Where the value of dotted ``field`` (``"drafter.model"``) came from, for error
-        lines such as ``<source>: drafter.model: ...``: the flag that set it, else the config
-        file a command read (:func:`read_run_config`); None when unknown (built in code)."""
-        if self._sources is None:
-            return None
-        path, flagged = self._sources
-        return _flag_for(field, flagged) or path
+        lines such as ``<source>: drafter.model: ...``: the flag that set it
+        (:func:`note_sources`), else the config file that set it or a section holding it
+        (:func:`load_config`); None for a default value or a config built in code."""
+        flag = _flag_for(field, self._flagged)
+        if flag:
+            return flag
+        if self._file is not None:
+            path, keys = self._file
+            parts = field.split(".")
+            if any(".".join(parts[:i]) in keys for i in range(1, len(parts) + 1)):
+                return path
+        return None
 
     mode: Mode = Field("speculative", description="speculative (drafter + verifier) or standard "
                        "(verifier answers from all N documents)")
@@ -707,6 +714,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             data = {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: top level of a config file must be a mapping (got {type(data).__name__})")
+    file_keys = frozenset(_dotted_keys(data)) if path is not None else frozenset()
     for key, value in (overrides or {}).items():
         if value is None:
             continue
@@ -718,7 +726,21 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             cur = cur[p]
         cur[parts[-1]] = value
         data = _deep_merge(data, node)
-    return validate_run_config(data)
+    cfg = validate_run_config(data)
+    if path is not None:
+        cfg._file = (str(path), file_keys)
+    return cfg
+
+
+def _dotted_keys(data: Any, prefix: str = "") -> set[str]:
+    """Every dotted key path of a config mapping (``{"drafter": {"model": x}}`` ->
+    ``{"drafter", "drafter.model"}``)."""
+    out: set[str] = set()
+    if isinstance(data, dict):
+        for k, v in data.items():
+            key = f"{prefix}{k}"
+            out |= {key} | _dotted_keys(v, key + ".")
+    return out
 
 
 def validate_run_config(data: dict[str, Any]) -> RunConfig:
@@ -837,13 +859,13 @@ def read_run_config(path: str | Path | None = None, overrides: dict[str, Any] | 
         cfg = load_config(path, overrides)
     except ValidationError as e:
         raise explain_config_error(e, path, overrides, flags) from None
-    return note_sources(cfg, path, overrides, flags)
+    return note_sources(cfg, overrides, flags)
 
 
-def note_sources(cfg: RunConfig, path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+def note_sources(cfg: RunConfig, overrides: dict[str, Any] | None = None,
                  flags: dict[str, str] | None = None) -> RunConfig:
-    """Record on ``cfg`` (returned, the same object) where its values came from, as
-    :func:`load_config` built it from ``path`` and ``overrides`` (``flags``: dotted field ->
-    flag name), for :meth:`RunConfig.field_source`."""
-    cfg._sources = (str(path) if path is not None else "config", _flags_given(overrides, flags))
+    """Record on ``cfg`` (returned, the same object) which fields command-line flags set, as
+    :func:`load_config` applied ``overrides`` (``flags``: dotted field -> flag name), for
+    :meth:`RunConfig.field_source` (:func:`load_config` records the file's own keys)."""
+    cfg._flagged = _flags_given(overrides, flags)
     return cfg

@@ -283,8 +283,8 @@ def _hub_problem(repo: str, cache_file: str) -> str | None:
     except RepositoryNotFoundError:
         return "the Hugging Face hub has no such model (or it is private and no token gives access)"
     except Exception as e:  # noqa: BLE001 - no network, DNS, timeout, HTTP error: fail closed
-        return (f"the Hugging Face hub could not be asked within {timeout:g} s "
-                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+        return (f"the Hugging Face hub could not be asked ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}; the check waits at most {timeout:g} s)")
     _HUB_OK.add(repo)
     return None
 

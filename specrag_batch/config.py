@@ -280,12 +280,11 @@ class SelectionConfig(_Strict):
     use_self_consistency: bool = Field(
         False, description="add log ρ_SC (the verifier's log-probs of α and β, paper §3.3) to "
         "log ρ. Off by default since 2026-12-04: the decision benchmark's rule declared before "
-        "its 300 selection-tuning rows ran chose leaving it out (tuning cells of Climate-FEVER, "
-        "HotpotQA and NQ-open, n = 360: +3.3 points [+0.6, +6.7], McNemar p = 0.073; all five "
-        "datasets' tuning cells, n = 400: +3.8 [+1.0, +6.8], p = 0.032; benchmarks/README.md, "
-        "\"Selection rules\"), measured with a 1.5B verifier whose summed token log-probs "
-        "favour short drafts. True = the paper's three terms (configs/production-gpu.yaml, "
-        "configs/bench.yaml)")
+        "its 300 selection-tuning rows ran chose leaving it out (those rows with the 20-row "
+        "tuning cells of Climate-FEVER, HotpotQA and NQ-open, n = 360: +3.3 points [+0.6, +6.7], "
+        "McNemar p = 0.073; the 300 rows alone +3.0 [-0.7, +6.7]; benchmarks/README.md, "
+        "\"Selection rules\"), measured with a 1.5B verifier on CPU only. True = the paper's "
+        "three terms (configs/production-gpu.yaml, configs/bench.yaml)")
     use_self_reflection: bool = True
     self_reflection: Literal["paper", "contrast"] = Field(
         "paper", description="ρ_SR from the verifier's next token after R: paper = "

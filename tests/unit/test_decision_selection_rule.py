@@ -243,3 +243,26 @@ def test_post_hoc_verifier_variants_equal_runs_of_the_default_and_without_the_ve
     verdict = ds.verdict_cheaper(f)
     assert verdict == ("draft_score_only" if f["vs_baseline"]["draft_score_only"]["ci95"][0] > -ds.NON_INFERIORITY_MARGIN
                        else "default")
+
+
+def test_default_selection_vs_standard_reselects_without_self_consistency(tmp_path, capsys):
+    """benchmarks/default_selection_vs_standard.py: a paper-terms cell's rows re-selected with
+    log ρ_SC left out (the default since 2026-12-04) and paired with Standard RAG's rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import default_selection_vs_standard as dvs
+
+    # q1: ρ_SC favours the wrong draft, so the paper's pick is wrong and the default's right
+    spec = [row("q1", ["Paris"], [draft("Paris", L(0.9), sc=-9.0), draft("Lyon", L(0.5), sc=-1.0)], correct=False),
+            row("q2", ["Rome"], [draft("Rome", L(0.9)), draft("Milan", L(0.1))], correct=True)]
+    std = [row("q1", ["Paris"], [draft("Lyon", L(0.5))], correct=False),
+           row("q2", ["Rome"], [draft("Milan", L(0.5))], correct=False)]
+    for arm, rows_ in (("speculative", spec), ("standard", std),
+                       ("input", [{"query_id": r["query_id"], "choices": None} for r in spec])):
+        (tmp_path / "hotpotqa" / arm).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows_), tmp_path / "hotpotqa" / arm / "part-0000.parquet")
+    dvs.main(["--runs", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("hotpotqa: n = 2, default selection 100.0%, standard 0.0%, difference +100.0")
+    assert out[1].startswith("pooled: n = 2, default selection 100.0%") and out[1].endswith("(2/0)")

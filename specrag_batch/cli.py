@@ -277,7 +277,13 @@ def nightly(
     overwrite: bool = False,
     execution=None,
 ) -> None:
-    """The nightly job (flows/nightly.py) over one date partition; re-running resumes."""
+    """The nightly job (flows/nightly.py) over one date partition; re-running resumes.
+
+    Exit codes as `run`: 0 = every shard ok; 1 = a shard failed (listed in the partition's
+    manifest; the other shards' outputs are kept); 2 = refused before the flow started (bad
+    date, timezone, flag, config or model, a missing root or partition, an output holding
+    another run without --overwrite); 143 / 130 = stopped by SIGTERM / SIGINT (finished
+    shards kept; run it again to resume)."""
     from .scheduled.nightly import check_partition, nightly_flow
     from .scheduled.partitions import check_timezone, parse_date, require_directory, scheduled_date
 

@@ -395,6 +395,15 @@ class RunConfig(_Strict):
     _flagged: dict[str, str] = PrivateAttr(default_factory=dict)
     """Dotted field -> the command-line flag that set it (:func:`note_sources`); not in the hash."""
 
+    def __eq__(self, other: object) -> bool:
+        """Equal when every field is: where the values came from (the private provenance of
+        :meth:`field_source`) does not make two configs differ."""
+        if not isinstance(other, RunConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # mutable, as pydantic models are
+
     def field_source(self, field: str) -> str | None:
         """Where the value of dotted ``field`` (``"drafter.model"``) came from, for error
         lines such as ``<source>: drafter.model: ...``: the flag that set it

@@ -260,6 +260,7 @@ def test_a_model_error_names_the_config_file_or_flag_it_came_from(hub, monkeypat
     assert read.field_source("verifier.model") is None and read.field_source("retrieval.top_n") is None
     assert read.field_source("verifier.max_tokens") == "--verifier-max-tokens"
     assert read_run_config(None).field_source("drafter.model") is None  # no file, no flag: the default
+    assert read == RunConfig.model_validate(read.model_dump())  # provenance is not part of equality
 
 
 def _claimed(tmp_path, run_id: str = "r1"):

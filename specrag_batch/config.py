@@ -407,16 +407,13 @@ class RunConfig(_Strict):
     def field_source(self, field: str) -> str | None:
         """Where the value of dotted ``field`` (``"drafter.model"``) came from, for error
         lines such as ``<source>: drafter.model: ...``: the flag that set it
-        (:func:`note_sources`), else the config file that set it or a section holding it
-        (:func:`load_config`); None for a default value or a config built in code."""
+        (:func:`note_sources`), else the config file that set it (:func:`load_config`); None
+        for a default value or a config built in code."""
         flag = _flag_for(field, self._flagged)
         if flag:
             return flag
-        if self._file is not None:
-            path, keys = self._file
-            parts = field.split(".")
-            if any(".".join(parts[:i]) in keys for i in range(1, len(parts) + 1)):
-                return path
+        if self._file is not None and field in self._file[1]:
+            return self._file[0]
         return None
 
     mode: Mode = Field("speculative", description="speculative (drafter + verifier) or standard "

@@ -260,6 +260,9 @@ def test_a_model_error_names_the_config_file_or_flag_it_came_from(hub, monkeypat
     assert read.field_source("verifier.model") is None and read.field_source("retrieval.top_n") is None
     assert read.field_source("verifier.max_tokens") == "--verifier-max-tokens"
     assert read_run_config(None).field_source("drafter.model") is None  # no file, no flag: the default
+    budget_only = tmp_path / "budget-only.yaml"
+    budget_only.write_text("drafter:\n  max_tokens: 32\n")
+    assert read_run_config(budget_only).field_source("drafter.model") is None  # a sibling key set, not this one
     assert read == RunConfig.model_validate(read.model_dump())  # provenance is not part of equality
 
 

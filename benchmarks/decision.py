@@ -109,6 +109,9 @@ which drafter training never reads (``drafter_training/sources.py``). Arm ``tuni
 (named in ``--arms``, run last) is the speculative config on a second tuning split of 100 rows
 right after the reported ones (:data:`SELECTION_TUNING_START`; Climate-FEVER, HotpotQA,
 NQ-open): its rows join the tuning cells' in choosing the selection variants, never τ_min.
+Arm ``tuning-verifier`` (named in ``--arms``, run after it) does the same on the reserve's last
+rows (:data:`VERIFIER_TUNING_START`), which no split had read when the ``draft_score_only`` rule
+was declared; analysed alone (``--arms tuning-verifier``) they apply that rule.
 
     python benchmarks/decision.py --config configs/bench.yaml \\
         --tuned-drafter /work/train/smol-tuned --rows 100            # hours; resumable
@@ -174,9 +177,23 @@ have rows to spare (Climate-FEVER and HotpotQA rows 140-239, NQ-open 120-219), i
 ``BENCHMARK_RESERVE`` rows that drafter training never reads. PopQA and ARC-Challenge report every
 row they have, so they get none. :func:`reported_rows` refuses reported rows reaching it."""
 
+VERIFIER_TUNING_START = {ds: SELECTION_TUNING_START[ds] + SELECTION_TUNING_ROWS for ds in SELECTION_TUNING_START}
+"""First row of the verifier-tuning split (:data:`VERIFIER_TUNING_ARM`): right after the
+selection-tuning split (Climate-FEVER and HotpotQA rows 240-299, NQ-open 220-299), up to
+``BENCHMARK_RESERVE``: the last rows of the three files that no split had read when the rule
+on the verifier's part (``decision_stats.VERIFIER_VARIANTS``) was declared, 2026-12-04."""
+
 SMOL_DRAFTER = "smollm2-135m-instruct"
 """The small drafter base of issue 12 (packaged SmolLM2-135M-Instruct): arm ``speculative-smol``
 runs it untuned, beside the tuned drafters trained from it."""
+
+DEFAULT_ARM = "speculative-default"
+"""Arm of Speculative RAG as the product runs it by default with the packaged CPU models
+(``configs/demo.yaml``), on the config's models and sizes: adaptive drafting
+(``sampling.adaptive``), log ρ = log ρ_draft alone (``selection.use_self_consistency`` and
+``use_self_reflection`` false: no verifier pass). Frozen as of 2026-12-04, so its cells stay
+comparable; compared with ``standard`` (the user's choice) and ``speculative`` (the paper's
+drafting and three score terms, as ``configs/bench.yaml`` runs them). Group ``default``."""
 
 TUNED_ARM = "speculative-tuned"
 """Arm of the one tuned drafter of ``--tuned-drafter <dir>``; with ``label=dir`` pairs the arms
@@ -186,6 +203,9 @@ ARM_OVERRIDES: dict[str, dict] = {
     "standard": {"mode": "standard"},
     "speculative": {},
     "speculative-smol": {"drafter.model": SMOL_DRAFTER},
+    # the product's defaults on top of the config's models and sizes, frozen as of 2026-12-04
+    DEFAULT_ARM: {"sampling.adaptive": True, "selection.use_self_consistency": False,
+                  "selection.use_self_reflection": False},
     TUNED_ARM: {},  # drafter.model set from --tuned-drafter (also each speculative-tuned-<label>)
     "sampling_random": {"sampling.strategy": "random"},
     "sampling_single_cluster": {"sampling.strategy": "single_cluster"},
@@ -203,19 +223,20 @@ ARM_OVERRIDES: dict[str, dict] = {
     "dedupe_verifier": {"verifier.deduplicate_drafts": True},  # for a config with it off
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
 }
-GROUPS = {"main": ("standard", "speculative"), "tuned": ("speculative-smol", TUNED_ARM),
+GROUPS = {"main": ("standard", "speculative"), "default": (DEFAULT_ARM,), "tuned": ("speculative-smol", TUNED_ARM),
           "ablations": ("sampling_random", "sampling_single_cluster", "sampling_cover", "adaptive", "question_first",
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
                         "draft48", "draft160", "one_sentence", "answer_on_truncation", "no_dedupe_verifier",
                         "dedupe_verifier"),
           "fallback": ("fallback_standard",)}
-GROUPS["all"] = GROUPS["main"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
-RUN_ORDER = ("main", "tuned", "ablations", "composed", "fallback", "tuning-selection")
-"""Groups in the order their cells run: the headline first, then the tuned drafters, the
+GROUPS["all"] = GROUPS["main"] + GROUPS["default"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
+RUN_ORDER = ("main", "default", "tuned", "ablations", "composed", "fallback", "tuning-selection", "tuning-verifier")
+"""Groups in the order their cells run: the headline first, then the product's defaults
+(:data:`DEFAULT_ARM`), then the tuned drafters, the
 ablations, the composed arms (:data:`COMPOSED`, named one by one in ``--arms``, no group of
 :data:`GROUPS`), the fallback (a second full speculative pass over the reported rows plus its
-tuning cells), then the selection-tuning cells (:data:`SELECTION_TUNING_ARM`, named in
-``--arms``) last."""
+tuning cells), then the selection-tuning and verifier-tuning cells (:data:`EXTRA_TUNING_SPLITS`,
+named in ``--arms``) last."""
 
 COMPOSED = "composed"
 """Run-order slot (:data:`RUN_ORDER`) of the composed arms ``<base arm>+<ablation>``
@@ -251,14 +272,29 @@ cell's for those choices only; τ_min (:func:`calibrate_tuning`) still comes fro
 alone, so ``fallback_standard``'s config does not change. Never reported; run only when named in
 ``--arms`` (no group holds it), after every other cell."""
 
+VERIFIER_TUNING_ARM = "tuning-verifier"
+"""Cell name of the speculative arm on a dataset's verifier-tuning split (rows from
+:data:`VERIFIER_TUNING_START` up to ``BENCHMARK_RESERVE``, input
+``<runs>/<dataset>/input-tuning-verifier``): tuning rows not read before, on which the rule
+declared for ``draft_score_only`` (``decision_stats.VERIFIER_VARIANTS``) is applied. Like
+:data:`SELECTION_TUNING_ARM`: never reported, run only when named in ``--arms``, after every
+other cell; its rows join the tuning cells' in the post-hoc choices, so decide the rule with
+``--arms tuning-verifier`` alone (the rows not read before, nothing else)."""
+
+EXTRA_TUNING_SPLITS = {SELECTION_TUNING_ARM: SELECTION_TUNING_START, VERIFIER_TUNING_ARM: VERIFIER_TUNING_START}
+"""Tuning splits beyond :data:`TUNING_ARM`'s, each named in ``--arms`` only: arm -> its first
+row per dataset (:func:`extra_tuning_rows`); input ``<runs>/<dataset>/input-<arm>``."""
+
 NOT_COMPOSABLE = {
     "fallback_standard": "its selection.tau_min comes from the dataset's tuning cell, not from a fixed override",
     "standard": "it is Standard RAG (no drafter), not an ablation",
     "speculative": "it is a base arm, not an ablation",
     "speculative-smol": "it is a base arm (a drafter), not an ablation",
+    DEFAULT_ARM: "it is a base arm (the product's defaults), not an ablation",
     TUNED_ARM: "it is a base arm (a drafter), not an ablation",
     TUNING_ARM: "it is the tuning-split cell, not an ablation",
     SELECTION_TUNING_ARM: "it is the selection-tuning cell, not an ablation",
+    VERIFIER_TUNING_ARM: "it is the verifier-tuning cell, not an ablation",
     **{k: "it is re-selected from the speculative cell's drafts by decision_stats, not a run"
        for k in decision_stats.SELECTION_ABLATIONS},
 }
@@ -282,14 +318,27 @@ def tuning_rows(name: str, shared: Path) -> list[dict]:
     return list(benchmark_converters()[name](shared))[:TUNING_ROWS]
 
 
+def extra_tuning_rows(arm: str, name: str, shared: Path) -> list[dict]:
+    """The rows of the tuning split ``arm`` (:data:`EXTRA_TUNING_SPLITS`) of a dataset, from its
+    first row up to the next split's first row or ``BENCHMARK_RESERVE`` (input-schema dicts, file
+    order): :data:`SELECTION_TUNING_ROWS` rows for :data:`SELECTION_TUNING_ARM`, the rest of the
+    reserve for :data:`VERIFIER_TUNING_ARM`; empty for a dataset without the split.
+
+    Raises:
+        KeyError: ``arm`` is not an extra tuning split."""
+    starts = EXTRA_TUNING_SPLITS[arm]
+    if name not in starts:
+        return []
+    later = [s[name] for s in EXTRA_TUNING_SPLITS.values() if s.get(name, -1) > starts[name]]
+    end = min([*later, BENCHMARK_RESERVE])
+    return list(benchmark_converters()[name](shared))[starts[name]:end]
+
+
 def selection_tuning_rows(name: str, shared: Path) -> list[dict]:
     """The selection-tuning split of a dataset (:data:`SELECTION_TUNING_START`,
     :data:`SELECTION_TUNING_ROWS` rows; input-schema dicts, file order); empty for a dataset
     without one."""
-    if name not in SELECTION_TUNING_START:
-        return []
-    start = SELECTION_TUNING_START[name]
-    return list(benchmark_converters()[name](shared))[start:start + SELECTION_TUNING_ROWS]
+    return extra_tuning_rows(SELECTION_TUNING_ARM, name, shared)
 
 
 def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
@@ -537,7 +586,7 @@ def expand_arms(spec: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> list
             if (parts := composed_arm(arm, list(tuned_arms))) is not None:  # raises for a name it refuses
                 if parts[0] not in out:  # its baseline: compared only when both are in the summary
                     out.append(parts[0])
-            elif arm not in known and arm not in (TUNING_ARM, SELECTION_TUNING_ARM):
+            elif arm not in known and arm not in (TUNING_ARM, *EXTRA_TUNING_SPLITS):
                 hint = (f"; give --tuned-drafter {arm.removeprefix(TUNED_ARM + '-')}=<model dir>"
                         if arm.startswith(TUNED_ARM + "-") else "")
                 raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(known)}, a group "
@@ -583,12 +632,12 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
             if group == "fallback" and needs_tuning(arms):
                 cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
                                   runs / ds / TUNING_ARM))
-            if group == SELECTION_TUNING_ARM and SELECTION_TUNING_ARM in arms and ds in SELECTION_TUNING_START:
-                cells.append(Cell(ds, SELECTION_TUNING_ARM, arm_config(base, "speculative"),
-                                  runs / ds / "input-tuning-selection", runs / ds / SELECTION_TUNING_ARM))
+            if group in EXTRA_TUNING_SPLITS and group in arms and ds in EXTRA_TUNING_SPLITS[group]:
+                cells.append(Cell(ds, group, arm_config(base, "speculative"), runs / ds / f"input-{group}",
+                                  runs / ds / group))
             in_group = [a for a in arms if (a in GROUPS.get(group, ()) or (group == "tuned" and is_tuned_arm(a))
                                             or (group == COMPOSED and decision_stats.composed_parts(a) is not None))
-                        and a not in (TUNING_ARM, SELECTION_TUNING_ARM)]
+                        and a not in (TUNING_ARM, *EXTRA_TUNING_SPLITS)]
             for arm in in_group:
                 try:
                     cfg = arm_config(base, arm, tuned_drafter, (tau_min or {}).get(ds))
@@ -952,7 +1001,7 @@ def machines_of(loaded: list[dict]) -> dict[str, dict]:
 def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dict, reps: int,
             calibration: dict[str, dict] | None = None, tuning_data: dict[str, list[dict]] | None = None) -> dict:
     """Summarise every cell that has finished shards into ``out/results.json`` and
-    ``out/tables.md``; returns the results. :data:`TUNING_ARM` and :data:`SELECTION_TUNING_ARM`
+    ``out/tables.md``; returns the results. :data:`TUNING_ARM` and :data:`EXTRA_TUNING_SPLITS`
     cells are not reported as arms (their rows are the tuning splits): their rows, together per
     dataset, go to ``decision_stats.summarise(tuning=...)``,
     which chooses ``selection.self_reflection`` and ``selection.rule`` on them alone; ``tuning_data`` (dataset ->
@@ -967,7 +1016,7 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
         got = load_cell(c)
         if got is None:
             continue
-        if c.arm in (TUNING_ARM, SELECTION_TUNING_ARM):  # both choose the selection variants
+        if c.arm in (TUNING_ARM, *EXTRA_TUNING_SPLITS):  # all choose the selection variants
             had = tuning.get(c.dataset)
             tuning[c.dataset] = got if had is None else {**had, "rows": had["rows"] + got["rows"],
                                                          "shards": had["shards"] + got["shards"]}
@@ -1020,7 +1069,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, fallback, all; "
                     "'tuning' = only the tuning-split cells; 'tuning-selection' = the selection-tuning cells "
-                    "(rows after the reported ones, choosing the selection variants with the tuning cells); tuned = speculative-smol and the tuned drafters, "
+                    "(rows after the reported ones, choosing the selection variants with the tuning cells); "
+                    "'tuning-verifier' = the verifier-tuning cells (the reserve's last rows, read by nothing "
+                    "before; analyse them alone to apply the draft_score_only rule); tuned = speculative-smol and the tuned drafters, "
                     "each also by name: speculative-smol, speculative-tuned, speculative-tuned-<label>; "
                     "composed arms <base arm>+<ablation>, e.g. speculative-tuned-qwen+answer_on_truncation: "
                     "the base arm's config with the ablation on top, on the --rows rows, vs the base arm)")
@@ -1078,8 +1129,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
         tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if needs_tuning(arms) else {}
-        selection_tuning = ({ds: rows for ds in datasets if (rows := selection_tuning_rows(ds, a.shared))}
-                            if SELECTION_TUNING_ARM in arms else {})
+        extra = {arm: {ds: rows for ds in datasets if (rows := extra_tuning_rows(arm, ds, a.shared))}
+                 for arm in EXTRA_TUNING_SPLITS if arm in arms}
     except FileNotFoundError as e:
         ap.error(f"--shared {a.shared}: {e.filename or e}: no such file (the evaluation data; by default "
                  "../shared/data beside the checkout)")
@@ -1088,8 +1139,9 @@ def main(argv: list[str] | None = None) -> int:
         write_shards(data[ds], a.runs / ds / "input", a.shard_rows)
         if ds in tuning:
             write_shards(tuning[ds], a.runs / ds / "input-tuning", a.shard_rows)
-        if ds in selection_tuning:
-            write_shards(selection_tuning[ds], a.runs / ds / "input-tuning-selection", a.shard_rows)
+        for arm, split in extra.items():
+            if ds in split:
+                write_shards(split[ds], a.runs / ds / f"input-{arm}", a.shard_rows)
         n = min(a.ablation_rows, len(data[ds]))
         if n < len(data[ds]) and ds in ablation_datasets and any(x in GROUPS["ablations"] for x in arms):
             ablation_input[ds] = a.runs / ds / f"input-first{n}"
@@ -1149,16 +1201,18 @@ def main(argv: list[str] | None = None) -> int:
                         "id": cell_archive.this_machine()["id"]}, "versions": _versions(),
             "archive": None if archive is None else str(archive), "one_machine": machine,
             "rows_per_dataset": {ds: len(r) for ds, r in data.items()},
-            "selection_tuning_rows": {ds: {"first_row": SELECTION_TUNING_START[ds], "rows": len(r)}
-                                      for ds, r in selection_tuning.items()},
+            **{f"{arm.replace('-', '_').removeprefix('tuning_')}_tuning_rows":
+               {ds: {"first_row": EXTRA_TUNING_SPLITS[arm][ds], "rows": len(r)} for ds, r in split.items()}
+               for arm, split in extra.items()},
             "rows": {ds: {"first_row": REPORT_START[ds], "tuning_rows": TUNING_ROWS,
                           "query_ids": [r["query_id"] for r in rows]} for ds, rows in data.items()},
             "arms": arms, "notes": notes, "tau_target_coverage": TAU_TARGET_COVERAGE,
             "ablation_datasets": ablation_datasets,
             "ablation_rows": a.ablation_rows, "shard_rows": a.shard_rows,
             "this_invocation": {"cells": statuses, "seconds": round(time.perf_counter() - t0, 1)}}
-    analyse(cells, data, base, a.out, meta, a.reps, calib,
-            {ds: tuning.get(ds, []) + selection_tuning.get(ds, []) for ds in {*tuning, *selection_tuning}})
+    tuning_data = {ds: [*tuning.get(ds, []), *(r for split in extra.values() for r in split.get(ds, []))]
+                   for ds in {*tuning, *(d for split in extra.values() for d in split)}}
+    analyse(cells, data, base, a.out, meta, a.reps, calib, tuning_data)
     print(f"[decision] wrote {a.out / 'results.json'} and {a.out / 'tables.md'}", flush=True)
     return 1 if any(s["status"].startswith("failed") for s in statuses) else 0
 

@@ -726,7 +726,9 @@ VERIFIER_VARIANTS = {"default": {"use_sc": False}, "draft_score_only": {"use_sc"
 and which skips the verification stage (no verifier pass). The rule, declared 2026-12-04 after
 the 360 selection-tuning rows had shown it (so they do not decide it): ``draft_score_only``
 becomes the default when, on tuning rows not read before, its 95% interval against ``default``
-lies above ``-NON_INFERIORITY_MARGIN`` (:func:`verdict_cheaper`)."""
+lies above ``-NON_INFERIORITY_MARGIN`` (:func:`verdict_cheaper`). Applied 2026-12-04 on the 200
+rows of ``decision.VERIFIER_TUNING_ARM`` alone: +0.0 points [+0.0, +0.0], so
+``selection.use_self_reflection`` is false by default (benchmarks/README.md)."""
 
 
 def verifier_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int) -> list[dict]:
@@ -1275,11 +1277,13 @@ def baselines_of(arm: str, same_base: dict[str, str | None] | None = None) -> li
             [(arm, "speculative")] if arm not in ("speculative", "standard") else [])
     return pairs + ([(arm, ARM_BASELINES[arm])] if arm in ARM_BASELINES else [])
 
-ARM_BASELINES = {"question_first_block32": "block32", "fallback_standard": "standard"}
+ARM_BASELINES = {"question_first_block32": "block32", "fallback_standard": "standard",
+                 "speculative-default": "standard"}
 """Arms also compared with another arm than ``speculative``: the prompt layout at the same
 KV block size (``benchmarks/decision.py``), so the layout's effect is not the block size's;
 the fallback pass with Standard RAG alone (a user's choice is between the two: the fallback
-costs a speculative pass plus Standard RAG on the flagged rows)."""
+costs a speculative pass plus Standard RAG on the flagged rows); the product's defaults
+(``speculative-default``, ``benchmarks/decision.py``) with Standard RAG, the choice a user has."""
 
 
 def _shard_pairs(a: Sequence[dict], b: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
@@ -2184,18 +2188,22 @@ def verdict_variant_line(res: dict, key: str, head: str) -> str:
 
 def verdicts(res: dict) -> str:
     """The generated answer to "is Speculative RAG more accurate? faster?" per dataset and
-    pooled (and for each tuned drafter where it ran), each with its interval and p-value, and
+    pooled (and for the product's defaults, ``speculative-default``, and each tuned drafter where
+    they ran), each with its interval and p-value, and
     the self-reflection variant, selection rule and score terms the tuning cells favour
     (:func:`verdict_variant_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
-        for a in ["speculative", *(x for x in e["arms"] if x.startswith(TUNED_PREFIX) and not composed_parts(x))]:
+        for a in ["speculative", "speculative-default",
+                  *(x for x in e["arms"] if x.startswith(TUNED_PREFIX) and not composed_parts(x))]:
             cmp = e["comparisons"].get(f"{a} - standard")
             if not cmp:
                 continue
             m, sec = cmp["mcnemar"], cmp.get("seconds")
             label = a.removeprefix(TUNED_PREFIX).lstrip("-")
             who = ("Speculative RAG" if a == "speculative" else
+                   "Speculative RAG with the product's defaults (adaptive drafting, log ρ_draft alone, "
+                   "no verifier pass)," if a == "speculative-default" else
                    f"Speculative RAG, tuned drafter{' ' + label if label else ''},")
             line = (f"- **{ds}** ({who} vs Standard RAG, n = {cmp['n']} rows): more accurate? "
                     f"**{verdict_accuracy(cmp)}** ({_pct(cmp['accuracy_a'])} vs {_pct(cmp['accuracy_b'])}, "

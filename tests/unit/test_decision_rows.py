@@ -23,7 +23,7 @@ def test_reported_rows_are_reserved_and_disjoint_from_tuning_and_training():
 
     reserve = {name: [r["query_id"] for r in rows] for name, rows in benchmark_rows(SHARED).items()}
     train = {r["query_id"] for rows in training_rows(SHARED).values() for r in rows}
-    sizes = {}
+    sizes, verifier_sizes = {}, {}
     for name in decision.DATASETS:
         rep = [r["query_id"] for r in decision.reported_rows(name, SHARED, 100)]
         tune = {r["query_id"] for r in decision.tuning_rows(name, SHARED)}
@@ -37,9 +37,16 @@ def test_reported_rows_are_reserved_and_disjoint_from_tuning_and_training():
         assert len(sel) == (decision.SELECTION_TUNING_ROWS if name in decision.SELECTION_TUNING_START else 0)
         assert set(sel) <= set(reserve[name]) and not set(sel) & train, f"{name}: selection tuning outside the reserve"
         assert not set(sel) & (set(rep) | tune), f"{name}: selection-tuning rows reported or in the tuning split"
+        ver = [r["query_id"] for r in decision.extra_tuning_rows(decision.VERIFIER_TUNING_ARM, name, SHARED)]
+        verifier_sizes[name] = len(ver)
+        assert set(ver) <= set(reserve[name]) and not set(ver) & train, f"{name}: verifier tuning outside the reserve"
+        assert not set(ver) & (set(rep) | tune | set(sel)), f"{name}: verifier-tuning rows read by another split"
     # >= 100 where the data has them, every row after the tuning split where it has fewer
     assert sizes == {"climate_fever": 100, "hotpotqa": 100, "nq_open": 100, "popqa": 74 - 20,
                      "arc_challenge": 71 - 20}
+    # the verifier-tuning split: every reserved row after the selection-tuning split
+    assert verifier_sizes == {"climate_fever": 300 - 240, "hotpotqa": 300 - 240, "nq_open": 300 - 220,
+                              "popqa": 0, "arc_challenge": 0}
     with pytest.raises(ValueError, match="reserved"):
         decision.reported_rows("climate_fever", SHARED, 261)
     with pytest.raises(ValueError, match="would reach its selection-tuning rows"):
@@ -79,6 +86,9 @@ def test_arms_groups_and_configs():
     assert decision.expand_arms("main,speculative,m3") == ["standard", "speculative", "m3"]
     assert decision.arm_config(base, "standard").mode == "standard"
     assert decision.arm_config(base, "k3").sampling.num_clusters == 3
+    default = decision.arm_config(base, decision.DEFAULT_ARM)  # no verifier pass, adaptive drafting
+    assert default.sampling.adaptive and not default.selection.use_self_consistency
+    assert not default.selection.use_self_reflection
     assert decision.arm_config(base, "speculative-tuned", "/models/x").drafter.model == "/models/x"
     with pytest.raises(ValueError, match="--tuned-drafter"):
         decision.arm_config(base, "speculative-tuned")
@@ -88,10 +98,13 @@ def test_arms_groups_and_configs():
                                        tuned_drafter=None, ablation_datasets=["popqa"],
                                        ablation_input={"popqa": tmp / "popqa" / "input-first50"})
     names = [c.name for c in cells]
-    # main arms of every dataset first, then (no tuned drafter: noted) the ablations, then
-    # the fallback arm's tuning cells (fallback_standard itself waits for their τ_min: noted)
-    assert names[:4] == ["popqa/standard", "popqa/speculative", "nq_open/standard", "nq_open/speculative"]
-    assert all(n.startswith("popqa/") for n in names[4:-2]) and "popqa/m7" in names
+    # main arms of every dataset first, then the product's defaults on every dataset, then (no
+    # tuned drafter: noted) the ablations, then the fallback arm's tuning cells
+    # (fallback_standard itself waits for their τ_min: noted)
+    assert names[:6] == ["popqa/standard", "popqa/speculative", "nq_open/standard", "nq_open/speculative",
+                         "popqa/speculative-default", "nq_open/speculative-default"]
+    assert cells[4].input_dir == tmp / "popqa" / "input"  # every reported row, like the main arms
+    assert all(n.startswith("popqa/") for n in names[6:-2]) and "popqa/m7" in names
     assert names[-2:] == ["popqa/tuning", "nq_open/tuning"]
     assert any("--tuned-drafter" in n for n in notes) and any("fallback_standard" in n for n in notes)
     assert cells[-3].input_dir == tmp / "popqa" / "input-first50"
@@ -113,6 +126,14 @@ def test_selection_tuning_cells_run_last_only_when_named_and_only_where_there_ar
     assert last.config.config_hash() == decision.arm_config(base, "speculative").config_hash()
     with pytest.raises(ValueError, match="not an ablation"):
         decision.expand_arms(f"speculative+{decision.SELECTION_TUNING_ARM}")
+    # the verifier-tuning cells come after the selection-tuning ones, on their own input
+    arms = decision.expand_arms(f"{decision.VERIFIER_TUNING_ARM},main,{decision.SELECTION_TUNING_ARM}")
+    cells, _ = decision.plan_cells(["popqa", "nq_open"], arms, base, tmp, **kw)
+    assert [c.name for c in cells[-2:]] == ["nq_open/tuning-selection", "nq_open/tuning-verifier"]
+    assert cells[-1].input_dir == tmp / "nq_open" / "input-tuning-verifier"
+    assert cells[-1].config.config_hash() == decision.arm_config(base, "speculative").config_hash()
+    with pytest.raises(ValueError, match="not an ablation"):
+        decision.expand_arms(f"speculative+{decision.VERIFIER_TUNING_ARM}")
 
 
 def test_selection_tuning_rows_join_the_tuning_rows_for_the_variant_choice_only(tmp_path):
@@ -151,3 +172,31 @@ def test_selection_tuning_rows_join_the_tuning_rows_for_the_variant_choice_only(
                              {"config_path": "c.yaml", "rows_per_dataset": {"nq_open": 10}}, 50,
                              decision.calibrate_all(cells), {"nq_open": input_rows(12, prefix="t")})
     assert alone["score_terms"]["tuning"]["datasets"]["nq_open"]["n"] == 12
+
+
+
+def test_verifier_tuning_cells_alone_decide_the_verifier_rule(tmp_path):
+    """``--arms tuning-verifier`` alone: the verifier-tuning cell's rows, and only they, are the
+    tuning rows on which the draft_score_only rule (decision_stats.VERIFIER_VARIANTS) is decided;
+    the cell is not reported as an arm."""
+    from specrag_batch.config import load_config
+
+    from .product_runs import input_rows, write_cell, write_inputs
+    from .test_decision_archive import rich_fields
+
+    base = load_config(ROOT / "configs" / "test-smollm2.yaml")
+    runs = tmp_path / "runs"
+    write_inputs(runs / "nq_open" / "input", input_rows(10, prefix="r"), 5)
+    write_inputs(runs / "nq_open" / "input-tuning-verifier", input_rows(6, prefix="v"), 3)
+    cells, _ = decision.plan_cells(["nq_open"], decision.expand_arms(decision.VERIFIER_TUNING_ARM), base, runs,
+                                   tuned_drafter=None, ablation_datasets=[], ablation_input={})
+    assert [c.name for c in cells] == ["nq_open/tuning-verifier"]
+    for seed, c in enumerate(cells):
+        n = len(list(c.input_dir.glob("*.parquet")))
+        write_cell(c.input_dir, c.output_dir, c.config, [{"m": (900, 120, 3)}] * n, seconds=10.0,
+                   fields=rich_fields(seed))
+    res = decision.analyse(cells, {"nq_open": input_rows(10, prefix="r")}, base, tmp_path / "out",
+                           {"config_path": "c.yaml", "rows_per_dataset": {"nq_open": 10}}, 50, None,
+                           {"nq_open": input_rows(6, prefix="v")})
+    assert res["verifier_terms"]["tuning"]["pooled"]["n"] == 6
+    assert not res["cells_loaded"]  # never reported

@@ -285,7 +285,19 @@ class SelectionConfig(_Strict):
         "McNemar p = 0.073; the 300 rows alone +3.0 [-0.7, +6.7]; benchmarks/README.md, "
         "\"Selection rules\"), measured with a 1.5B verifier on CPU only. True = the paper's "
         "three terms (configs/production-gpu.yaml, configs/bench.yaml)")
-    use_self_reflection: bool = True
+    use_self_reflection: bool = Field(
+        False, description="add log ρ_SR (log P(\"Yes\") from the verifier after the reflection "
+        "question R, paper §3.3) to log ρ. Off by default since 2026-12-04: with "
+        "``use_self_consistency`` also off, log ρ = log ρ_draft alone and no verifier pass runs "
+        "(the verifier engine is not loaded, ``RunConfig.uses_verifier``). Chosen by the rule "
+        "declared on 2026-12-04 before its rows ran (benchmarks/decision_stats.py, "
+        "VERIFIER_VARIANTS): on 200 tuning rows no split had read (Climate-FEVER, HotpotQA, "
+        "NQ-open; arm tuning-verifier) leaving log ρ_SR out changed 1 selected draft and no "
+        "outcome, +0.0 points [+0.0, +0.0], while the verifier pass costs about half of a row's "
+        "engine seconds; measured with the default packaged models (Qwen2.5-Coder 0.5B drafter, "
+        "1.5B verifier) on CPU only. True = the paper's verifier (configs/production-gpu.yaml, "
+        "configs/bench.yaml); a run naming another ``verifier.model`` while neither term is "
+        "on warns that the verifier is unused (:meth:`RunConfig.idle_settings`)")
     self_reflection: Literal["paper", "contrast"] = Field(
         "paper", description="ρ_SR from the verifier's next token after R: paper = "
         "log P(Yes) (the paper's term); contrast = log P(Yes)/(P(Yes)+P(No)) (yes/no summed "
@@ -487,14 +499,32 @@ class RunConfig(_Strict):
             return None
         return self.selection.consensus_min or self.sampling.num_drafts
 
+    @property
+    def uses_verifier(self) -> bool:
+        """Whether a run of this config needs the verifier engine (``verifier.model``): Standard
+        RAG answers with it; Speculative RAG scores drafts with it only when log ρ_SC or log ρ_SR
+        is in log ρ (``selection.use_self_consistency`` / ``use_self_reflection``, paper §3.3)
+        or a low-confidence fallback re-answers rows (``selection.fallback``, which runs on it).
+        False only for Speculative RAG selecting by log ρ_draft alone: no verifier pass runs,
+        so the engine is not loaded."""
+        sel = self.selection
+        return (self.mode != "speculative" or sel.use_self_consistency or sel.use_self_reflection
+                or sel.fallback != "none")
+
     def idle_settings(self) -> list[str]:
         """Settings that are valid but change nothing in this config, one sentence each (the
-        flow logs each as a warning at the start of a run); empty when there are none. Now:
-        adaptive drafting (``sampling.adaptive``) whose explicitly set ``sampling.first_round``
+        flow logs each as a warning at the start of a run); empty when there are none. Now: a
+        ``verifier.model`` other than the default in a Speculative RAG config that never uses the
+        verifier (:attr:`uses_verifier`); adaptive drafting (``sampling.adaptive``) whose explicitly set ``sampling.first_round``
         is at least ``sampling.num_drafts`` drafts every subset in its first round, as a
         non-adaptive run does (the default first round, 2, with m <= 2 is not named: a user
         who asked for few drafts did not ask for rounds)."""
         smp, out = self.sampling, []
+        if self.mode == "speculative" and not self.uses_verifier and self.verifier.model != DEFAULT_VERIFIER:
+            out.append(f"verifier.model ({self.verifier.model}) is set, but nothing uses the verifier: "
+                       "log ρ = log ρ_draft alone (selection.use_self_consistency and use_self_reflection "
+                       "are false, no fallback), so no verifier pass runs and the model is not loaded; "
+                       "set selection.use_self_reflection: true to score drafts with it (paper §3.3)")
         if (self.mode == "speculative" and smp.adaptive and "first_round" in smp.model_fields_set
                 and smp.first_round >= smp.num_drafts):
             out.append(f"sampling.first_round ({smp.first_round}) >= sampling.num_drafts ({smp.num_drafts}): "

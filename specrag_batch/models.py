@@ -360,7 +360,9 @@ def packaged_missing(name: str) -> list[str]:
 
 def check_config_models(cfg) -> dict[str, str]:
     """:func:`check_model_name` for every model a run with ``cfg`` (a ``RunConfig``) loads:
-    ``drafter.model`` (speculative mode), ``verifier.model``, and
+    ``drafter.model`` (speculative mode), ``verifier.model`` (when the run uses the verifier,
+    ``RunConfig.uses_verifier``, or a config file or flag named it: a typo there is refused even
+    in a run that does not load it), and
     ``retrieval.embedding_model`` when multi-perspective sampling embeds documents
     (speculative mode, ``sampling.strategy`` not ``random``). Returns field -> how found.
 
@@ -370,7 +372,8 @@ def check_config_models(cfg) -> dict[str, str]:
             came from (the config file or the flag, ``RunConfig.field_source``) when known."""
     from .retrieval import PACKAGED_EMBEDDERS
 
-    fields = [("verifier.model", cfg.verifier.model, {})]
+    named = hasattr(cfg, "field_source") and cfg.field_source("verifier.model") is not None
+    fields = [("verifier.model", cfg.verifier.model, {})] if getattr(cfg, "uses_verifier", True) or named else []
     if cfg.mode == "speculative":
         fields.insert(0, ("drafter.model", cfg.drafter.model, {}))
         if cfg.sampling.strategy != "random":  # sentence-transformers: modules.json, any case

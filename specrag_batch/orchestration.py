@@ -93,7 +93,7 @@ def process_shard_task(job: ShardJob) -> dict:
     if done is not None:
         return done
     cfg, before = job.config, EngineUsage.snapshot()
-    verifier = get_engine(cfg.verifier, cfg.seed)
+    verifier = get_engine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
     drafter = get_engine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None
     res = process_shard(job, IO, verifier=verifier, drafter=drafter)
     out = _finish(res, job, job.output_prefix, before, [verifier, drafter])
@@ -130,7 +130,7 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
         return {k: v for k, v in drafted.items() if k != "final"}
     cfg, before = job.config, EngineUsage.snapshot()
     wider = cfg.selection.fallback == "wider"  # the wider fallback drafts again on this worker
-    verifier = get_engine(cfg.verifier, cfg.seed)
+    verifier = get_engine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
     drafter = get_engine(cfg.drafter, cfg.seed) if wider else None
     res = verify_shard(job, IO, verifier=verifier, drafted=drafted, drafter=drafter)
     if res.status != "ok":  # unreadable or mismatched draft shard: drop it, a re-run redrafts
@@ -172,7 +172,8 @@ def _load_engines(cfg: RunConfig, ex: ExecutionConfig, pending: int) -> float:
     if pending and not ex.distributed:
         if cfg.mode == "speculative":
             get_engine(cfg.drafter, cfg.seed)
-        get_engine(cfg.verifier, cfg.seed)
+        if cfg.uses_verifier:
+            get_engine(cfg.verifier, cfg.seed)
     return time.perf_counter() - t0
 
 

@@ -597,3 +597,30 @@ def test_seeded_sampling_gives_the_recorded_drafts(prefect_harness, tmp_path):
             assert {k: gd[k] for k in ("doc_ids", "answer", "rationale")} == \
                 {k: ed[k] for k in ("doc_ids", "answer", "rationale")}
             assert gd["score_draft"] == pytest.approx(ed["score_draft"], abs=1e-3)
+
+
+def test_selection_by_draft_score_alone_never_loads_the_verifier(prefect_harness, tmp_path):
+    """Speculative RAG selecting by log ρ_draft alone (``selection.use_self_consistency`` and
+    ``use_self_reflection`` false, no fallback: ``RunConfig.uses_verifier`` is False) runs no
+    verifier pass and never loads or even checks the verifier: a ``verifier.model`` that does
+    not exist is never opened, every row is answered from its drafts, and no draft carries a
+    verifier score. The same config with log ρ_SR back on refuses that model before the run."""
+    from flows.speculative_rag import run_flow
+    from specrag_batch.models import ModelNameError
+
+    inp, out = str(tmp_path / "in"), str(tmp_path / "out")
+    write_inputs(inp, {"a.parquet": sample_rows("popqa", 2, skip=2)})
+    over = {"sampling.num_drafts": 2, "drafter.max_tokens": 24, "selection.use_self_consistency": False,
+            "selection.use_self_reflection": False, "verifier.model": str(tmp_path / "no-such-verifier")}
+    cfg = small_config(**over)
+    assert not cfg.uses_verifier
+    m = run_flow(inp, out, cfg.model_dump(mode="json"))
+    rows = read_outputs(out)[0]
+    assert m["failed_shards"] == 0 and len(rows) == 2
+    for r in rows:
+        assert r["drafts"] and r["error"] is None
+        assert all(d["score_self_reflection"] is None and d["score_self_consistency"] is None for d in r["drafts"])
+    with_sr = small_config(**{**over, "selection.use_self_reflection": True})
+    assert with_sr.uses_verifier
+    with pytest.raises(ModelNameError, match="verifier.model"):
+        run_flow(inp, str(tmp_path / "out2"), with_sr.model_dump(mode="json"))

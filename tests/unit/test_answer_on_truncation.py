@@ -232,10 +232,11 @@ def test_switch_is_off_by_default_and_hash_neutral_off():
     assert small_config(**{"drafter.answer_on_truncation": True, "drafter.answer_max_tokens": 8}).config_hash() \
         != on.config_hash()
     # recorded at fa4b01a, before these fields (as in test_rationale_style), with the defaults
-    # switched since (verifier deduplication, adaptive drafting on; log ρ_SC off) set as then
+    # switched since (verifier deduplication, adaptive drafting on; log ρ_SC, log ρ_SR off) set as then
     assert RunConfig.model_validate({"verifier": {"deduplicate_drafts": False},
                                    "sampling": {"adaptive": False},
-                                   "selection": {"use_self_consistency": True}}).config_hash() == "420716c9f187c07c"
+                                   "selection": {"use_self_consistency": True,
+                                                 "use_self_reflection": True}}).config_hash() == "420716c9f187c07c"
     with pytest.raises(Exception, match="answer_max_tokens"):
         small_config(**{"drafter.answer_max_tokens": 0})
     with pytest.raises(Exception, match="answer_on_truncation"):

@@ -112,3 +112,30 @@ def test_answer_marker_room_bounds_the_real_marker():
     from .test_answer_on_truncation import real_tokenizer
 
     assert 0 < len(answer_marker_ids(real_tokenizer())) <= ANSWER_MARKER_ROOM
+
+
+def test_uses_verifier_only_when_something_reads_it():
+    """RunConfig.uses_verifier: Standard RAG always; Speculative RAG when log ρ_SC or log ρ_SR is
+    in log ρ or a fallback re-answers rows (both run on the verifier); not when log ρ_draft
+    alone selects (the verifier engine is then never loaded)."""
+    from ..conftest import small_config
+
+    off = {"selection.use_self_consistency": False, "selection.use_self_reflection": False}
+    assert not small_config(**off).uses_verifier
+    assert small_config(**{**off, "selection.use_self_reflection": True}).uses_verifier
+    assert small_config(**{**off, "selection.use_self_consistency": True}).uses_verifier
+    assert small_config(**{**off, "selection.fallback": "standard"}).uses_verifier
+    assert small_config(**{**off, "mode": "standard"}).uses_verifier
+
+
+def test_a_verifier_model_nothing_uses_is_named_in_a_warning():
+    """A Speculative RAG config naming a verifier other than the default while selecting by log
+    ρ_draft alone gets an idle-setting warning (the flow logs it at the start of the run):
+    the user may think that model scores the drafts. The defaults get none."""
+    from ..conftest import small_config
+
+    assert RunConfig().idle_settings() == []  # default verifier, not used: nothing to say
+    assert small_config().idle_settings() == []  # the test config scores drafts with its verifier
+    [warning] = small_config(**{"selection.use_self_reflection": False}).idle_settings()
+    assert warning.startswith("verifier.model (smollm2-135m-instruct) is set, but nothing uses the verifier")
+    assert small_config(**{"selection.use_self_reflection": False, "mode": "standard"}).idle_settings() == []

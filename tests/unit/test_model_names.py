@@ -171,8 +171,12 @@ def test_the_models_a_run_loads_are_the_ones_checked(hub):
         {"verifier.model": "packaged"}
     assert "retrieval.embedding_model" not in check_config_models(RunConfig.model_validate(
         {"sampling": {"strategy": "random"}, "retrieval": {"embedding_model": bad}}))
-    assert check_config_models(RunConfig()) == {"drafter.model": "packaged", "verifier.model": "packaged",
-                                                "retrieval.embedding_model": "packaged"}
+    # the default selection (log ρ_draft alone) never loads the verifier: not checked either
+    assert check_config_models(RunConfig()) == {"drafter.model": "packaged", "retrieval.embedding_model": "packaged"}
+    assert check_config_models(RunConfig.model_validate({"selection": {"use_self_reflection": True}})) == \
+        {"drafter.model": "packaged", "verifier.model": "packaged", "retrieval.embedding_model": "packaged"}
+    assert check_config_models(RunConfig.model_validate({"verifier": {"model": bad}})) == \
+        {"drafter.model": "packaged", "retrieval.embedding_model": "packaged"}
 
 
 def test_run_with_a_bad_model_exits_2_in_one_line_writing_nothing(hub, monkeypatch, tmp_path):

@@ -47,10 +47,11 @@ def test_drafter_prompt_option_is_part_of_the_config_hash(tmp_path, field, defau
     data = base.model_dump(mode="json")
     del data["drafter"][field]  # a config dumped before the option existed
     assert RunConfig.model_validate(data).config_hash() == base.config_hash()
-    # recorded at fa4b01a, before either option (and before the defaults changed since: verifier deduplication and adaptive drafting on, log ρ_SC off)
+    # recorded at fa4b01a, before either option (and before the defaults changed since: verifier deduplication and adaptive drafting on, log ρ_SC and log ρ_SR off)
     assert RunConfig.model_validate({"verifier": {"deduplicate_drafts": False},
                                    "sampling": {"adaptive": False},
-                                   "selection": {"use_self_consistency": True}}).config_hash() == "420716c9f187c07c"
+                                   "selection": {"use_self_consistency": True,
+                                                 "use_self_reflection": True}}).config_hash() == "420716c9f187c07c"
     changed = small_config(**{f"drafter.{field}": other})
     assert changed.config_hash() != base.config_hash()
     with pytest.raises(Exception, match=field):

@@ -172,10 +172,11 @@ def test_selection_rule_is_in_the_config_hash_only_away_from_the_paper_default()
     base = RunConfig()
     assert base.selection.rule == "argmax"
     # recorded at fa4b01a, before the option (and before the defaults changed since: verifier
-    # deduplication and adaptive drafting on, log ρ_SC off)
+    # deduplication and adaptive drafting on, log ρ_SC and log ρ_SR off)
     assert base.model_copy(update={"verifier": base.verifier.model_copy(update={"deduplicate_drafts": False}),
                                    "sampling": base.sampling.model_copy(update={"adaptive": False}),
-                                   "selection": base.selection.model_copy(update={"use_self_consistency": True})}
+                                   "selection": base.selection.model_copy(update={"use_self_consistency": True,
+                                                                                  "use_self_reflection": True})}
                            ).config_hash() == "420716c9f187c07c"
     hashes = {RunConfig.model_validate({"selection": {"rule": r}}).config_hash()
               for r in ("answer_vote", "length_normalised")}
@@ -186,8 +187,9 @@ def test_selection_rule_is_in_the_config_hash_only_away_from_the_paper_default()
 
 def test_the_default_leaves_self_consistency_out_where_bench_and_production_keep_it():
     """Decided 2026-12-04 by the rule declared before the 300 selection-tuning rows ran
-    (benchmarks/README.md, "Selection rules"): a run with the default config ranks drafts by
-    log ρ_draft + log ρ_SR, so a terse draft the verifier's summed α/β log-probs favour no longer
+    (benchmarks/README.md, "Selection rules"), and log ρ_SR too since the verifier rule (2026-12-04,
+    "The verifier in the default selection"): a run with the default config ranks drafts by
+    log ρ_draft alone, so a terse draft the verifier's summed α/β log-probs favour no longer
     wins; configs/bench.yaml keeps the paper's three terms and so the hash of its archived cells,
     and configs/production-gpu.yaml (unmeasured 7B verifier, a tau_min on that log ρ) keeps them."""
     from pathlib import Path
@@ -207,4 +209,6 @@ def test_the_default_leaves_self_consistency_out_where_bench_and_production_keep
                        drafts=[d("long right answer", -2.0, -30.0, -0.2), d("x", -6.0, -4.0, -0.3)])
         Selection(cfg)([row])
         picked[name] = (row.selection.index, row.selection.score)
-    assert picked["default"] == (0, pytest.approx(-2.2)) and picked["bench"] == (1, pytest.approx(-10.3))
+    # the default since 2026-12-04 leaves log ρ_SR out too: log ρ = log ρ_draft alone
+    assert RunConfig().selection.use_self_reflection is False and bench.selection.use_self_reflection is True
+    assert picked["default"] == (0, pytest.approx(-2.0)) and picked["bench"] == (1, pytest.approx(-10.3))

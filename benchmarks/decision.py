@@ -187,8 +187,8 @@ SMOL_DRAFTER = "smollm2-135m-instruct"
 """The small drafter base of issue 12 (packaged SmolLM2-135M-Instruct): arm ``speculative-smol``
 runs it untuned, beside the tuned drafters trained from it."""
 
-DEFAULT_ARM = "speculative-default"
-"""Arm of Speculative RAG as the product runs it by default with the packaged CPU models
+DEFAULT_ARM = decision_stats.DEFAULT_ARM
+"""``speculative-default``: the arm of Speculative RAG as the product runs it by default with the packaged CPU models
 (``configs/demo.yaml``), on the config's models and sizes: adaptive drafting
 (``sampling.adaptive``), log ρ = log ρ_draft alone (``selection.use_self_consistency`` and
 ``use_self_reflection`` false: no verifier pass). Frozen as of 2026-12-04, so its cells stay

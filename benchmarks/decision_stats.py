@@ -1277,8 +1277,12 @@ def baselines_of(arm: str, same_base: dict[str, str | None] | None = None) -> li
             [(arm, "speculative")] if arm not in ("speculative", "standard") else [])
     return pairs + ([(arm, ARM_BASELINES[arm])] if arm in ARM_BASELINES else [])
 
+DEFAULT_ARM = "speculative-default"
+"""The arm of the product's defaults (``benchmarks/decision.py``, ``DEFAULT_ARM``): compared
+with ``standard`` in :func:`verdicts` and :data:`ARM_BASELINES`."""
+
 ARM_BASELINES = {"question_first_block32": "block32", "fallback_standard": "standard",
-                 "speculative-default": "standard"}
+                 DEFAULT_ARM: "standard"}
 """Arms also compared with another arm than ``speculative``: the prompt layout at the same
 KV block size (``benchmarks/decision.py``), so the layout's effect is not the block size's;
 the fallback pass with Standard RAG alone (a user's choice is between the two: the fallback
@@ -2194,7 +2198,7 @@ def verdicts(res: dict) -> str:
     (:func:`verdict_variant_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
-        for a in ["speculative", "speculative-default",
+        for a in ["speculative", DEFAULT_ARM,
                   *(x for x in e["arms"] if x.startswith(TUNED_PREFIX) and not composed_parts(x))]:
             cmp = e["comparisons"].get(f"{a} - standard")
             if not cmp:
@@ -2203,7 +2207,7 @@ def verdicts(res: dict) -> str:
             label = a.removeprefix(TUNED_PREFIX).lstrip("-")
             who = ("Speculative RAG" if a == "speculative" else
                    "Speculative RAG with the product's defaults (adaptive drafting, log ρ_draft alone, "
-                   "no verifier pass)," if a == "speculative-default" else
+                   "no verifier pass)," if a == DEFAULT_ARM else
                    f"Speculative RAG, tuned drafter{' ' + label if label else ''},")
             line = (f"- **{ds}** ({who} vs Standard RAG, n = {cmp['n']} rows): more accurate? "
                     f"**{verdict_accuracy(cmp)}** ({_pct(cmp['accuracy_a'])} vs {_pct(cmp['accuracy_b'])}, "

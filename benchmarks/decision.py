@@ -111,7 +111,10 @@ right after the reported ones (:data:`SELECTION_TUNING_START`; Climate-FEVER, Ho
 NQ-open): its rows join the tuning cells' in choosing the selection variants, never τ_min.
 Arm ``tuning-verifier`` (named in ``--arms``, run after it) does the same on the reserve's last
 rows (:data:`VERIFIER_TUNING_START`), which no split had read when the ``draft_score_only`` rule
-was declared; analysed alone (``--arms tuning-verifier``) they apply that rule.
+was declared; analysed alone (``--arms tuning-verifier``) they apply that rule. Group
+``tuning-adaptive`` (named in ``--arms``, run last) runs the product's defaults adaptively and in
+one round on those rows and, analysed alone, applies the ``sampling.adaptive`` rule
+(``decision_stats.verdict_adaptive``).
 
     python benchmarks/decision.py --config configs/bench.yaml \\
         --tuned-drafter /work/train/smol-tuned --rows 100            # hours; resumable
@@ -195,6 +198,23 @@ DEFAULT_ARM = decision_stats.DEFAULT_ARM
 comparable; compared with ``standard`` (the user's choice) and ``speculative`` (the paper's
 drafting and three score terms, as ``configs/bench.yaml`` runs them). Group ``default``."""
 
+ONE_ROUND_ARM = decision_stats.ONE_ROUND_ARM
+"""``speculative-default-one-round``: :data:`DEFAULT_ARM` with ``sampling.adaptive`` false (every
+row's m drafts in one drafting round). Without a verifier pass, adaptive drafting saves only the
+drafts of rows whose first round agrees, and its two rounds split the drafter's batch: this arm
+measures that on the reported rows; the default is chosen on tuning rows
+(:data:`ADAPTIVE_TUNING_ARMS`, ``decision_stats.verdict_adaptive``). Group ``default``."""
+
+ADAPTIVE_TUNING_ARMS = {"tuning-adaptive-on": DEFAULT_ARM, "tuning-adaptive-off": ONE_ROUND_ARM}
+"""Cells that decide ``sampling.adaptive`` under the default selection (log ρ_draft alone, no
+verifier pass): cell name -> the arm whose config it runs, both on the verifier-tuning rows
+(:data:`VERIFIER_TUNING_START` up to ``BENCHMARK_RESERVE``, 200 rows; they chose the
+selection's terms, never the drafting), input ``<runs>/<dataset>/input-<cell>``. Group
+``tuning-adaptive`` (named in ``--arms`` only; run last, per dataset adaptive then one round).
+:func:`analyse` does not add their rows to the tuning cells' (they hold no verifier scores): it
+compares the pair (``decision_stats.adaptive_split``) and applies the rule declared 2026-12-04
+(``decision_stats.verdict_adaptive``); analyse them alone (``--arms tuning-adaptive``)."""
+
 TUNED_ARM = "speculative-tuned"
 """Arm of the one tuned drafter of ``--tuned-drafter <dir>``; with ``label=dir`` pairs the arms
 are ``speculative-tuned-<label>`` (:func:`parse_tuned_drafters`)."""
@@ -206,6 +226,8 @@ ARM_OVERRIDES: dict[str, dict] = {
     # the product's defaults on top of the config's models and sizes, frozen as of 2026-12-04
     DEFAULT_ARM: {"sampling.adaptive": True, "selection.use_self_consistency": False,
                   "selection.use_self_reflection": False},
+    ONE_ROUND_ARM: {"sampling.adaptive": False, "selection.use_self_consistency": False,
+                    "selection.use_self_reflection": False},
     TUNED_ARM: {},  # drafter.model set from --tuned-drafter (also each speculative-tuned-<label>)
     "sampling_random": {"sampling.strategy": "random"},
     "sampling_single_cluster": {"sampling.strategy": "single_cluster"},
@@ -223,20 +245,22 @@ ARM_OVERRIDES: dict[str, dict] = {
     "dedupe_verifier": {"verifier.deduplicate_drafts": True},  # for a config with it off
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
 }
-GROUPS = {"main": ("standard", "speculative"), "default": (DEFAULT_ARM,), "tuned": ("speculative-smol", TUNED_ARM),
+GROUPS = {"main": ("standard", "speculative"), "default": (DEFAULT_ARM, ONE_ROUND_ARM), "tuned": ("speculative-smol", TUNED_ARM),
           "ablations": ("sampling_random", "sampling_single_cluster", "sampling_cover", "adaptive", "question_first",
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
                         "draft48", "draft160", "one_sentence", "answer_on_truncation", "no_dedupe_verifier",
                         "dedupe_verifier"),
-          "fallback": ("fallback_standard",)}
+          "fallback": ("fallback_standard",), "tuning-adaptive": tuple(ADAPTIVE_TUNING_ARMS)}
 GROUPS["all"] = GROUPS["main"] + GROUPS["default"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
-RUN_ORDER = ("main", "default", "tuned", "ablations", "composed", "fallback", "tuning-selection", "tuning-verifier")
+RUN_ORDER = ("main", "default", "tuned", "ablations", "composed", "fallback", "tuning-selection", "tuning-verifier",
+             "tuning-adaptive")
 """Groups in the order their cells run: the headline first, then the product's defaults
 (:data:`DEFAULT_ARM`), then the tuned drafters, the
 ablations, the composed arms (:data:`COMPOSED`, named one by one in ``--arms``, no group of
 :data:`GROUPS`), the fallback (a second full speculative pass over the reported rows plus its
 tuning cells), then the selection-tuning and verifier-tuning cells (:data:`EXTRA_TUNING_SPLITS`,
-named in ``--arms``) last."""
+named in ``--arms``), then the adaptive-tuning pairs (:data:`ADAPTIVE_TUNING_ARMS`, dataset by
+dataset: adaptive, then one round) last."""
 
 COMPOSED = "composed"
 """Run-order slot (:data:`RUN_ORDER`) of the composed arms ``<base arm>+<ablation>``
@@ -281,9 +305,11 @@ declared for ``draft_score_only`` (``decision_stats.VERIFIER_VARIANTS``) is appl
 other cell; its rows join the tuning cells' in the post-hoc choices, so decide the rule with
 ``--arms tuning-verifier`` alone (the rows not read before, nothing else)."""
 
-EXTRA_TUNING_SPLITS = {SELECTION_TUNING_ARM: SELECTION_TUNING_START, VERIFIER_TUNING_ARM: VERIFIER_TUNING_START}
+EXTRA_TUNING_SPLITS = {SELECTION_TUNING_ARM: SELECTION_TUNING_START, VERIFIER_TUNING_ARM: VERIFIER_TUNING_START,
+                       **{cell: VERIFIER_TUNING_START for cell in ADAPTIVE_TUNING_ARMS}}
 """Tuning splits beyond :data:`TUNING_ARM`'s, each named in ``--arms`` only: arm -> its first
-row per dataset (:func:`extra_tuning_rows`); input ``<runs>/<dataset>/input-<arm>``."""
+row per dataset (:func:`extra_tuning_rows`); input ``<runs>/<dataset>/input-<arm>``. The
+:data:`ADAPTIVE_TUNING_ARMS` cells read the verifier-tuning rows."""
 
 NOT_COMPOSABLE = {
     "fallback_standard": "its selection.tau_min comes from the dataset's tuning cell, not from a fixed override",
@@ -295,6 +321,8 @@ NOT_COMPOSABLE = {
     TUNING_ARM: "it is the tuning-split cell, not an ablation",
     SELECTION_TUNING_ARM: "it is the selection-tuning cell, not an ablation",
     VERIFIER_TUNING_ARM: "it is the verifier-tuning cell, not an ablation",
+    ONE_ROUND_ARM: "it is a base arm (the product's defaults in one drafting round), not an ablation",
+    **{cell: "it is an adaptive-tuning cell, not an ablation" for cell in ADAPTIVE_TUNING_ARMS},
     **{k: "it is re-selected from the speculative cell's drafts by decision_stats, not a run"
        for k in decision_stats.SELECTION_ABLATIONS},
 }
@@ -632,9 +660,10 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
             if group == "fallback" and needs_tuning(arms):
                 cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
                                   runs / ds / TUNING_ARM))
-            if group in EXTRA_TUNING_SPLITS and group in arms and ds in EXTRA_TUNING_SPLITS[group]:
-                cells.append(Cell(ds, group, arm_config(base, "speculative"), runs / ds / f"input-{group}",
-                                  runs / ds / group))
+            for t in ADAPTIVE_TUNING_ARMS if group == "tuning-adaptive" else (group,):
+                if t in EXTRA_TUNING_SPLITS and t in arms and ds in EXTRA_TUNING_SPLITS[t]:
+                    cells.append(Cell(ds, t, arm_config(base, ADAPTIVE_TUNING_ARMS.get(t, "speculative")),
+                                      runs / ds / f"input-{t}", runs / ds / t))
             in_group = [a for a in arms if (a in GROUPS.get(group, ()) or (group == "tuned" and is_tuned_arm(a))
                                             or (group == COMPOSED and decision_stats.composed_parts(a) is not None))
                         and a not in (TUNING_ARM, *EXTRA_TUNING_SPLITS)]
@@ -1002,7 +1031,9 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
             calibration: dict[str, dict] | None = None, tuning_data: dict[str, list[dict]] | None = None) -> dict:
     """Summarise every cell that has finished shards into ``out/results.json`` and
     ``out/tables.md``; returns the results. :data:`TUNING_ARM` and :data:`EXTRA_TUNING_SPLITS`
-    cells are not reported as arms (their rows are the tuning splits): their rows, together per
+    cells are not reported as arms (their rows are the tuning splits): the
+    :data:`ADAPTIVE_TUNING_ARMS` pair goes to ``decision_stats.adaptive_split`` (results key
+    ``adaptive``, the ``sampling.adaptive`` rule); the others' rows, together per
     dataset, go to ``decision_stats.summarise(tuning=...)``,
     which chooses ``selection.self_reflection`` and ``selection.rule`` on them alone; ``tuning_data`` (dataset ->
     :func:`tuning_rows`) gives their options. ``calibration`` (dataset ->
@@ -1012,11 +1043,14 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
     seconds of shards of different machines are not compared (``decision_stats._one_machine_pairs``)."""
     loaded: dict = {}
     tuning: dict = {}
+    adaptive: dict = {}
     for c in cells:
         got = load_cell(c)
         if got is None:
             continue
-        if c.arm in (TUNING_ARM, *EXTRA_TUNING_SPLITS):  # all choose the selection variants
+        if c.arm in ADAPTIVE_TUNING_ARMS:  # the pair that decides sampling.adaptive
+            adaptive.setdefault(c.dataset, {})[ADAPTIVE_TUNING_ARMS[c.arm]] = got
+        elif c.arm in (TUNING_ARM, *EXTRA_TUNING_SPLITS):  # all choose the selection variants
             had = tuning.get(c.dataset)
             tuning[c.dataset] = got if had is None else {**had, "rows": had["rows"] + got["rows"],
                                                          "shards": had["shards"] + got["shards"]}
@@ -1027,9 +1061,13 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
     same_base = {c.arm: untuned_arm(c.config.drafter.model, base) for c in cells if is_tuned_arm(c.arm)}
     summary = decision_stats.summarise(loaded, choices, base.claim_labels, seed=base.seed, reps=reps,
                                        tuning=tuning, same_base=same_base)
+    if adaptive:
+        summary["adaptive"] = decision_stats.adaptive_split(adaptive, choices, base.claim_labels, seed=base.seed,
+                                                            reps=reps)
     if calibration:
         summary["calibration"] = calibration
-    summary["machines"] = machines_of([*(v for arms in loaded.values() for v in arms.values()), *tuning.values()])
+    summary["machines"] = machines_of([*(v for arms in loaded.values() for v in arms.values()), *tuning.values(),
+                                       *(v for arms in adaptive.values() for v in arms.values())])
     results = _finite({**meta, "cells_loaded": {ds: {arm: {"complete": v["complete"], "shards": len(v["shards"]),
                                                            "config_hash": v["config_hash"],
                                                            "machines": v.get("machines")}
@@ -1071,7 +1109,9 @@ def main(argv: list[str] | None = None) -> int:
                     "'tuning' = only the tuning-split cells; 'tuning-selection' = the selection-tuning cells "
                     "(rows after the reported ones, choosing the selection variants with the tuning cells); "
                     "'tuning-verifier' = the verifier-tuning cells (the reserve's last rows, read by nothing "
-                    "before; analyse them alone to apply the draft_score_only rule); tuned = speculative-smol and the tuned drafters, "
+                    "before; analyse them alone to apply the draft_score_only rule); 'tuning-adaptive' = the "
+                    "product's defaults adaptive and in one round on the verifier-tuning rows (analyse them alone to "
+                    "apply the sampling.adaptive rule); tuned = speculative-smol and the tuned drafters, "
                     "each also by name: speculative-smol, speculative-tuned, speculative-tuned-<label>; "
                     "composed arms <base arm>+<ablation>, e.g. speculative-tuned-qwen+answer_on_truncation: "
                     "the base arm's config with the ablation on top, on the --rows rows, vs the base arm)")

@@ -1232,7 +1232,18 @@ def flagged_outcomes(flagged: Sequence[dict], choices: dict, labels: Sequence[st
 
 # --- the whole benchmark -----------------------------------------------------------------
 
-BASELINES = (("speculative", "standard"), ("speculative-smol", "standard"), ("speculative-smol", "speculative"))
+DEFAULT_ARM = "speculative-default"
+"""The arm of the product's defaults (``benchmarks/decision.py``, ``DEFAULT_ARM``): compared
+with ``standard`` in :func:`verdicts` and :data:`ARM_BASELINES`."""
+
+ONE_ROUND_ARM = "speculative-default-one-round"
+"""The product's defaults of :data:`DEFAULT_ARM` with ``sampling.adaptive`` false: every row's m
+drafts in one round (``benchmarks/decision.py``). Added 2026-12-04 to decide adaptive drafting
+under the default selection (log ρ_draft alone, no verifier pass; :data:`ADAPTIVE_RULE`):
+compared with ``standard``, ``speculative`` and :data:`DEFAULT_ARM` (:data:`BASELINES`)."""
+
+BASELINES = (("speculative", "standard"), ("speculative-smol", "standard"), ("speculative-smol", "speculative"),
+             (ONE_ROUND_ARM, "standard"), (ONE_ROUND_ARM, "speculative"), (ONE_ROUND_ARM, DEFAULT_ARM))
 """The headline comparisons (arm a - arm b); tuned arms: :func:`baselines_of`; every other arm
 is compared with ``speculative``."""
 
@@ -1276,10 +1287,6 @@ def baselines_of(arm: str, same_base: dict[str, str | None] | None = None) -> li
         pairs = [(x, y) for x, y in BASELINES if x == arm] or (
             [(arm, "speculative")] if arm not in ("speculative", "standard") else [])
     return pairs + ([(arm, ARM_BASELINES[arm])] if arm in ARM_BASELINES else [])
-
-DEFAULT_ARM = "speculative-default"
-"""The arm of the product's defaults (``benchmarks/decision.py``, ``DEFAULT_ARM``): compared
-with ``standard`` in :func:`verdicts` and :data:`ARM_BASELINES`."""
 
 ARM_BASELINES = {"question_first_block32": "block32", "fallback_standard": "standard",
                  DEFAULT_ARM: "standard"}
@@ -2164,6 +2171,88 @@ def verdict_cheaper_line(res: dict, head: str, key: str = "num_drafts", passes: 
             f"{passes} per row; {each}).")
 
 
+ADAPTIVE_COMPARISON = f"{ONE_ROUND_ARM} - {DEFAULT_ARM}"
+"""The comparison that decides ``sampling.adaptive`` under the default selection
+(:func:`verdict_adaptive`): one drafting round minus adaptive drafting, on the same tuning rows."""
+
+
+def verdict_adaptive(cmp: dict | None, margin: float = NON_INFERIORITY_MARGIN) -> str:
+    """``sampling.adaptive`` under the default selection (log ρ_draft alone, no verifier pass)
+    from :data:`ADAPTIVE_COMPARISON` (a :func:`compare_cells` result, pooled over the tuning
+    rows: ``diff``/``ci95`` of accuracy one round - adaptive, ``seconds`` the ratio one round /
+    adaptive over shard pairs run on one machine). The rule, declared 2026-12-04 before the
+    cells that decide it ran (the verifier-tuning rows, ``decision.ADAPTIVE_TUNING_ARMS``; they
+    had chosen the selection's terms, never the drafting):
+
+    - ``"one round"`` (``sampling.adaptive: false``) when one round is shown faster (the 95%
+      interval of the seconds ratio lies below 1) and not less accurate by more than ``margin``
+      (the interval of the accuracy difference lies above ``-margin``,
+      :data:`NON_INFERIORITY_MARGIN`, 2 points);
+    - ``"adaptive"`` when adaptive drafting is shown faster (ratio interval above 1) and the
+      difference's interval lies below ``+margin``;
+    - when neither is shown faster: the one shown more accurate (interval excluding 0), else
+      ``"adaptive"``, the default it was (it stays unless the figures choose otherwise).
+
+    Returns ``"one round"``, ``"adaptive"``, or ``"not measured"`` (no graded paired rows, or no
+    seconds on one machine)."""
+    if not cmp or not cmp.get("n"):
+        return "not measured"
+    sec = cmp.get("seconds") or {}
+    if sec.get("withheld") or not sec.get("n") or sec["ci95"][0] != sec["ci95"][0]:
+        return "not measured"
+    (lo, hi), (s_lo, s_hi) = cmp["ci95"], sec["ci95"]
+    if s_hi < 1:
+        return "one round" if lo > -margin else "adaptive"
+    if s_lo > 1:
+        return "adaptive" if hi < margin else "one round"
+    return "one round" if lo > 0 else "adaptive"
+
+
+def adaptive_split(cells: dict, choices: dict, labels: Sequence[str], *, seed: int = 0, reps: int = REPS) -> dict:
+    """The figures that decide ``sampling.adaptive`` (:func:`verdict_adaptive`) from tuning
+    cells: ``cells`` dataset -> {:data:`DEFAULT_ARM`: cell, :data:`ONE_ROUND_ARM`: cell} (cells as
+    :func:`summarise` takes them), both arms on the same tuning rows.
+
+    Returns ``{"datasets": {dataset: comparison}, "pooled": comparison or None, "arms":
+    {dataset: {arm: {"n", "accuracy", "seconds_per_row", "fast_path" (share of rows), "drafts"
+    (drafts written)}}}, "choice": str}``, each
+    comparison :data:`ADAPTIVE_COMPARISON` as :func:`summarise` computes it (paired accuracy in
+    fractions, McNemar's exact p, seconds ratio over one-machine shard pairs; pooled: rows
+    resampled within each dataset)."""
+    s = summarise(cells, choices, labels, seed=seed, reps=reps)
+    key = ADAPTIVE_COMPARISON
+    arms = {ds: {a: {"n": f["n"], "accuracy": f["accuracy"], "seconds_per_row": f["cost"]["s_per_row"],
+                     "fast_path": f["fast_path"]["share"], "drafts": f["drafts"]["n_drafts"]}
+                 for a, f in e["arms"].items() if a in (DEFAULT_ARM, ONE_ROUND_ARM)}
+            for ds, e in s["datasets"].items()}
+    pooled = s["pooled"]["comparisons"].get(key)
+    return {"datasets": {ds: e["comparisons"][key] for ds, e in s["datasets"].items() if key in e["comparisons"]},
+            "pooled": pooled, "arms": arms, "choice": verdict_adaptive(pooled)}
+
+
+def verdict_adaptive_line(res: dict) -> str:
+    """The generated line on ``sampling.adaptive`` under the default selection
+    (``res["adaptive"]``, :func:`adaptive_split`): the choice of :func:`verdict_adaptive` with
+    the pooled and per-dataset differences, intervals, p-values, seconds ratios and n."""
+    head = ("- **Adaptive drafting under the default selection** (`sampling.adaptive`, log ρ_draft alone, no "
+            f"verifier pass: {ONE_ROUND_ARM} vs {DEFAULT_ARM}; rule declared 2026-12-04, decided on tuning rows only")
+    part = res.get("adaptive") or {}
+    f = part.get("pooled")
+    if not f or not f.get("n"):
+        return f"{head}): **not measured** (no graded rows of both adaptive-tuning cells)."
+    choice = part["choice"]
+    said = {"one round": "**one round** (`sampling.adaptive: false`)", "adaptive": "**adaptive drafting** stays",
+            "not measured": "**not measured** (no seconds on one machine)"}[choice]
+
+    def fig(c):
+        return (f"{_pct(c['accuracy_a'])} vs {_pct(c['accuracy_b'])}, {100 * c['diff']:+.1f} [{100 * c['ci95'][0]:+.1f}, "
+                f"{100 * c['ci95'][1]:+.1f}], p = {c['mcnemar']['p']:.3g}, n = {c['n']}; seconds per row ratio "
+                f"{_ratio(c.get('seconds'))}")
+    each = "; ".join(f"{ds}: {fig(c)}" for ds, c in part["datasets"].items())
+    return (f"{head}, pooled over {', '.join(f['datasets'])}): {said} (one round vs adaptive {fig(f)}. "
+            f"Per dataset: {each}).")
+
+
 def verdict_variant_line(res: dict, key: str, head: str) -> str:
     """The generated line on the default of one :data:`POST_HOC` comparison (``res[key]``):
     the variant the tuning cells favour, pooled over datasets (:func:`verdict_variant`), with
@@ -2192,13 +2281,14 @@ def verdict_variant_line(res: dict, key: str, head: str) -> str:
 
 def verdicts(res: dict) -> str:
     """The generated answer to "is Speculative RAG more accurate? faster?" per dataset and
-    pooled (and for the product's defaults, ``speculative-default``, and each tuned drafter where
-    they ran), each with its interval and p-value, and
+    pooled (and for the product's defaults, ``speculative-default`` and
+    ``speculative-default-one-round``, and each tuned drafter where they ran), each with its
+    interval and p-value, the choice of ``sampling.adaptive`` (:func:`verdict_adaptive_line`), and
     the self-reflection variant, selection rule and score terms the tuning cells favour
     (:func:`verdict_variant_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
-        for a in ["speculative", DEFAULT_ARM,
+        for a in ["speculative", DEFAULT_ARM, ONE_ROUND_ARM,
                   *(x for x in e["arms"] if x.startswith(TUNED_PREFIX) and not composed_parts(x))]:
             cmp = e["comparisons"].get(f"{a} - standard")
             if not cmp:
@@ -2208,6 +2298,8 @@ def verdicts(res: dict) -> str:
             who = ("Speculative RAG" if a == "speculative" else
                    "Speculative RAG with the product's defaults (adaptive drafting, log ρ_draft alone, "
                    "no verifier pass)," if a == DEFAULT_ARM else
+                   "Speculative RAG with the product's defaults in one drafting round (log ρ_draft alone, no "
+                   "verifier pass, `sampling.adaptive: false`)," if a == ONE_ROUND_ARM else
                    f"Speculative RAG, tuned drafter{' ' + label if label else ''},")
             line = (f"- **{ds}** ({who} vs Standard RAG, n = {cmp['n']} rows): more accurate? "
                     f"**{verdict_accuracy(cmp)}** ({_pct(cmp['accuracy_a'])} vs {_pct(cmp['accuracy_b'])}, "
@@ -2236,4 +2328,5 @@ def verdicts(res: dict) -> str:
                                     "`use_self_consistency: false`: no verifier pass; declared 2026-12-04, "
                                     "decided only on tuning rows not read before", key="verifier_terms",
                                     passes="verified drafts"))
+    out.append(verdict_adaptive_line(res))
     return "\n".join(out) + "\n"

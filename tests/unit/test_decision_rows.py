@@ -101,10 +101,11 @@ def test_arms_groups_and_configs():
     # main arms of every dataset first, then the product's defaults on every dataset, then (no
     # tuned drafter: noted) the ablations, then the fallback arm's tuning cells
     # (fallback_standard itself waits for their τ_min: noted)
-    assert names[:6] == ["popqa/standard", "popqa/speculative", "nq_open/standard", "nq_open/speculative",
-                         "popqa/speculative-default", "nq_open/speculative-default"]
-    assert cells[4].input_dir == tmp / "popqa" / "input"  # every reported row, like the main arms
-    assert all(n.startswith("popqa/") for n in names[6:-2]) and "popqa/m7" in names
+    assert names[:8] == ["popqa/standard", "popqa/speculative", "nq_open/standard", "nq_open/speculative",
+                         "popqa/speculative-default", "popqa/speculative-default-one-round",
+                         "nq_open/speculative-default", "nq_open/speculative-default-one-round"]
+    assert cells[4].input_dir == cells[5].input_dir == tmp / "popqa" / "input"  # every reported row, as main
+    assert all(n.startswith("popqa/") for n in names[8:-2]) and "popqa/m7" in names
     assert names[-2:] == ["popqa/tuning", "nq_open/tuning"]
     assert any("--tuned-drafter" in n for n in notes) and any("fallback_standard" in n for n in notes)
     assert cells[-3].input_dir == tmp / "popqa" / "input-first50"
@@ -200,3 +201,77 @@ def test_verifier_tuning_cells_alone_decide_the_verifier_rule(tmp_path):
                            {"nq_open": input_rows(6, prefix="v")})
     assert res["verifier_terms"]["tuning"]["pooled"]["n"] == 6
     assert not res["cells_loaded"]  # never reported
+
+
+def test_adaptive_tuning_pair_runs_last_per_dataset_on_the_verifier_tuning_rows():
+    """Group ``tuning-adaptive``: per dataset with verifier-tuning rows, the product's defaults
+    adaptively and then in one round, on those rows (their own input directories), after every
+    other cell; in no other group; the reported-row arm of one round is in group ``default``."""
+    from specrag_batch.config import load_config
+
+    base = load_config(ROOT / "configs" / "test-smollm2.yaml")
+    kw = dict(tuned_drafter=None, ablation_datasets=[], ablation_input={})
+    tmp = ROOT / "x"
+    cells, _ = decision.plan_cells(["popqa", "nq_open"], decision.expand_arms("all"), base, tmp, **kw)
+    assert not any(c.arm in decision.ADAPTIVE_TUNING_ARMS for c in cells)
+    assert [c.name for c in cells if c.arm == decision.ONE_ROUND_ARM] == ["popqa/speculative-default-one-round",
+                                                                         "nq_open/speculative-default-one-round"]
+    cells, _ = decision.plan_cells(["climate_fever", "popqa", "nq_open"],
+                                   decision.expand_arms(f"tuning-adaptive,main,{decision.VERIFIER_TUNING_ARM}"),
+                                   base, tmp, **kw)
+    assert [c.name for c in cells[-5:]] == ["nq_open/tuning-verifier", "climate_fever/tuning-adaptive-on",
+                                            "climate_fever/tuning-adaptive-off", "nq_open/tuning-adaptive-on",
+                                            "nq_open/tuning-adaptive-off"]
+    on, off = cells[-2:]
+    assert on.input_dir == tmp / "nq_open" / "input-tuning-adaptive-on"
+    assert on.config.config_hash() == decision.arm_config(base, decision.DEFAULT_ARM).config_hash()
+    assert off.config.config_hash() == decision.arm_config(base, decision.ONE_ROUND_ARM).config_hash()
+    assert on.config.sampling.adaptive and not off.config.sampling.adaptive
+    assert not on.config.uses_verifier and not off.config.uses_verifier
+    assert off.config.model_dump(exclude={"sampling"}) == on.config.model_dump(exclude={"sampling"})
+    with pytest.raises(ValueError, match="not an ablation"):
+        decision.expand_arms("speculative+tuning-adaptive-off")
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
+def test_adaptive_tuning_cells_read_the_verifier_tuning_rows():
+    for name in ("climate_fever", "hotpotqa", "nq_open", "popqa"):
+        ver = [r["query_id"] for r in decision.extra_tuning_rows(decision.VERIFIER_TUNING_ARM, name, SHARED)]
+        for cell in decision.ADAPTIVE_TUNING_ARMS:
+            assert [r["query_id"] for r in decision.extra_tuning_rows(cell, name, SHARED)] == ver
+
+
+def test_adaptive_tuning_cells_decide_adaptive_drafting_alone(tmp_path):
+    """analyse(): the adaptive-tuning pair is compared one round - adaptive on its own rows
+    (results key ``adaptive``), never reported as an arm and never added to the tuning rows of
+    the selection variants; the choice follows decision_stats.verdict_adaptive."""
+    from specrag_batch.config import load_config
+
+    from .product_runs import input_rows, write_cell, write_inputs
+
+    base = load_config(ROOT / "configs" / "test-smollm2.yaml")
+    runs = tmp_path / "runs"
+    write_inputs(runs / "nq_open" / "input", input_rows(10, prefix="r"), 5)
+    for cell in decision.ADAPTIVE_TUNING_ARMS:
+        write_inputs(runs / "nq_open" / f"input-{cell}", input_rows(40, prefix="v"), 4)
+    cells, _ = decision.plan_cells(["nq_open"], decision.expand_arms("tuning-adaptive"), base, runs,
+                                   tuned_drafter=None, ablation_datasets=[], ablation_input={})
+    assert [c.name for c in cells] == ["nq_open/tuning-adaptive-on", "nq_open/tuning-adaptive-off"]
+    # adaptive: right on rows 0-19; one round: right on every row, in 60% of the seconds
+    right = {"tuning-adaptive-on": lambda i: i < 20, "tuning-adaptive-off": lambda i: True}
+    for c in cells:
+        ok = right[c.arm]
+        write_cell(c.input_dir, c.output_dir, c.config, [{"m": (900, 120, 3)}] * 10,
+                   seconds=10.0 if c.arm == "tuning-adaptive-on" else 6.0,
+                   fields=lambda i, r, ok=ok: {"answer": "a" if ok(i) else "z", "correct": ok(i),
+                                               "exact_match": ok(i)})
+    res = decision.analyse(cells, {"nq_open": input_rows(10, prefix="r")}, base, tmp_path / "out",
+                           {"config_path": "c.yaml", "rows_per_dataset": {"nq_open": 10}}, 200, None,
+                           {"nq_open": input_rows(40, prefix="v")})
+    assert not res["cells_loaded"] and res["score_terms"]["tuning"]["pooled"]["n"] == 0
+    pooled = res["adaptive"]["pooled"]
+    assert pooled["n"] == 40 and pooled["diff"] == pytest.approx(0.5)
+    assert pooled["seconds"]["ratio"] == pytest.approx(0.6)
+    assert res["adaptive"]["choice"] == "one round"
+    assert res["adaptive"]["arms"]["nq_open"][decision.ONE_ROUND_ARM]["accuracy"] == 1.0
+    assert "**one round** (`sampling.adaptive: false`)" in (tmp_path / "out" / "tables.md").read_text()

@@ -186,3 +186,26 @@ def test_other_arms_table_has_a_pooled_row_for_an_arm_run_on_several_datasets():
     assert [ln.split(" | ")[0] for ln in lines] == ["| d1", "| d2", "| pooled (d1, d2)"]
     assert "| 20 |" in lines[-1] and "-10.0" in lines[-1]
     assert not any(ln.startswith("| pooled") and "m3 - speculative" in ln for ln in ds.tables(res).splitlines())
+
+
+def test_verdict_adaptive_applies_the_declared_rule():
+    """sampling.adaptive under the default selection (decision_stats.verdict_adaptive, declared
+    2026-12-04): one round when shown faster and not worse by more than 2 points; adaptive when
+    it is shown faster and one round not better by 2 points or more; else the one shown more
+    accurate, else adaptive (the default it was)."""
+    from decision_stats import verdict_adaptive
+
+    def cmp(diff_ci, sec_ci, n=200):
+        return {"n": n, "diff": sum(diff_ci) / 2, "ci95": list(diff_ci),
+                "seconds": {"n": 20, "ratio": sum(sec_ci) / 2, "ci95": list(sec_ci)}}
+
+    assert verdict_adaptive(cmp((-0.015, 0.03), (0.7, 0.9))) == "one round"
+    assert verdict_adaptive(cmp((-0.03, 0.03), (0.7, 0.9))) == "adaptive"  # faster, maybe 3 points worse
+    assert verdict_adaptive(cmp((-0.03, 0.015), (1.1, 1.3))) == "adaptive"
+    assert verdict_adaptive(cmp((-0.01, 0.05), (1.1, 1.3))) == "one round"  # adaptive faster, maybe 5 worse
+    assert verdict_adaptive(cmp((0.01, 0.05), (0.9, 1.1))) == "one round"  # no speed shown: more accurate
+    assert verdict_adaptive(cmp((-0.05, -0.01), (0.9, 1.1))) == "adaptive"
+    assert verdict_adaptive(cmp((-0.05, 0.05), (0.9, 1.1))) == "adaptive"  # nothing shown: stays
+    assert verdict_adaptive(None) == verdict_adaptive(cmp((0, 0), (0.7, 0.9), n=0)) == "not measured"
+    assert verdict_adaptive({**cmp((0, 0.1), (0.7, 0.9)), "seconds": {"withheld": "n/a (different machines)"}}) \
+        == "not measured"

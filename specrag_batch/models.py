@@ -89,7 +89,8 @@ def cache_dir() -> Path:
                                Path.home() / ".cache" / "specrag-batch" / "models"))
 
 
-MAKE_HINT = "in a checkout, `make models-test` installs the test models and `make models-demo` the demo's"
+MAKE_HINT = ("in a checkout, `make models-test` installs the test models, `make models-demo` the demo's drafter "
+             "and `make models-verifier` the 1.5B verifier")
 """Where the Makefile's targets come in, for the install hints of the errors below."""
 
 

@@ -261,13 +261,17 @@ class SamplingConfig(_Strict):
         "first; a row whose drafts meet the consensus rule (``selection.consensus_min``) stops "
         "there and takes the consensus fast path, the others get the remaining subsets "
         "(the same m subsets a non-adaptive run drafts). This product's optimisation, not the "
-        "paper's (§3.2 drafts all m subsets). On by default since the decision benchmark "
-        "measured it (benchmarks/README.md, 'Adaptive drafting': pooled over HotpotQA, NQ-open, "
-        "PopQA and ARC-Challenge, n = 199 paired rows, accuracy -0.5 points [-2.5, +1.5], "
-        "McNemar p = 1, seconds per row 0.94x [0.89, 0.98]; Climate-FEVER, n = 50, -2.0 "
-        "[-6.0, +0.0], p = 1, at 0.72x). Left out, it follows the fast path: a config that "
-        "turns ``selection.consensus_enabled`` off drafts all m at once; setting it true there "
-        "is an error. Off, a config hashes as before the field existed (:data:`ADDED_FIELDS`)")
+        "paper's (§3.2 drafts all m subsets). Left out, it is on only where it saves verifier "
+        "passes: the consensus fast path on and the verifier scoring drafts "
+        "(``selection.use_self_consistency`` or ``use_self_reflection``). There the decision "
+        "benchmark chose it (benchmarks/README.md, 'Adaptive drafting': n = 199 paired rows, "
+        "-0.5 points [-2.5, +1.5], seconds per row 0.94x [0.89, 0.98]). With log ρ = log ρ_draft "
+        "alone (the default selection since 2026-12-04) it saves no verifier pass and its two "
+        "rounds split the drafter's batch: on 200 tuning rows one round was +1.0 points "
+        "[-1.5, +3.5] at 0.87x the seconds [0.84, 0.91] (the rule declared before they ran; "
+        "'Adaptive drafting under the default selection'), so there it is off. Set true with the "
+        "fast path off, it is an error. Off, a config hashes as before the field existed "
+        "(:data:`ADDED_FIELDS`)")
     first_round: int = Field(
         2, ge=2, description="drafts of the first adaptive round (``adaptive``); at least 2, "
         "one draft is never a consensus; a row with fewer subsets drafts them all at once")
@@ -471,11 +475,13 @@ class RunConfig(_Strict):
         taus = sel.tau_min.values() if isinstance(sel.tau_min, dict) else [sel.tau_min]
         if any(t is not None and not math.isfinite(t) for t in taus):
             raise ValueError("selection.tau_min must be finite or null")
-        if self.sampling.adaptive and not sel.consensus_enabled:
-            if "adaptive" in self.sampling.model_fields_set:
-                raise ValueError("sampling.adaptive stops a row on the consensus rule; it needs "
-                                 "selection.consensus_enabled: true")
-            # the default follows the fast path; assigned without validation, still unset
+        if self.sampling.adaptive and "adaptive" in self.sampling.model_fields_set and not sel.consensus_enabled:
+            raise ValueError("sampling.adaptive stops a row on the consensus rule; it needs "
+                             "selection.consensus_enabled: true")
+        if "adaptive" not in self.sampling.model_fields_set and not (
+                sel.consensus_enabled and (sel.use_self_consistency or sel.use_self_reflection)):
+            # left out, it is on only where it saves verifier passes (Field description);
+            # assigned without validation, still unset
             object.__setattr__(self.sampling, "adaptive", False)
         if sel.fallback != "none" and self.mode != "speculative":
             raise ValueError(f"selection.fallback {sel.fallback!r} re-answers low-confidence "

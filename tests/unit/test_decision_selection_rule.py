@@ -245,24 +245,39 @@ def test_post_hoc_verifier_variants_equal_runs_of_the_default_and_without_the_ve
                        else "default")
 
 
-def test_default_selection_vs_standard_reselects_without_self_consistency(tmp_path, capsys):
-    """benchmarks/default_selection_vs_standard.py: a paper-terms cell's rows re-selected with
-    log ρ_SC left out (the default since 2026-12-04) and paired with Standard RAG's rows."""
+def test_default_selection_vs_standard_reselects_with_the_default_terms(tmp_path, capsys):
+    """benchmarks/default_selection_vs_standard.py: a paper-terms cell's rows (``--arm``, e.g. a
+    tuned drafter's) re-selected with log ρ_draft alone (the default since 2026-12-04; ``--terms
+    without_self_consistency``, the default before it, leaves out log ρ_SC only) and paired with
+    Standard RAG's rows; an adaptive cell is refused (its stopped rows hold one round's drafts)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     import default_selection_vs_standard as dvs
 
-    # q1: ρ_SC favours the wrong draft, so the paper's pick is wrong and the default's right
+    # q1: ρ_SC favours the wrong draft, so the paper's pick is wrong and both defaults' right;
+    # q3: ρ_SR favours the wrong draft: without ρ_SC it is still wrong, with ρ_draft alone right
     spec = [row("q1", ["Paris"], [draft("Paris", L(0.9), sc=-9.0), draft("Lyon", L(0.5), sc=-1.0)], correct=False),
-            row("q2", ["Rome"], [draft("Rome", L(0.9)), draft("Milan", L(0.1))], correct=True)]
+            row("q2", ["Rome"], [draft("Rome", L(0.9)), draft("Milan", L(0.1))], correct=True),
+            row("q3", ["Oslo"], [draft("Oslo", L(0.6), sr=-5.0), draft("Bergen", L(0.5), sr=-0.1)], correct=False)]
     std = [row("q1", ["Paris"], [draft("Lyon", L(0.5))], correct=False),
-           row("q2", ["Rome"], [draft("Milan", L(0.5))], correct=False)]
-    for arm, rows_ in (("speculative", spec), ("standard", std),
+           row("q2", ["Rome"], [draft("Milan", L(0.5))], correct=False),
+           row("q3", ["Oslo"], [draft("Oslo", L(0.5))], correct=True)]
+    for arm, rows_ in (("speculative-tuned-qwen", spec), ("standard", std),
                        ("input", [{"query_id": r["query_id"], "choices": None} for r in spec])):
         (tmp_path / "hotpotqa" / arm).mkdir(parents=True)
         pq.write_table(pa.Table.from_pylist(rows_), tmp_path / "hotpotqa" / arm / "part-0000.parquet")
-    dvs.main(["--runs", str(tmp_path)])
+    dvs.main(["--runs", str(tmp_path)])  # no speculative cell here
+    assert capsys.readouterr().out.startswith("no dataset of")
+    dvs.main(["--runs", str(tmp_path), "--arm", "speculative-tuned-qwen"])
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("hotpotqa: n = 2, default selection 100.0%, standard 0.0%, difference +100.0")
-    assert out[1].startswith("pooled: n = 2, default selection 100.0%") and out[1].endswith("(2/0)")
+    assert out[0].startswith("hotpotqa: n = 3, default selection 100.0% (paper's log ρ 33.3%), standard 33.3%, "
+                             "difference +66.7")
+    assert out[1].startswith("pooled: n = 3, default selection 100.0%") and out[1].endswith("(2/0)")
+    dvs.main(["--runs", str(tmp_path), "--arm", "speculative-tuned-qwen", "--terms", "without_self_consistency"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("hotpotqa: n = 3, default selection 66.7% (paper's log ρ 33.3%), standard 33.3%")
+    adaptive = [{**r, "draft_rounds": 1} for r in spec]
+    pq.write_table(pa.Table.from_pylist(adaptive), tmp_path / "hotpotqa" / "speculative-tuned-qwen" / "part-0000.parquet")
+    with pytest.raises(SystemExit, match="drafted adaptively"):
+        dvs.main(["--runs", str(tmp_path), "--arm", "speculative-tuned-qwen"])

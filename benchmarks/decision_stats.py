@@ -1612,7 +1612,7 @@ def tables(res: dict) -> str:
                                f"cache hits {_hits(v.get('prefix_cache_hit_rate'))}"
                                for m, v in c["models"].items())
             out.append(f"| {ds} | {arm} | {c['rows']} | {c['s_per_row']:.2f} | {models} |")
-    extra = {f"{a} - {b}" for a, b in ARM_BASELINES.items()}
+    extra = {f"{a} - {b}" for a, b in [*ARM_BASELINES.items(), *((x, y) for x, y in BASELINES if x == ONE_ROUND_ARM)]}
 
     def other(k: str) -> bool:
         return (((k.endswith("- speculative") and not k.startswith("speculative-tuned")) or k in extra)

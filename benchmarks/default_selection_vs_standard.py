@@ -8,7 +8,10 @@ the product's ``selection.select``; consensus fast-path rows keep their answer) 
 the row's Standard RAG outcome: accuracy of both, the paired difference with its stratified
 bootstrap 95% interval (rows resampled within each dataset) and McNemar's exact p, per dataset
 and pooled. ``--arm`` names the speculative cell (default ``speculative``; e.g. a tuned
-drafter's ``speculative-tuned-qwen``). The cells must have drafted in one round
+drafter's ``speculative-tuned-qwen``); ``--versus`` the cell it is paired with (default
+``standard``; a speculative cell, e.g. the untuned ``speculative``, is selected again with the
+same terms, so a tuned drafter and its untuned base compare under the default selection). The
+cells must have drafted in one round
 (``sampling.adaptive`` false, as ``configs/bench.yaml``): an adaptive cell's rows that stopped
 early hold only the first round's drafts.
 
@@ -18,6 +21,8 @@ Usage (restore a run's cells first, e.g. the one-machine headline)::
         --runs /tmp/om --analyse-only --out /tmp/om-out
     python benchmarks/default_selection_vs_standard.py --runs /tmp/om
     python benchmarks/default_selection_vs_standard.py --runs /tmp/tq --arm speculative-tuned-qwen
+    python benchmarks/default_selection_vs_standard.py --runs /tmp/tq --arm speculative-tuned-qwen \\
+        --versus speculative
 """
 
 from __future__ import annotations
@@ -50,44 +55,49 @@ def main(argv: list[str] | None = None) -> None:
     from specrag_batch.config import load_config
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=Path, required=True, help="runs directory holding <dataset>/{input,<arm>,standard}")
+    p.add_argument("--runs", type=Path, required=True, help="runs directory holding <dataset>/{input,<arm>,<versus>}")
     p.add_argument("--config", default="configs/bench.yaml", help="the cells' config (claim labels)")
     p.add_argument("--arm", default="speculative", help="the speculative cell to select again (default speculative)")
+    p.add_argument("--versus", default="standard", help="the cell paired with it (default standard; a "
+                   "speculative cell is selected again with the same terms)")
     p.add_argument("--terms", choices=tuple(TERMS), default="draft_score_only",
                    help="the default selection's terms (default draft_score_only: log ρ_draft alone)")
     a = p.parse_args(argv)
     labels = load_config(a.config).claim_labels
     spec_ok, std_ok, paper_ok, strata = [], [], [], []
     for d in DATASETS:
-        if not (a.runs / d / a.arm).is_dir() or not (a.runs / d / "standard").is_dir():
+        if not (a.runs / d / a.arm).is_dir() or not (a.runs / d / a.versus).is_dir():
             continue
         choices = {r["query_id"]: r.get("choices") for r in _rows(a.runs / d / "input")}
-        rows = _rows(a.runs / d / a.arm)
-        if any(r.get("draft_rounds") is not None for r in rows):
-            raise SystemExit(f"{d}/{a.arm}: drafted adaptively (draft_rounds set); its early-stopped rows hold "
-                             "only the first round's drafts, so it cannot be selected again as a one-round run")
+        rows, other = _rows(a.runs / d / a.arm), _rows(a.runs / d / a.versus)
+        for arm, got in ((a.arm, rows), (a.versus, other)):
+            if any(r.get("draft_rounds") is not None for r in got):
+                raise SystemExit(f"{d}/{arm}: drafted adaptively (draft_rounds set); its early-stopped rows hold "
+                                 "only the first round's drafts, so it cannot be selected again as a one-round run")
         units = ds.variant_rows(rows, choices, labels, seed=0, variants={"paper": {}, "default": TERMS[a.terms]})
-        std = {r["query_id"]: ok for r, ok, _ in ds.graded_rows(_rows(a.runs / d / "standard"), choices, labels)}
+        # rows without drafts (Standard RAG) keep their own outcome
+        std = {u["query_id"]: u["default"] for u in ds.variant_rows(other, choices, labels, seed=0,
+                                                                     variants={"default": TERMS[a.terms]})}
         x = [(u["default"], std[u["query_id"]], u["paper"]) for u in units if u["query_id"] in std]
         spec_ok += [s for s, _, _ in x]
         std_ok += [t for _, t, _ in x]
         paper_ok += [q for _, _, q in x]
         strata += [d] * len(x)
-        print(_line(d, [s for s, _, _ in x], [t for _, t, _ in x], paper=[q for _, _, q in x]))
+        print(_line(d, [s for s, _, _ in x], [t for _, t, _ in x], paper=[q for _, _, q in x], versus=a.versus))
     if spec_ok:
-        print(_line("pooled", spec_ok, std_ok, strata, paper=paper_ok))
+        print(_line("pooled", spec_ok, std_ok, strata, paper=paper_ok, versus=a.versus))
     else:
-        print(f"no dataset of {a.runs} holds both {a.arm} and standard cells")
+        print(f"no dataset of {a.runs} holds both {a.arm} and {a.versus} cells")
 
 
 def _line(name: str, spec_ok: list[bool], std_ok: list[bool], strata: list[str] | None = None,
-          paper: list[bool] | None = None) -> str:
-    """``<name>: n, the default selection's, the paper's and Standard RAG's accuracy (%), the
-    paired difference default - standard in points [bootstrap 95%], McNemar p (a/b)``."""
+          paper: list[bool] | None = None, versus: str = "standard") -> str:
+    """``<name>: n, the default selection's, the paper's and the ``versus`` cell's accuracy (%),
+    the paired difference default - versus in points [bootstrap 95%], McNemar p (a/b)``."""
     r, m, n = ds.paired_bootstrap(spec_ok, std_ok, strata=strata), ds.mcnemar_exact(spec_ok, std_ok), len(spec_ok)
     return (f"{name}: n = {n}, default selection {100 * sum(spec_ok) / n:.1f}%"
             + (f" (paper's log ρ {100 * sum(paper) / n:.1f}%)" if paper else "")
-            + f", standard {100 * sum(std_ok) / n:.1f}%, "
+            + f", {versus} {100 * sum(std_ok) / n:.1f}%, "
             f"difference {100 * r['diff']:+.1f} [{100 * r['ci95'][0]:+.1f}, {100 * r['ci95'][1]:+.1f}], "
             f"McNemar p = {m['p']:.2g} ({m['b']}/{m['c']})")
 

@@ -249,7 +249,8 @@ def test_default_selection_vs_standard_reselects_with_the_default_terms(tmp_path
     """benchmarks/default_selection_vs_standard.py: a paper-terms cell's rows (``--arm``, e.g. a
     tuned drafter's) re-selected with log ρ_draft alone (the default since 2026-12-04; ``--terms
     without_self_consistency``, the default before it, leaves out log ρ_SC only) and paired with
-    Standard RAG's rows; an adaptive cell is refused (its stopped rows hold one round's drafts)."""
+    Standard RAG's rows, or (``--versus``) with another speculative cell selected the same way;
+    an adaptive cell is refused (its stopped rows hold one round's drafts)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -277,6 +278,14 @@ def test_default_selection_vs_standard_reselects_with_the_default_terms(tmp_path
     dvs.main(["--runs", str(tmp_path), "--arm", "speculative-tuned-qwen", "--terms", "without_self_consistency"])
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("hotpotqa: n = 3, default selection 66.7% (paper's log ρ 33.3%), standard 33.3%")
+    # --versus a speculative cell: selected again with the same terms (its stored outcome, 1 of 3
+    # right, is the paper's pick)
+    (tmp_path / "hotpotqa" / "speculative").mkdir()
+    pq.write_table(pa.Table.from_pylist(spec), tmp_path / "hotpotqa" / "speculative" / "part-0000.parquet")
+    dvs.main(["--runs", str(tmp_path), "--arm", "speculative-tuned-qwen", "--versus", "speculative"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("hotpotqa: n = 3, default selection 100.0% (paper's log ρ 33.3%), speculative 100.0%, "
+                             "difference +0.0")
     adaptive = [{**r, "draft_rounds": 1} for r in spec]
     pq.write_table(pa.Table.from_pylist(adaptive), tmp_path / "hotpotqa" / "speculative-tuned-qwen" / "part-0000.parquet")
     with pytest.raises(SystemExit, match="drafted adaptively"):

@@ -12,6 +12,7 @@ import sys
 from specrag_batch.config import load_config
 from specrag_batch.orchestration import (
     draft_shard_task,
+    flow_config,
     process_shard_task,
     run_batch,
     run_flow,
@@ -34,4 +35,4 @@ __all__ = ["IO_RETRIES", "IO_RETRY_DELAYS", "draft_shard_task", "list_shards", "
 
 if __name__ == "__main__":  # pragma: no cover
     cfg = load_config(sys.argv[3] if len(sys.argv) > 3 else None)
-    run_flow(sys.argv[1], sys.argv[2], cfg.model_dump(mode="json"))
+    run_flow(sys.argv[1], sys.argv[2], flow_config(cfg))

@@ -521,7 +521,9 @@ class RunConfig(_Strict):
         """Settings that are valid but change nothing in this config, one sentence each (the
         flow logs each as a warning at the start of a run); empty when there are none. Now: a
         ``verifier.model`` other than the default in a Speculative RAG config that never uses the
-        verifier (:attr:`uses_verifier`); adaptive drafting (``sampling.adaptive``) whose explicitly set ``sampling.first_round``
+        verifier (:attr:`uses_verifier`); a ``sampling.first_round`` set away from its default while
+        adaptive drafting is off (set so, or left out under the default selection); adaptive drafting
+        (``sampling.adaptive``) whose explicitly set ``sampling.first_round``
         is at least ``sampling.num_drafts`` drafts every subset in its first round, as a
         non-adaptive run does (the default first round, 2, with m <= 2 is not named: a user
         who asked for few drafts did not ask for rounds)."""
@@ -531,6 +533,15 @@ class RunConfig(_Strict):
                        "log ρ = log ρ_draft alone (selection.use_self_consistency and use_self_reflection "
                        "are false, no fallback), so no verifier pass runs and the model is not loaded; "
                        "set selection.use_self_reflection: true to score drafts with it (paper §3.3)")
+        if (self.mode == "speculative" and not smp.adaptive and "first_round" in smp.model_fields_set
+                and smp.first_round != type(smp).model_fields["first_round"].default):
+            # (a full config dump sets every field: its default first round is not named)
+            why = ("it is set false" if "adaptive" in smp.model_fields_set else
+                   "left out, it is on only where the verifier scores drafts (selection.use_self_consistency "
+                   "or use_self_reflection) and the consensus fast path is on")
+            out.append(f"sampling.first_round ({smp.first_round}) is set, but adaptive drafting (sampling.adaptive) "
+                       f"is off ({why}): every row drafts its m subsets in one round; set sampling.adaptive: true "
+                       "to draft in rounds")
         if (self.mode == "speculative" and smp.adaptive and "first_round" in smp.model_fields_set
                 and smp.first_round >= smp.num_drafts):
             out.append(f"sampling.first_round ({smp.first_round}) >= sampling.num_drafts ({smp.num_drafts}): "

@@ -357,6 +357,23 @@ def run_flow(input_uri: str, output_uri: str, config: dict | None = None, run_id
         input_uri, output_uri, config, run_id, overwrite, ex, allow_empty, return_state=True))
 
 
+def flow_config(config: RunConfig | dict | str | Path | None) -> dict | None:
+    """The run config as :func:`speculative_rag_flow` receives it (a JSON-able dict, the flow
+    run's parameter): a YAML path is loaded (:func:`config.load_config`), a :class:`RunConfig`
+    becomes the fields set in it (a file's keys, arguments; ``model_dump(exclude_unset=True)``),
+    as a deployment's parameters are, so the flow's warnings on settings that change nothing
+    (:meth:`RunConfig.idle_settings`) see what was asked for; validating it fills the defaults
+    in again, to the same config and hash. A dict or None is passed on as it is.
+
+    Raises:
+        as :func:`config.load_config` for a path (missing file, bad YAML, invalid config)."""
+    if isinstance(config, (str, Path)):
+        config = load_config(config)
+    if isinstance(config, RunConfig):
+        return config.model_dump(mode="json", exclude_unset=True)
+    return config
+
+
 def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str | Path | None = None,
               execution: ExecutionConfig | dict | None = None, run_id: str | None = None,
               overwrite: bool = False, allow_empty: bool = False) -> dict:
@@ -383,10 +400,7 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
             output prefix without a run key already holding a shard's output file
             (:func:`run.check_foreign_outputs`) (these, like a missing input, are refused
             before the flow starts: one clear line)."""
-    if isinstance(config, (str, Path)):
-        config = load_config(config)
-    if isinstance(config, RunConfig):
-        config = config.model_dump(mode="json")
+    config = flow_config(config)
     # a conflicting output is refused before the flow starts (the flow checks again, for
     # callers that start it directly): a clean error, no failed flow run with a traceback
     cfg = RunConfig.model_validate(config or {})

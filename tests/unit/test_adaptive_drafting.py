@@ -122,7 +122,8 @@ def test_a_first_round_of_all_subsets_is_named_as_an_idle_setting():
     assert adaptive(**{"sampling.first_round": m - 1}).idle_settings() == []
     idle = adaptive(**{"sampling.first_round": m}).idle_settings()
     assert len(idle) == 1 and idle[0].startswith(f"sampling.first_round ({m}) >= sampling.num_drafts ({m})")
-    assert adaptive(**{"sampling.first_round": m, "sampling.adaptive": False}).idle_settings() == []
+    off = adaptive(**{"sampling.first_round": m, "sampling.adaptive": False}).idle_settings()
+    assert len(off) == 1 and "is off (it is set false)" in off[0]  # named for being off, not for its size
     from specrag_batch.config import RunConfig
 
     on = {"adaptive": True}
@@ -171,3 +172,32 @@ def test_on_by_default_only_where_it_saves_verifier_passes_and_hash_neutral_off(
         assert load_config(ROOT / "configs" / name).sampling.adaptive is False, name
     # a stored run's config (its _run.json dump) loads back to the same hash
     assert RunConfig(**no_fast_path.model_dump(mode="json")).config_hash() == no_fast_path.config_hash()
+
+
+def test_a_first_round_set_while_adaptive_drafting_is_off_is_named_in_the_flow(tmp_path):
+    """Trial finding (2026-12-04): ``sampling: {first_round: 3}`` under the default selection
+    (adaptive drafting off, left out) was ignored without a word. The config the flow receives
+    (``orchestration.flow_config``: the fields set, as a deployment's parameters) names it; a
+    full config dump (every field set, the default first round) does not, and neither does a
+    config where adaptive drafting is on; the hash is the config's own."""
+    from specrag_batch.config import RunConfig, load_config
+    from specrag_batch.orchestration import flow_config
+
+    from ..conftest import ROOT
+
+    path = tmp_path / "fr.yaml"
+    path.write_text((ROOT / "configs" / "demo.yaml").read_text().replace("  num_drafts: 5\n",
+                                                                          "  num_drafts: 5\n  first_round: 3\n"))
+    for given in (path, load_config(path)):
+        cfg = RunConfig.model_validate(flow_config(given))
+        [idle] = cfg.idle_settings()
+        assert idle.startswith("sampling.first_round (3) is set, but adaptive drafting (sampling.adaptive) is off "
+                               "(left out, it is on only where the verifier scores drafts")
+        assert cfg.config_hash() == load_config(path).config_hash()
+    for name in ("demo.yaml", "bench.yaml", "production-gpu.yaml", "test-smollm2.yaml"):
+        cfg = load_config(ROOT / "configs" / name)
+        assert RunConfig.model_validate(flow_config(cfg)).config_hash() == cfg.config_hash(), name
+    assert RunConfig.model_validate(RunConfig().model_dump(mode="json")).idle_settings() == []  # a full dump
+    on = RunConfig(sampling={"first_round": 3}, selection={"use_self_reflection": True})
+    assert on.sampling.adaptive and RunConfig.model_validate(flow_config(on)).idle_settings() == []
+    assert flow_config({"mode": "standard"}) == {"mode": "standard"} and flow_config(None) is None

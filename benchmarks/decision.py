@@ -205,6 +205,9 @@ drafts of rows whose first round agrees, and its two rounds split the drafter's 
 measures that on the reported rows; the default is chosen on tuning rows
 (:data:`ADAPTIVE_TUNING_ARMS`, ``decision_stats.verdict_adaptive``). Group ``default``."""
 
+ADAPTIVE_TUNING = "tuning-adaptive"
+"""Group (and run-order slot, :data:`RUN_ORDER`) of the :data:`ADAPTIVE_TUNING_ARMS` cells."""
+
 ADAPTIVE_TUNING_ARMS = {"tuning-adaptive-on": DEFAULT_ARM, "tuning-adaptive-off": ONE_ROUND_ARM}
 """Cells that decide ``sampling.adaptive`` under the default selection (log ρ_draft alone, no
 verifier pass): cell name -> the arm whose config it runs, both on the verifier-tuning rows
@@ -250,10 +253,10 @@ GROUPS = {"main": ("standard", "speculative"), "default": (DEFAULT_ARM, ONE_ROUN
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
                         "draft48", "draft160", "one_sentence", "answer_on_truncation", "no_dedupe_verifier",
                         "dedupe_verifier"),
-          "fallback": ("fallback_standard",), "tuning-adaptive": tuple(ADAPTIVE_TUNING_ARMS)}
+          "fallback": ("fallback_standard",), ADAPTIVE_TUNING: tuple(ADAPTIVE_TUNING_ARMS)}
 GROUPS["all"] = GROUPS["main"] + GROUPS["default"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
 RUN_ORDER = ("main", "default", "tuned", "ablations", "composed", "fallback", "tuning-selection", "tuning-verifier",
-             "tuning-adaptive")
+             ADAPTIVE_TUNING)
 """Groups in the order their cells run: the headline first, then the product's defaults
 (:data:`DEFAULT_ARM`), then the tuned drafters, the
 ablations, the composed arms (:data:`COMPOSED`, named one by one in ``--arms``, no group of
@@ -660,7 +663,7 @@ def plan_cells(datasets: list[str], arms: list[str], base: RunConfig, runs: Path
             if group == "fallback" and needs_tuning(arms):
                 cells.append(Cell(ds, TUNING_ARM, arm_config(base, "speculative"), runs / ds / "input-tuning",
                                   runs / ds / TUNING_ARM))
-            for t in ADAPTIVE_TUNING_ARMS if group == "tuning-adaptive" else (group,):
+            for t in ADAPTIVE_TUNING_ARMS if group == ADAPTIVE_TUNING else (group,):
                 if t in EXTRA_TUNING_SPLITS and t in arms and ds in EXTRA_TUNING_SPLITS[t]:
                     cells.append(Cell(ds, t, arm_config(base, ADAPTIVE_TUNING_ARMS.get(t, "speculative")),
                                       runs / ds / f"input-{t}", runs / ds / t))

@@ -396,6 +396,12 @@ class SelectionConfig(_Strict):
         "``retrieval.fallback_top_n`` documents (needs ``retrieval.index``); the fallback's "
         "answer replaces the first one (``answer_source``, ``first_answer``)")
 
+    @property
+    def verifier_scores_drafts(self) -> bool:
+        """Whether log ρ holds a verifier term (``use_self_consistency`` or
+        ``use_self_reflection``, paper §3.3), so Speculative RAG runs a verifier pass over drafts."""
+        return self.use_self_consistency or self.use_self_reflection
+
     def tau_for(self, task: str) -> float | None:
         """``tau_min`` for rows of ``task`` (None: never flagged low-confidence)."""
         if isinstance(self.tau_min, dict):
@@ -478,8 +484,8 @@ class RunConfig(_Strict):
         if self.sampling.adaptive and "adaptive" in self.sampling.model_fields_set and not sel.consensus_enabled:
             raise ValueError("sampling.adaptive stops a row on the consensus rule; it needs "
                              "selection.consensus_enabled: true")
-        if "adaptive" not in self.sampling.model_fields_set and not (
-                sel.consensus_enabled and (sel.use_self_consistency or sel.use_self_reflection)):
+        if "adaptive" not in self.sampling.model_fields_set and not (sel.consensus_enabled
+                                                                       and sel.verifier_scores_drafts):
             # left out, it is on only where it saves verifier passes (Field description);
             # assigned without validation, still unset
             object.__setattr__(self.sampling, "adaptive", False)
@@ -514,8 +520,7 @@ class RunConfig(_Strict):
         False only for Speculative RAG selecting by log ρ_draft alone: no verifier pass runs,
         so the engine is not loaded."""
         sel = self.selection
-        return (self.mode != "speculative" or sel.use_self_consistency or sel.use_self_reflection
-                or sel.fallback != "none")
+        return self.mode != "speculative" or sel.verifier_scores_drafts or sel.fallback != "none"
 
     def idle_settings(self) -> list[str]:
         """Settings that are valid but change nothing in this config, one sentence each (the

@@ -1,5 +1,7 @@
 """Throughput figures a platform team plans with (issue 13 item 6): rows per hour and tokens per
-row per mode (Standard RAG, Speculative RAG) on this machine, and how they grow with the number
+row per mode on this machine (Standard RAG; Speculative RAG with the product's defaults: log
+ρ_draft alone, one drafting round, no verifier pass; Speculative RAG in the paper's
+configuration, configs/bench.yaml as it stands), and how they grow with the number
 of rows (1x, 4x, 16x of ``--base-rows``, default 4) and with N, the documents per row (10, 20,
 40).
 
@@ -54,13 +56,20 @@ import decision_stats  # noqa: E402
 from specrag_batch.config import RunConfig, load_config  # noqa: E402
 
 DATASET = "nq_open"
-MODES = ("standard", "speculative")
+MODES = ("standard", decision.ONE_ROUND_ARM, "speculative")
+"""The modes measured, as decision-benchmark arms of the config (``decision.arm_config``):
+``standard`` (Standard RAG on the verifier model), ``speculative-default-one-round`` (the
+product's defaults since 2026-12-04: log ρ_draft alone, every draft in one round, no verifier
+pass) and ``speculative`` (the config as written: for configs/bench.yaml the paper's log ρ =
+log ρ_draft + log ρ_SC + log ρ_SR, with the verifier pass)."""
+MODE_LABELS = {"standard": "Standard RAG", decision.ONE_ROUND_ARM: "Speculative RAG, product defaults",
+               "speculative": "Speculative RAG, paper's configuration"}
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One throughput measurement: ``mode`` over the first ``rows`` NQ-open benchmark rows
-    with ``docs`` documents each."""
+    """One throughput measurement: ``mode`` (one of :data:`MODES`) over the first ``rows``
+    NQ-open benchmark rows with ``docs`` documents each."""
 
     mode: str
     rows: int
@@ -157,7 +166,8 @@ def markdown(results: list[dict], meta: dict) -> str:
             "excluded); wall = the run_batch call when a variant ran whole in one invocation. Load = "
             "1-minute load average before the variant. Incomplete variants: "
             + (", ".join(f"{r['mode']}/rows{r['rows_planned']}-n{r['docs']}" for r in results if not r["complete"])
-               or "none") + ".", ""]
+               or "none") + ".", "",
+            "Modes: " + "; ".join(f"`{m}` = {label}" for m, label in MODE_LABELS.items()) + ".", ""]
     tab = ["| mode | rows | N | rows/hour (compute) | rows/hour (wall) | s/row | drafter prompt / gen tokens per row "
            "| verifier prompt / gen tokens per row | load |", "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["docs"], r["rows_planned"], r["mode"])):

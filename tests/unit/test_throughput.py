@@ -26,7 +26,7 @@ def test_plan_grows_rows_then_documents_and_runs_shared_variants_once():
     plan = throughput.plan_variants(4, (1, 4, 16), (10, 20, 40))
     # rows 4, 16, 64 at N = 10 and N = 10, 20, 40 at 16 rows: (16, 10) is in both series, once
     assert plan == [V(m, r, n) for r, n in [(4, 10), (16, 10), (16, 20), (16, 40), (64, 10)]
-                    for m in ("standard", "speculative")]
+                    for m in throughput.MODES]
     assert throughput.plan_variants(2, (1,), (10, 40), docs_rows=3, modes=("speculative",)) == [
         V("speculative", 2, 10), V("speculative", 3, 10), V("speculative", 3, 40)]
     with pytest.raises(ValueError, match="mode"):
@@ -43,6 +43,10 @@ def test_variant_config_keeps_n_documents_in_the_mode():
     spec = throughput.variant_config(base, throughput.Variant("speculative", 4, 40))
     assert (std.mode, std.retrieval.top_n) == ("standard", 40)
     assert (spec.mode, spec.retrieval.top_n) == ("speculative", 40)
+    # the product's defaults: no verifier pass (its engine is not loaded), one drafting round
+    dflt = throughput.variant_config(base, throughput.Variant(decision.ONE_ROUND_ARM, 4, 40))
+    assert (dflt.mode, dflt.retrieval.top_n, dflt.sampling.adaptive) == ("speculative", 40, False)
+    assert spec.uses_verifier and not dflt.uses_verifier
     # N = 10 is the decision benchmark's own config: the same runs could serve both
     assert throughput.variant_config(base, throughput.Variant("speculative", 4, 10)).config_hash() == \
         decision.arm_config(base, "speculative").config_hash()

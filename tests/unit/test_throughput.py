@@ -113,3 +113,22 @@ def test_analyse_only_tabulates_a_runs_tree(tmp_path):
     assert [(r["mode"], r["rows"], r["docs"], r["rows_per_hour"]) for r in res["variants"]] == [
         ("standard", 2, 10, pytest.approx(1200.0))]
     assert "| standard | 2 of 2 | 10 | 1200 |" in out.with_suffix(".md").read_text()
+    # a subset run (another mode) keeps the figures of variants finished before, and a variant
+    # directory holding only another config's markers is not reported
+    assert throughput.main(["--analyse-only", "--runs", str(runs), "--out", str(out), "--base-rows", "2",
+                            "--row-factors", "1", "--docs", "10", "--docs-rows", "2",
+                            "--modes", decision.ONE_ROUND_ARM]) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert [(r["mode"], r["rows"], r["complete"]) for r in res["variants"]] == [
+        (decision.ONE_ROUND_ARM, 2, False), ("standard", 2, True)]
+    other = throughput.Variant("standard", 2, 20)
+    stale = throughput.cell_for(runs, other, throughput.variant_config(base, other))
+    write_inputs(stale.input_dir, input_rows(2, docs=20), shard_rows=10)
+    write_cell(stale.input_dir, stale.output_dir, stale.config, [{VERIFIER: (1, 1, 1)}], seconds=1.0,
+               config_hash="0" * 16)
+    assert throughput.variants_on_disk(runs) == [v, other]
+    assert throughput.main(["--analyse-only", "--runs", str(runs), "--out", str(out), "--base-rows", "2",
+                            "--row-factors", "1", "--docs", "10", "--docs-rows", "2",
+                            "--modes", decision.ONE_ROUND_ARM]) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert [(r["mode"], r["docs"]) for r in res["variants"]] == [(decision.ONE_ROUND_ARM, 10), ("standard", 10)]

@@ -205,6 +205,16 @@ drafts of rows whose first round agrees, and its two rounds split the drafter's 
 measures that on the reported rows; the default is chosen on tuning rows
 (:data:`ADAPTIVE_TUNING_ARMS`, ``decision_stats.verdict_adaptive``). Group ``default``."""
 
+LARGE_DRAFTER_ARM = decision_stats.LARGE_DRAFTER_ARM
+"""``speculative-default-large-drafter``: :data:`ONE_ROUND_ARM` (the product's defaults: log
+ρ_draft alone, one drafting round, no verifier pass) with the config's verifier model as the
+drafter (``drafter.model`` = ``verifier.model``; configs/bench.yaml: the 1.5B that Standard
+RAG answers with). It asks whether the method pays once the drafter is as strong as Standard
+RAG's model, i.e. how much of the gap to Standard RAG is the 0.5B drafter's: the paper's drafter
+is a tuned 7B, and CPU tuning here taught the format, not the tasks (README "Specialist
+drafter"). Compared with ``standard`` and :data:`ONE_ROUND_ARM` on the same rows. Group
+``drafter-size``, added 2026-12-04."""
+
 ADAPTIVE_TUNING = "tuning-adaptive"
 """Group (and run-order slot, :data:`RUN_ORDER`) of the :data:`ADAPTIVE_TUNING_ARMS` cells."""
 
@@ -222,6 +232,9 @@ TUNED_ARM = "speculative-tuned"
 """Arm of the one tuned drafter of ``--tuned-drafter <dir>``; with ``label=dir`` pairs the arms
 are ``speculative-tuned-<label>`` (:func:`parse_tuned_drafters`)."""
 
+_ONE_ROUND_DEFAULTS = {"sampling.adaptive": False, "selection.use_self_consistency": False,
+                       "selection.use_self_reflection": False}
+
 ARM_OVERRIDES: dict[str, dict] = {
     "standard": {"mode": "standard"},
     "speculative": {},
@@ -229,8 +242,8 @@ ARM_OVERRIDES: dict[str, dict] = {
     # the product's defaults on top of the config's models and sizes, frozen as of 2026-12-04
     DEFAULT_ARM: {"sampling.adaptive": True, "selection.use_self_consistency": False,
                   "selection.use_self_reflection": False},
-    ONE_ROUND_ARM: {"sampling.adaptive": False, "selection.use_self_consistency": False,
-                    "selection.use_self_reflection": False},
+    ONE_ROUND_ARM: _ONE_ROUND_DEFAULTS,
+    LARGE_DRAFTER_ARM: _ONE_ROUND_DEFAULTS,  # and drafter.model = the config's verifier.model (arm_config)
     TUNED_ARM: {},  # drafter.model set from --tuned-drafter (also each speculative-tuned-<label>)
     "sampling_random": {"sampling.strategy": "random"},
     "sampling_single_cluster": {"sampling.strategy": "single_cluster"},
@@ -253,12 +266,14 @@ GROUPS = {"main": ("standard", "speculative"), "default": (DEFAULT_ARM, ONE_ROUN
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
                         "draft48", "draft160", "one_sentence", "answer_on_truncation", "no_dedupe_verifier",
                         "dedupe_verifier"),
-          "fallback": ("fallback_standard",), ADAPTIVE_TUNING: tuple(ADAPTIVE_TUNING_ARMS)}
-GROUPS["all"] = GROUPS["main"] + GROUPS["default"] + GROUPS["tuned"] + GROUPS["ablations"] + GROUPS["fallback"]
-RUN_ORDER = ("main", "default", "tuned", "ablations", "composed", "fallback", "tuning-selection", "tuning-verifier",
-             ADAPTIVE_TUNING)
+          "fallback": ("fallback_standard",), ADAPTIVE_TUNING: tuple(ADAPTIVE_TUNING_ARMS),
+          "drafter-size": (LARGE_DRAFTER_ARM,)}
+GROUPS["all"] = (GROUPS["main"] + GROUPS["default"] + GROUPS["drafter-size"] + GROUPS["tuned"] + GROUPS["ablations"]
+                 + GROUPS["fallback"])
+RUN_ORDER = ("main", "default", "drafter-size", "tuned", "ablations", "composed", "fallback", "tuning-selection",
+             "tuning-verifier", ADAPTIVE_TUNING)
 """Groups in the order their cells run: the headline first, then the product's defaults
-(:data:`DEFAULT_ARM`), then the tuned drafters, the
+(:data:`DEFAULT_ARM`), the large drafter (:data:`LARGE_DRAFTER_ARM`), then the tuned drafters, the
 ablations, the composed arms (:data:`COMPOSED`, named one by one in ``--arms``, no group of
 :data:`GROUPS`), the fallback (a second full speculative pass over the reported rows plus its
 tuning cells), then the selection-tuning and verifier-tuning cells (:data:`EXTRA_TUNING_SPLITS`,
@@ -538,7 +553,8 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
             the config's drafter already is :data:`SMOL_DRAFTER`, a :data:`DEDUPE_ARMS` arm
             whose setting the config already has or ``answer_on_truncation`` when the config
             already turns it on (the same cells as ``speculative``),
-            ``fallback_standard`` without ``tau_min``, or an override the
+            ``fallback_standard`` without ``tau_min``, :data:`LARGE_DRAFTER_ARM` when the
+            config's drafter already is its verifier model, or an override the
             config does not have (e.g. ``adaptive`` before adaptive drafting exists); for a
             composed arm, naming it: any of these of its base arm or ablation (the base arm's
             config already having the ablation's setting: the same cells as the base arm), a
@@ -569,6 +585,11 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
             label = arm.removeprefix(TUNED_ARM).lstrip("-")
             raise ValueError(f"arm {arm} needs --tuned-drafter " + (f"{label}=<model dir>" if label else "<model dir>"))
         over["drafter.model"] = str(drafters[arm])
+    if arm == LARGE_DRAFTER_ARM:
+        if base.drafter.model == base.verifier.model:
+            raise ValueError(f"arm {arm}: the config's drafter already is its verifier model "
+                             f"{base.verifier.model} (the same cells as {ONE_ROUND_ARM})")
+        over["drafter.model"] = base.verifier.model
     if arm == "speculative-smol" and base.drafter.model == SMOL_DRAFTER:
         raise ValueError(f"arm speculative-smol: the config's drafter already is {SMOL_DRAFTER} "
                          "(the same cells as speculative)")

@@ -1242,8 +1242,14 @@ drafts in one round (``benchmarks/decision.py``). Added 2026-12-04 to decide ada
 under the default selection (log ρ_draft alone, no verifier pass; :data:`ADAPTIVE_RULE`):
 compared with ``standard``, ``speculative`` and :data:`DEFAULT_ARM` (:data:`BASELINES`)."""
 
+LARGE_DRAFTER_ARM = "speculative-default-large-drafter"
+""":data:`ONE_ROUND_ARM` with the verifier model as the drafter (``benchmarks/decision.py``):
+compared with ``standard`` and :data:`ONE_ROUND_ARM` (:data:`BASELINES`), so the gap to
+Standard RAG splits into the drafter's size and the rest of the method. Added 2026-12-04."""
+
 BASELINES = (("speculative", "standard"), ("speculative-smol", "standard"), ("speculative-smol", "speculative"),
-             (ONE_ROUND_ARM, "standard"), (ONE_ROUND_ARM, "speculative"), (ONE_ROUND_ARM, DEFAULT_ARM))
+             (ONE_ROUND_ARM, "standard"), (ONE_ROUND_ARM, "speculative"), (ONE_ROUND_ARM, DEFAULT_ARM),
+             (LARGE_DRAFTER_ARM, "standard"), (LARGE_DRAFTER_ARM, ONE_ROUND_ARM))
 """The headline comparisons (arm a - arm b); tuned arms: :func:`baselines_of`; every other arm
 is compared with ``speculative``."""
 
@@ -1612,7 +1618,8 @@ def tables(res: dict) -> str:
                                f"cache hits {_hits(v.get('prefix_cache_hit_rate'))}"
                                for m, v in c["models"].items())
             out.append(f"| {ds} | {arm} | {c['rows']} | {c['s_per_row']:.2f} | {models} |")
-    extra = {f"{a} - {b}" for a, b in [*ARM_BASELINES.items(), *((x, y) for x, y in BASELINES if x == ONE_ROUND_ARM)]}
+    extra = {f"{a} - {b}" for a, b in [*ARM_BASELINES.items(),
+                                       *((x, y) for x, y in BASELINES if x in (ONE_ROUND_ARM, LARGE_DRAFTER_ARM))]}
 
     def other(k: str) -> bool:
         return (((k.endswith("- speculative") and not k.startswith("speculative-tuned")) or k in extra)
@@ -2282,13 +2289,14 @@ def verdict_variant_line(res: dict, key: str, head: str) -> str:
 def verdicts(res: dict) -> str:
     """The generated answer to "is Speculative RAG more accurate? faster?" per dataset and
     pooled (and for the product's defaults, ``speculative-default`` and
-    ``speculative-default-one-round``, and each tuned drafter where they ran), each with its
+    ``speculative-default-one-round``, the large drafter ``speculative-default-large-drafter``,
+    and each tuned drafter where they ran), each with its
     interval and p-value, the choice of ``sampling.adaptive`` (:func:`verdict_adaptive_line`), and
     the self-reflection variant, selection rule and score terms the tuning cells favour
     (:func:`verdict_variant_line`)."""
     out = []
     for ds, e in list(res["datasets"].items()) + [("pooled", res["pooled"])]:
-        for a in ["speculative", DEFAULT_ARM, ONE_ROUND_ARM,
+        for a in ["speculative", DEFAULT_ARM, ONE_ROUND_ARM, LARGE_DRAFTER_ARM,
                   *(x for x in e["arms"] if x.startswith(TUNED_PREFIX) and not composed_parts(x))]:
             cmp = e["comparisons"].get(f"{a} - standard")
             if not cmp:
@@ -2300,6 +2308,8 @@ def verdicts(res: dict) -> str:
                    "no verifier pass)," if a == DEFAULT_ARM else
                    "Speculative RAG with the product's defaults in one drafting round (log ρ_draft alone, no "
                    "verifier pass, `sampling.adaptive: false`)," if a == ONE_ROUND_ARM else
+                   "Speculative RAG with the product's defaults in one round and the verifier's model as the "
+                   "drafter (drafter size alone changed)," if a == LARGE_DRAFTER_ARM else
                    f"Speculative RAG, tuned drafter{' ' + label if label else ''},")
             line = (f"- **{ds}** ({who} vs Standard RAG, n = {cmp['n']} rows): more accurate? "
                     f"**{verdict_accuracy(cmp)}** ({_pct(cmp['accuracy_a'])} vs {_pct(cmp['accuracy_b'])}, "

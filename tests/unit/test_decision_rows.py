@@ -13,6 +13,7 @@ from ..conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import decision  # noqa: E402
+import decision_stats  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 
@@ -90,6 +91,18 @@ def test_arms_groups_and_configs():
     assert default.sampling.adaptive and not default.selection.use_self_consistency
     assert not default.selection.use_self_reflection
     assert decision.arm_config(base, "speculative-tuned", "/models/x").drafter.model == "/models/x"
+    # the large drafter: the defaults in one round, drafting with the verifier's model; a config
+    # whose drafter already is its verifier model has no such arm (the same cells as one round)
+    bench = load_config(ROOT / "configs" / "bench.yaml")
+    large = decision.arm_config(bench, decision.LARGE_DRAFTER_ARM)
+    assert large.drafter.model == bench.verifier.model != bench.drafter.model
+    assert not large.uses_verifier and not large.sampling.adaptive
+    assert large.model_dump(exclude={"drafter"}) == \
+        decision.arm_config(bench, decision.ONE_ROUND_ARM).model_dump(exclude={"drafter"})
+    with pytest.raises(ValueError, match="already is its verifier model"):
+        decision.arm_config(base, decision.LARGE_DRAFTER_ARM)
+    assert decision_stats.baselines_of(decision.LARGE_DRAFTER_ARM) == [
+        (decision.LARGE_DRAFTER_ARM, "standard"), (decision.LARGE_DRAFTER_ARM, decision.ONE_ROUND_ARM)]
     with pytest.raises(ValueError, match="--tuned-drafter"):
         decision.arm_config(base, "speculative-tuned")
     with pytest.raises(ValueError, match="unknown"):
@@ -108,6 +121,7 @@ def test_arms_groups_and_configs():
     assert all(n.startswith("popqa/") for n in names[8:-2]) and "popqa/m7" in names
     assert names[-2:] == ["popqa/tuning", "nq_open/tuning"]
     assert any("--tuned-drafter" in n for n in notes) and any("fallback_standard" in n for n in notes)
+    assert any("already is its verifier model" in n for n in notes)  # SmolLM2 drafts and verifies here
     assert cells[-3].input_dir == tmp / "popqa" / "input-first50"
 
 

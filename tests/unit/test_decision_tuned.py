@@ -50,7 +50,8 @@ def test_tuned_group_expands_to_the_labelled_arms():
     assert decision.expand_arms("tuned", tuned) == ["speculative-smol", "speculative-tuned-smol", "speculative-tuned-qwen"]
     assert decision.expand_arms("tuned") == ["speculative-smol", "speculative-tuned"]
     every = decision.expand_arms("all", tuned)
-    assert every[:7] == ["standard", "speculative", "speculative-default", "speculative-default-one-round",
+    assert every[:8] == ["standard", "speculative", "speculative-default", "speculative-default-one-round",
+                         "speculative-default-large-drafter",
                          "speculative-smol", "speculative-tuned-smol", "speculative-tuned-qwen"]
     assert "speculative-tuned" not in every
     assert decision.expand_arms("speculative-smol,speculative-tuned-smol", tuned) == [

@@ -1129,7 +1129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "decision", help="results.json, tables.md")
     ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (all remaining when fewer)")
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--arms", default="all", help="arms and groups (main, tuned, ablations, fallback, all; "
+    ap.add_argument("--arms", default="all", help="arms and groups (main, default, drafter-size, tuned, ablations, fallback, all; "
                     "'tuning' = only the tuning-split cells; 'tuning-selection' = the selection-tuning cells "
                     "(rows after the reported ones, choosing the selection variants with the tuning cells); "
                     "'tuning-verifier' = the verifier-tuning cells (the reserve's last rows, read by nothing "

@@ -119,7 +119,7 @@ def test_analyse_only_tabulates_a_runs_tree(tmp_path):
                             "--row-factors", "1", "--docs", "10", "--docs-rows", "2",
                             "--modes", decision.ONE_ROUND_ARM]) == 0
     res = json.loads(out.with_suffix(".json").read_text())
-    assert [(r["mode"], r["rows"], r["complete"]) for r in res["variants"]] == [
+    assert [(r["mode"], r["rows_planned"], r["complete"]) for r in res["variants"]] == [
         (decision.ONE_ROUND_ARM, 2, False), ("standard", 2, True)]
     other = throughput.Variant("standard", 2, 20)
     stale = throughput.cell_for(runs, other, throughput.variant_config(base, other))

@@ -307,10 +307,16 @@ def load_cells(runs: Path, config: Path, datasets: list[str] | None, arms: list[
                tuned_drafter: str | dict[str, str] | None = None) -> dict:
     """dataset -> arm -> ``decision.load_cell`` for every finished cell under ``runs``, with
     the run config ``decision.arm_config`` gives the arm (the one its markers were written
-    with; a marker of another config is not read)."""
+    with; a marker of another config is not read).
+
+    Raises:
+        FileNotFoundError: ``runs`` is not a directory."""
     from specrag_batch.config import load_config
 
     base = load_config(config)
+    if not runs.is_dir():
+        raise FileNotFoundError(f"--runs {runs}: no such directory (the decision benchmark's runs: run `make bench`, "
+                                "or restore archived cells with `decision.py --analyse-only --machine <id> --runs <dir>`)")
     names = datasets or sorted(p.name for p in runs.iterdir() if p.is_dir() and (p / "input").is_dir())
     cells: dict = {}
     for ds in names:
@@ -350,7 +356,10 @@ def main(argv: list[str] | None = None) -> int:
                                         "verifier_prefill_tps", "verifier_decode_tps")}
     datasets = [d.strip() for d in a.datasets.split(",") if d.strip()] if a.datasets else None
     tuned = decision.parse_tuned_drafters(a.tuned_drafter)
-    cells = load_cells(a.runs, a.config, datasets, decision.expand_arms(a.arms, list(tuned)), tuned)
+    try:
+        cells = load_cells(a.runs, a.config, datasets, decision.expand_arms(a.arms, list(tuned)), tuned)
+    except FileNotFoundError as e:
+        ap.error(str(e))
     if not cells:
         print(f"[cost_model] no finished cell under {a.runs}", file=sys.stderr)
         return 1

@@ -268,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
                         "id": cell_archive.this_machine()["id"]},
             "versions": decision._versions(), "shard_rows": a.shard_rows, "base_rows": a.base_rows,
             "this_invocation": {"variants": statuses, "seconds": round(time.perf_counter() - t0, 1)}}
+    if not any(r["rows"] for r in results):
+        # nothing finished here (e.g. --analyse-only on a fresh clone): keep the tables there are
+        print(f"[throughput] no finished variant under {a.runs} for {a.config}: {a.out.with_suffix('.json')} and "
+              ".md left as they are (run `make bench-throughput`, or pass --runs where the variants ran)",
+              file=sys.stderr)
+        return 2 if a.analyse_only else 1
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.with_suffix(".json").write_text(json.dumps({**meta, "variants": results}, indent=1))
     a.out.with_suffix(".md").write_text(markdown(results, meta))

@@ -147,3 +147,11 @@ def test_the_slowest_draft_scales_generation(tmp_path):
     p = spec["projected_s_per_row"]
     assert p["total_s"] == pytest.approx(200 / 1000 + 40 / 20 + 1.0)
     assert p["total_s_slowest_draft"] == pytest.approx(200 / 1000 + 3 * 40 / 20 + 1.0)
+
+
+def test_a_missing_runs_directory_is_a_usage_error(tmp_path, capsys):
+    out = tmp_path / "cp"
+    with pytest.raises(SystemExit) as e:
+        cost_model.main(["--runs", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert e.value.code == 2 and "no such directory" in capsys.readouterr().err
+    assert not out.with_suffix(".json").exists()

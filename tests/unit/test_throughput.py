@@ -132,3 +132,11 @@ def test_analyse_only_tabulates_a_runs_tree(tmp_path):
                             "--modes", decision.ONE_ROUND_ARM]) == 0
     res = json.loads(out.with_suffix(".json").read_text())
     assert [(r["mode"], r["docs"]) for r in res["variants"]] == [(decision.ONE_ROUND_ARM, 10), ("standard", 10)]
+
+
+def test_analyse_only_with_nothing_finished_keeps_the_tables(tmp_path, capsys):
+    out = tmp_path / "tp"
+    out.with_suffix(".md").write_text("committed figures\n")
+    assert throughput.main(["--analyse-only", "--runs", str(tmp_path / "empty"), "--out", str(out)]) == 2
+    assert "no finished variant" in capsys.readouterr().err
+    assert out.with_suffix(".md").read_text() == "committed figures\n" and not out.with_suffix(".json").exists()

@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -137,8 +138,6 @@ def variants_on_disk(runs: Path, modes: tuple[str, ...] = MODES) -> list[Variant
     """Variants with a done marker under ``runs`` (``<runs>/<mode>/rows<R>-n<N>/_shards/*.json``),
     whatever this invocation planned, so that a subset run (``--modes``, ``--docs``) does not
     drop the figures of variants finished before from ``<out>.json``/``.md``."""
-    import re
-
     found = []
     for mode in modes:
         for d in sorted((runs / mode).glob("rows*-n*")):

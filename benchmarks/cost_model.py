@@ -315,8 +315,9 @@ def load_cells(runs: Path, config: Path, datasets: list[str] | None, arms: list[
 
     base = load_config(config)
     if not runs.is_dir():
-        raise FileNotFoundError(f"--runs {runs}: no such directory (the decision benchmark's runs: run `make bench`, "
-                                "or restore archived cells with `decision.py --analyse-only --machine <id> --runs <dir>`)")
+        raise FileNotFoundError(f"--runs {runs}: no such directory (the decision benchmark's runs: run `make "
+                                "bench`, or restore archived cells with `decision.py --analyse-only --machine <id> "
+                                "--runs <dir>`)")
     names = datasets or sorted(p.name for p in runs.iterdir() if p.is_dir() and (p / "input").is_dir())
     cells: dict = {}
     for ds in names:

@@ -240,8 +240,7 @@ ARM_OVERRIDES: dict[str, dict] = {
     "speculative": {},
     "speculative-smol": {"drafter.model": SMOL_DRAFTER},
     # the product's defaults on top of the config's models and sizes, frozen as of 2026-12-04
-    DEFAULT_ARM: {"sampling.adaptive": True, "selection.use_self_consistency": False,
-                  "selection.use_self_reflection": False},
+    DEFAULT_ARM: {**_ONE_ROUND_DEFAULTS, "sampling.adaptive": True},
     ONE_ROUND_ARM: _ONE_ROUND_DEFAULTS,
     LARGE_DRAFTER_ARM: _ONE_ROUND_DEFAULTS,  # and drafter.model = the config's verifier.model (arm_config)
     TUNED_ARM: {},  # drafter.model set from --tuned-drafter (also each speculative-tuned-<label>)
@@ -1129,8 +1128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "decision", help="results.json, tables.md")
     ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (all remaining when fewer)")
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--arms", default="all", help="arms and groups (main, default, drafter-size, tuned, ablations, fallback, all; "
-                    "'tuning' = only the tuning-split cells; 'tuning-selection' = the selection-tuning cells "
+    ap.add_argument("--arms", default="all", help="arms and groups (main, default, drafter-size, tuned, ablations, "
+                    "fallback, all; 'tuning' = only the tuning-split cells; 'tuning-selection' = the selection-tuning cells "
                     "(rows after the reported ones, choosing the selection variants with the tuning cells); "
                     "'tuning-verifier' = the verifier-tuning cells (the reserve's last rows, read by nothing "
                     "before; analyse them alone to apply the draft_score_only rule); 'tuning-adaptive' = the "

@@ -18,7 +18,7 @@ $(BIN)/python:
 # not import beside CPU torch and break vLLM's model imports, and triton is unused on CPU.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[cpu,ray,test,bench,train]'
+	$(BIN)/pip install -q -e '.[cpu,ray,test,bench,train,docs]'
 	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $@
 

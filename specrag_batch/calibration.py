@@ -2,7 +2,7 @@
 
 The paper (§3.3) ranks drafts by ρ and leaves the use of a low score open; this product flags
 a row ``low_confidence`` when the selected draft's confidence is below ``selection.tau_min``
-(:func:`specrag_batch.selection.select`). Which value to use depends on the models, the task
+(:func:`specrag_batch.stages.selection.select`). Which value to use depends on the models, the task
 and the measure, so it is read off a run with gold answers:
 
 * a row is *kept* (not flagged) when its confidence is ≥ τ; consensus fast-path rows are
@@ -18,7 +18,7 @@ and the measure, so it is read off a run with gold answers:
   on each resample).
 
 Confidence measures: ``score`` (log ρ, nats) and ``mean_logprob`` (nats per token,
-:func:`specrag_batch.selection.mean_logprob`); their AUROC for telling correct from wrong rows
+:func:`specrag_batch.stages.selection.mean_logprob`); their AUROC for telling correct from wrong rows
 is :func:`auroc`.
 """
 
@@ -242,7 +242,7 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
 
     A confidence above 0 is refused rather than a τ_min clamped to 0: both measures are
     natural-log probabilities (≤ 0), so such values are another writer's scores, and a clamped
-    τ would keep rows the target did not choose (:class:`specrag_batch.config.Selection`
+    τ would keep rows the target did not choose (:class:`specrag_batch.config.SelectionConfig`
     refuses a positive ``tau_min`` for the same reason).
 
     Raises:

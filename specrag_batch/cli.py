@@ -88,7 +88,7 @@ def _cache_row(t: Table, name: str, st: dict) -> None:
 def _cost_rows(t: Table, m: dict) -> None:
     """The two cost sections of the summary, labelled (:func:`run.cost_of`): the output's (every
     finished shard, whichever run computed it, from the done markers) and this invocation's."""
-    from .run import cost_of
+    from .manifest import cost_of
 
     cost = cost_of(m)
     o, this = cost["output"], cost["this_invocation"]
@@ -448,7 +448,7 @@ def index_build(
     batch_size: int = typer.Option(64, help="Embedding batch size (texts)."),
 ) -> None:
     """Embed a corpus and write a FAISS index for `run --index`."""
-    from .retrieval import build_index
+    from .index import build_index
 
     with _offline_errors():  # a missing or bad corpus, an unwritable output: exit 2, one line
         meta = build_index(corpus, output, embedding_model, batch_size)

@@ -173,7 +173,7 @@ class DrafterConfig(ModelConfig):
     @property
     def answer_budget(self) -> int | None:
         """``answer_max_tokens`` when ``answer_on_truncation`` is on, else None (no recovery):
-        the ``answer_max_tokens`` argument of :func:`specrag_batch.drafting.run_drafts`."""
+        the ``answer_max_tokens`` argument of :func:`specrag_batch.stages.drafting.run_drafts`."""
         return self.answer_max_tokens if self.answer_on_truncation else None
 
 
@@ -311,7 +311,7 @@ class SelectionConfig(_Strict):
         "\"Self-reflection variants\")")
     rule: Literal["argmax", "answer_vote", "length_normalised"] = Field(
         "argmax", description="how the fully scored valid drafts are ranked "
-        "(:func:`specrag_batch.selection.select`): argmax = the highest log ρ (the paper's "
+        "(:func:`specrag_batch.stages.selection.select`): argmax = the highest log ρ (the paper's "
         "rule, §3.3); answer_vote = drafts grouped by normalised answer, the group with the "
         "largest Σ ρ wins and its best-scored draft is returned; length_normalised = the "
         "highest log ρ per token (``mean_logprob``). answer_vote and length_normalised are "
@@ -383,7 +383,7 @@ class SelectionConfig(_Strict):
         "score", description="measure ``tau_min`` is compared with: score = log ρ (paper "
         "§3.3); mean_logprob = each enabled term per token (log ρ_draft / drafter tokens of "
         "β+α, log ρ_SC / verifier tokens of α+β, plus log ρ_SR), which does not fall with "
-        "draft length (:func:`specrag_batch.selection.mean_logprob`)")
+        "draft length (:func:`specrag_batch.stages.selection.mean_logprob`)")
     consensus_min: int | None = Field(
         None, ge=1, description="c: when at least c' = max(2, min(c, valid drafts of the row)) "
         "drafts give the same normalised answer the verifier is skipped for that row (fast "

@@ -295,7 +295,7 @@ def check_model_name(field: str, name: str, packaged: list[str] | None = None,
     """Check, before anything is written or loaded, that the model named ``name`` by config
     field ``field`` (``"drafter.model"``) can be used; returns how: ``"packaged"`` (a name of
     ``packaged``, default :data:`PACKAGED_MODELS`, as :func:`resolve_model` matches them: exactly,
-    or ignoring case with ``ignore_case`` as ``retrieval.load_embedder`` does; no network),
+    or ignoring case with ``ignore_case`` as ``embeddings.load_embedder`` does; no network),
     ``"local"`` (an existing local directory holding ``config.json`` or ``cache_file``; no network) or ``"hub"`` (``owner/name`` found
     in the local Hugging Face cache (file ``cache_file``) or on the hub, :func:`_hub_problem`).
 
@@ -346,7 +346,7 @@ def packaged_missing(name: str) -> list[str]:
     order; empty when all are, when the model is already converted in :func:`cache_dir` (its
     ``config.json``: the packages are no longer read; a tokenizer-only directory does not count,
     a run needs the weights), or when ``name`` is not a packaged model (an embedder of
-    ``retrieval.PACKAGED_EMBEDDERS`` is a main dependency). Nothing is read or converted."""
+    ``embeddings.PACKAGED_EMBEDDERS`` is a main dependency). Nothing is read or converted."""
     model = PACKAGED_MODELS.get(name)
     if model is None or (_cache_path(model) / "config.json").exists():
         return []
@@ -371,7 +371,7 @@ def check_config_models(cfg) -> dict[str, str]:
         ModelNameError: every model that cannot be used, one line each (in the order above),
             so that one correction pass fixes them all; each line opens with where the name
             came from (the config file or the flag, ``RunConfig.field_source``) when known."""
-    from .retrieval import PACKAGED_EMBEDDERS
+    from .embeddings import PACKAGED_EMBEDDERS
 
     named = hasattr(cfg, "field_source") and cfg.field_source("verifier.model") is not None
     fields = [("verifier.model", cfg.verifier.model, {})] if getattr(cfg, "uses_verifier", True) or named else []

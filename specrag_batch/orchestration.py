@@ -26,18 +26,8 @@ from .engines import EngineUsage, check_cpu_env, get_engine, merge_dtypes, used_
 from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from .models import check_config_models
 from .redaction import install_log_filter
-from .run import (
-    build_manifest,
-    check_foreign_outputs,
-    check_layout,
-    computed_part,
-    count_failed_rows,
-    new_run_id,
-    plan_run,
-    plan_shards,
-    require_shards,
-    write_manifest,
-)
+from .manifest import build_manifest, computed_part, count_failed_rows, new_run_id, write_manifest
+from .planning import check_foreign_outputs, check_layout, plan_run, plan_shards, require_shards
 from .shard import ShardJob, ShardResult, draft_shard, process_shard, verify_shard
 from .storage_tasks import PrefectIO, list_shards
 

@@ -54,7 +54,7 @@ NOT_A_LABEL = Flag.ANSWER_NOT_A_LABEL
 NOT_A_CHOICE = Flag.ANSWER_NOT_A_CHOICE
 ANSWER_FORCED = Flag.ANSWER_FORCED
 """Not set by :func:`parse_draft`: the drafting step sets it on a draft whose ``Answer:`` line
-it appended after a budget cut (:func:`specrag_batch.drafting.force_answers`)."""
+it appended after a budget cut (:func:`specrag_batch.stages.drafting.force_answers`)."""
 
 
 @dataclass

@@ -229,6 +229,60 @@ def drafter_prompt_ids(tokenizer, task: str, query: str, docs: Sequence[Document
     return ids
 
 
+class PromptTooLongError(ValueError):
+    """Even with the smallest per-document budget the prompt exceeds the context window."""
+
+
+def truncate_documents(tokenizer, docs: Sequence[Document], budget: int) -> tuple[list[Document], bool]:
+    """Cut each document's text to at most ``budget`` tokens (of ``tokenizer``, the drafter's).
+
+    A cut text is the decoded first ``budget`` tokens, right-stripped, plus ``" ..."`` (so it
+    may re-encode to a few tokens more than ``budget``). Titles are kept whole.
+
+    Returns:
+        (documents, whether any was truncated): one :class:`Document` per input, in order."""
+    out, cut = [], False
+    for document in docs:
+        ids = encode_plain(tokenizer, document.text)
+        if len(ids) > budget:
+            cut = True
+            out.append(Document(document.doc_id, document.title,
+                                tokenizer.decode(ids[:budget]).rstrip() + " ..."))
+        else:
+            out.append(document)
+    return out, cut
+
+
+def fitted_prompt(tokenizer, task: str, query: str, docs: Sequence[Document], choices, labels,
+                  doc_budget: int, max_prompt_tokens: int,
+                  layout: str = "documents_first",
+                  rationale_style: str = "one_or_two_sentences") -> tuple[list[int], bool]:
+    """Token ids of the drafter prompt in ``layout`` with the rationale instruction of
+    ``rationale_style`` (:func:`~specrag_batch.prompts.drafter_prompt_ids`),
+    shrinking the per-document budget (tokens) until it fits ``max_prompt_tokens``.
+
+    The budget starts at ``doc_budget`` and is multiplied by 0.6 (floor 16) after each try
+    that does not fit.
+
+    Returns (token ids, whether any document was truncated).
+
+    Raises:
+        PromptTooLongError: the prompt does not fit even at 16 tokens per document.
+        ValueError: unknown ``layout`` or ``rationale_style``.
+    """
+    budget = doc_budget
+    while True:
+        cut_docs, cut = truncate_documents(tokenizer, docs, budget)
+        ids = drafter_prompt_ids(tokenizer, task, query, cut_docs, choices, labels, layout, rationale_style)
+        if len(ids) <= max_prompt_tokens:
+            return ids, cut
+        if budget <= 16:
+            raise PromptTooLongError(
+                f"prompt needs {len(ids)} tokens at 16 tokens per document; the context allows "
+                f"{max_prompt_tokens}")
+        budget = max(16, int(budget * 0.6))
+
+
 @dataclass
 class VerifierPrompt:
     """Token ids of ``[Q, α, β, R]`` up to the assistant's reply, and the token index ranges

@@ -7,7 +7,7 @@
 * :class:`Draft` - one (subset, draft) pair and its scores; :meth:`Draft.to_record` /
   :meth:`Draft.from_record` are the one conversion used by the output Parquet and by the
   intermediate draft Parquet.
-* :class:`Selection` - the selected draft of a row.
+* :class:`SelectedAnswer` - the selected draft of a row.
 * :class:`FallbackAnswer` - a low-confidence row's second answer (``selection.fallback``).
 * :class:`Flag` - every flag name a row or a draft can carry.
 * :class:`ErrorReason` - the reason code of a row error (the output's ``error_reason``).
@@ -48,7 +48,7 @@ class Flag(StrEnum):
     ANSWER_FORCED = "answer_forced"
     """The draft stopped at ``drafter.max_tokens`` before its answer line; ``"\\nAnswer:"`` was
     appended and α generated after it (``drafter.answer_on_truncation``,
-    :func:`specrag_batch.drafting.force_answers`). Always with ``truncated_at_max_tokens``."""
+    :func:`specrag_batch.stages.drafting.force_answers`). Always with ``truncated_at_max_tokens``."""
     # draft flags: scores
     NON_FINITE_LOGPROB = "non_finite_logprob"
     VERIFIER_INPUT_TOO_LONG = "verifier_input_too_long"
@@ -166,7 +166,7 @@ class QueryRow:
     """One draft per subset (drafting; verifier scores filled by verification)."""
     consensus: list[int] | None = None
     """Indices of drafts agreeing on one answer (the fast path), [] when none (verification)."""
-    selection: Selection | None = None
+    selection: SelectedAnswer | None = None
     """The selected draft (selection)."""
     draft_rounds: int | None = None
     """Adaptive drafting (``sampling.adaptive``): 1 when all the row's drafts came from the
@@ -268,7 +268,7 @@ class FallbackAnswer:
 
 
 @dataclass
-class Selection:
+class SelectedAnswer:
     """Outcome of selection for one row: ``index`` into the row's drafts (None only when it
     has none), its log ρ ``score`` (natural log, paper §3.3; on the fast path log ρ_draft
     alone; None when the selected draft misses an enabled term, or on the fast path with the

@@ -22,7 +22,7 @@ from . import intermediate, resume, storage
 from .config import RunConfig
 from .evaluation import summarize
 from .pipeline import RunInfo, StageTimer, draft_stage, process_rows, verify_stage
-from .run import draft_output_uri, file_error, read_validated, shard_output_uri
+from .planning import draft_output_uri, file_error, read_validated, shard_output_uri
 from .schema import OUTPUT_SCHEMA, InputSchemaError, QueryRow
 
 FILE_ERRORS = (InputSchemaError, OSError, pa.ArrowInvalid, ValueError)

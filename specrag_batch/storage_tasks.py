@@ -12,7 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from . import resume, stopping, storage
-from .run import plan_shards, read_all_ids, read_validated
+from .planning import plan_shards, read_all_ids, read_validated
 from .schema import InputSchemaError, QueryRow
 
 IO_RETRIES = 3

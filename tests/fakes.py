@@ -198,7 +198,7 @@ class FakeEngine:
         prompt in four lacks "No", exercising the not-in-top-k bound) and filler ids below them."""
         if not prompts:
             return []
-        from specrag_batch.verification import word_token_ids
+        from specrag_batch.stages.verification import word_token_ids
 
         yes, no = min(word_token_ids(self.tokenizer, "yes")), min(word_token_ids(self.tokenizer, "no"))
         out = []

@@ -3,7 +3,7 @@
 For every labelled input row the document subsets are drawn exactly as inference draws them
 (:func:`specrag_batch.pipeline.retrieve` and :func:`~specrag_batch.pipeline.multi_perspective_subsets`,
 same config and seed), and the drafter prompt of each subset is built by the inference code
-(:func:`specrag_batch.drafting.fitted_prompt`). A **teacher** model (any model vLLM loads;
+(:func:`specrag_batch.prompts.fitted_prompt`). A **teacher** model (any model vLLM loads;
 default the configured verifier) sees the subset's documents, the question and the gold answer
 and writes a short rationale E. The training example is
 
@@ -37,9 +37,11 @@ import pyarrow as pa
 
 from .. import resume, storage
 from ..config import RunConfig
-from ..drafting import PromptTooLongError, fitted_prompt, max_prompt_tokens, truncate_documents
+from ..prompts import PromptTooLongError, fitted_prompt, truncate_documents
+from ..stages.drafting import max_prompt_tokens
 from ..pipeline import multi_perspective_subsets, retrieve
-from ..run import new_run_id, plan_shards, read_validated, shard_output_uri
+from ..manifest import new_run_id
+from ..planning import plan_shards, read_validated, shard_output_uri
 from ..schema import Document, QueryRow
 from .filters import (DropReason, answer_text, check_completion, check_rationale, completion_text,
                       evidence_words, strip_restatement)
@@ -237,7 +239,8 @@ def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
         FileNotFoundError: ``input_uri`` does not exist.
         ValueError: input and output overlap."""
     from ..engines import get_engine
-    from ..run import _versions, check_layout
+    from ..manifest import _versions
+    from ..planning import check_layout
 
     opts = opts or DataOptions()
     input_uri, output_uri = storage.normalize_uri(input_uri), storage.normalize_uri(output_uri)

@@ -2,8 +2,8 @@
 
 The held-out query ids (:func:`~specrag_batch.drafter_training.train.is_held_out`, same
 fraction as training) are never trained on. Each held-out example is drafted once, with the
-inference prompt of its subset (:func:`specrag_batch.drafting.fitted_prompt`) and the inference
-scorer/parser (:func:`specrag_batch.drafting.run_drafts`), by every model named.
+inference prompt of its subset (:func:`specrag_batch.prompts.fitted_prompt`) and the inference
+scorer/parser (:func:`specrag_batch.stages.drafting.run_drafts`), by every model named.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import statistics
 
 from ..config import RunConfig
-from ..drafting import DraftRequest, PromptTooLongError, fitted_prompt, max_prompt_tokens, run_drafts
+from ..stages.drafting import DraftRequest, max_prompt_tokens, run_drafts
+from ..prompts import PromptTooLongError, fitted_prompt
 from ..evaluation import score_row
 from ..records import Flag
 from ..schema import Document

@@ -7,7 +7,7 @@ fine-tunes every weight instead); the adapter is merged into the base and saved 
 model directory that vLLM loads by path (``drafter.model: <dir>`` in a run config).
 
 Prompts are rendered again for the base being trained by the inference code
-(:func:`specrag_batch.drafting.fitted_prompt` with the base's tokenizer, from the subset's
+(:func:`specrag_batch.prompts.fitted_prompt` with the base's tokenizer, from the subset's
 documents stored in the data), so the token ids trained on are the ids the drafter is given at
 inference. Each example is pre-tokenised here: ``input_ids`` = prompt ids + completion ids +
 end-of-turn id, ``completion_mask`` = 0 on the prompt, 1 on the rest; TRL's collator sets the
@@ -36,11 +36,11 @@ from pathlib import Path
 
 from .. import storage
 from ..config import RunConfig
-from ..drafting import PromptTooLongError, fitted_prompt
-from ..prompts import encode_plain
+from ..identity import TRAINING_MANIFEST, weights_hash
+from ..prompts import PromptTooLongError, encode_plain, fitted_prompt
 from ..schema import Document
 
-MANIFEST = "training_manifest.json"
+MANIFEST = TRAINING_MANIFEST
 CHECKPOINTS = "_checkpoints"
 
 
@@ -79,27 +79,6 @@ def is_held_out(query_id: str, fraction: float) -> bool:
     """Deterministic split by query id (sha256): the same query is never on both sides."""
     h = int.from_bytes(hashlib.sha256(query_id.encode()).digest()[:4], "little")
     return h < fraction * 2 ** 32
-
-
-def sha256_files(paths: list[Path]) -> str:
-    """sha256 over the bytes of files, in the given order (model weights, data shards)."""
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            while chunk := f.read(1 << 22):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-def weights_hash(model_dir: str) -> str:
-    """sha256 (hex) of a model directory's ``*.safetensors`` files (sorted by name).
-
-    Raises:
-        FileNotFoundError: no ``*.safetensors`` file in ``model_dir``."""
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{model_dir}: no *.safetensors weights")
-    return sha256_files(files)
 
 
 def tokenize_example(tokenizer, ex: dict, max_length: int, opts: TrainOptions) -> dict | None:
@@ -219,7 +198,7 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rows = read_training_data(data_uri)
-    from ..run import plan_shards
+    from ..planning import plan_shards
 
     shards, _ = plan_shards(storage.normalize_uri(data_uri))
     data_hash = hashlib.sha256(b"".join(storage.read_bytes(s) for s in shards)).hexdigest()
@@ -273,26 +252,3 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
         sort_keys=True).encode()).hexdigest()[:16]
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
     return manifest
-
-
-def drafter_identity(model: str) -> dict:
-    """Which drafter a run used, for the run manifest: the name, and for a local directory the
-    training manifest id (tuned drafters) or the sha256 of its weights; for packaged models
-    their pinned GGUF sha256. Never raises (unknown -> name only)."""
-    from ..models import PACKAGED_MODELS
-
-    out: dict = {"model": model}
-    if model in PACKAGED_MODELS:
-        out["gguf_sha256"] = PACKAGED_MODELS[model].sha256
-        return out
-    p = Path(model)
-    try:
-        if (p / MANIFEST).is_file():
-            m = json.loads((p / MANIFEST).read_text())
-            out.update(path=str(p.resolve()), training_manifest_id=m.get("manifest_id"),
-                       base_model=m.get("base_model"), weights_sha256=m.get("weights_sha256"))
-        elif p.is_dir():
-            out.update(path=str(p.resolve()), weights_sha256=weights_hash(str(p)))
-    except (OSError, ValueError):
-        pass
-    return out

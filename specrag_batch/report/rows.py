@@ -230,7 +230,7 @@ class RunData:
 
 
 def with_mean_logprob(df: pl.DataFrame, selection: dict | None = None) -> pl.DataFrame:
-    """Add ``mean_logprob`` (:func:`specrag_batch.selection.mean_logprob` of the selected draft,
+    """Add ``mean_logprob`` (:func:`specrag_batch.stages.selection.mean_logprob` of the selected draft,
     nats per token) to output rows. The selected draft is the row's draft whose three score
     terms and answer equal the row's; terms switched off in ``selection`` (the run config's
     ``selection`` mapping) are left out, and so are ρ_SC/ρ_SR on fast-path rows and in

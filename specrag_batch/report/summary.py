@@ -19,7 +19,7 @@ import polars as pl
 from .. import calibration
 from ..engines import prefix_cache_hit_rate
 from ..redaction import redact_text
-from ..run import cost_of
+from ..manifest import cost_of
 from .rows import RunData, with_marker_usage
 
 UNRECORDED = "unrecorded"

@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger
 from .. import storage
 from ..orchestration import run_flow
 from ..execution import ExecutionConfig
-from ..run import plan_shards
+from ..planning import plan_shards
 from .partitions import (
     check_timezone,
     parse_date,
@@ -36,7 +36,7 @@ class MissingPartitionError(FileNotFoundError):
 
 def check_partition(input_root: str, date) -> str:
     """The input partition URI of ``date`` under ``input_root`` (:func:`partition_uri`),
-    checked to exist and hold a Parquet shard (``run.plan_shards``).
+    checked to exist and hold a Parquet shard (``planning.plan_shards``).
 
     Raises:
         MissingPartitionError: the partition does not exist or has no ``*.parquet`` shard.

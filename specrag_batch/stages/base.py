@@ -1,4 +1,5 @@
-"""What a stage is, and the one :class:`Pipeline` that runs a list of stages over chunks.
+"""What a stage is: the fields it reads and writes, checked by
+:class:`specrag_batch.pipeline.Pipeline`, which runs a list of stages over chunks.
 
 A stage declares the :class:`~specrag_batch.records.QueryRow` fields it reads and writes
 (after Ray Data LLM's stages, which declare the keys they require and produce). A dotted name
@@ -106,70 +107,3 @@ def _check_rows(stage: Stage, rows: Sequence[QueryRow], names: Iterable[str], wh
                 if getattr(row, name) is None:
                     raise StageContractError(f"{when} stage {stage.name!r}: row {row.row_index} "
                                              f"(query_id={row.query_id!r}) has no {name!r}")
-
-
-class Pipeline:
-    """Stages run in order over the rows in chunks of ``chunk_rows``: all stages over one
-    chunk, then the next chunk. Chunking and timing are written here only.
-
-    Args:
-        stages: the stages, in order.
-        chunk_rows: rows per chunk (``RunConfig.chunk_rows``); each stage sends one batched
-            engine call per chunk.
-        given: row fields already set when the pipeline starts (default: the input fields;
-            the verifier side of a disaggregated run also has what the drafter side wrote).
-
-    Raises:
-        StageContractError: a stage reads a field nothing before it writes, or declares a
-            name that is not a row field.
-    """
-
-    def __init__(self, stages: Sequence[Stage], *, chunk_rows: int,
-                 given: Iterable[str] = INPUT_FIELDS):
-        self.stages, self.chunk_rows, self.given = list(stages), chunk_rows, tuple(given)
-        available = set(self.given)
-        for stage in self.stages:
-            for name in (*stage.reads, *stage.writes):
-                if row_field(name) not in _ROW_FIELDS:
-                    raise StageContractError(f"stage {stage.name!r} declares {name!r}, not a row field")
-            missing = [n for n in stage.reads if row_field(n) not in available]
-            if missing:
-                raise StageContractError(f"stage {stage.name!r} reads {missing}, which no earlier "
-                                         f"stage writes")
-            available |= {row_field(n) for n in stage.writes}
-
-    def chunks(self, rows: Sequence[QueryRow]) -> Iterator[list[QueryRow]]:
-        """Consecutive chunks of ``chunk_rows`` rows, in input order."""
-        for start in range(0, len(rows), self.chunk_rows):
-            yield list(rows[start:start + self.chunk_rows])
-
-    def run(self, rows: Sequence[QueryRow], timer: StageTimer | None = None) -> None:
-        """Run every stage over every chunk, updating the rows in place; wall seconds per
-        stage are added to ``timer``.
-
-        Raises:
-            StageContractError: a row without an error lacks a field a stage reads (before
-                it) or writes (after it)."""
-        timer = timer if timer is not None else StageTimer()
-        for chunk in self.chunks(rows):
-            for stage in self.stages:
-                _check_rows(stage, chunk, stage.reads, "before")
-                with timer.stage(stage.timer_name):
-                    stage(chunk)
-                _check_rows(stage, chunk, stage.writes, "after")
-
-    def split(self, before: str) -> tuple[Pipeline, Pipeline]:
-        """(the stages before the stage named ``before``, that stage and the rest): the two
-        halves of a disaggregated run. The second half is given what the first writes.
-
-        Raises:
-            ValueError: no stage has that name."""
-        names = [s.name for s in self.stages]
-        if before not in names:
-            raise ValueError(f"no stage {before!r} in {names}")
-        at = names.index(before)
-        first = Pipeline(self.stages[:at], chunk_rows=self.chunk_rows, given=self.given)
-        written = [row_field(n) for s in first.stages for n in s.writes]
-        second = Pipeline(self.stages[at:], chunk_rows=self.chunk_rows,
-                          given=(*self.given, *dict.fromkeys(written)))
-        return first, second

@@ -1,16 +1,16 @@
 """Stage 6 (optional), the fallback pass (``selection.fallback``): rows that selection flags
 ``low_confidence`` are answered a second time within the same chunk of the same shard, by a
-second stage list run over copies of those rows (:func:`specrag_batch.stages.fallback_stages`):
+second stage list run over copies of those rows (:func:`specrag_batch.pipeline.fallback_stages`):
 Standard RAG from all N documents (paper §4), or Speculative RAG again over N' documents from
 the index. The paper (§3.3) leaves the use of a low score open; this is one."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..config import RunConfig
 from ..records import FallbackAnswer, QueryRow
-from .base import EngineLike, Pipeline, Stage, StageTimer
+from .base import Stage
 
 
 def flagged(row: QueryRow) -> bool:
@@ -29,33 +29,28 @@ class Fallback(Stage):
     (:func:`~specrag_batch.stages.output.output_record`). The inner stages' seconds count as
     this stage's (timer ``fallback``).
 
-    Raises:
-        ValueError: a row is flagged and the engine the fallback needs was not given (the
-            verifier; for ``wider`` also the drafter)."""
+    Args:
+        config: the run's config (``selection.fallback`` names the source).
+        answer_again: runs the fallback's stage list over a list of row copies in place
+            (built by :func:`specrag_batch.pipeline.speculative_stages`); it raises
+            ``ValueError`` when the engine the fallback needs was not given."""
 
     name = timer_name = "fallback"
     reads = ("query_id", "query", "task", "choices", "documents", "selection")
     writes = ("fallback",)
 
-    def __init__(self, config: RunConfig, *, drafter: EngineLike | None, verifier: EngineLike | None):
-        self.config, self.drafter, self.verifier = config, drafter, verifier
+    def __init__(self, config: RunConfig, *, answer_again: Callable[[list[QueryRow]], None]):
+        self.config, self.answer_again = config, answer_again
         self.source = f"fallback_{config.selection.fallback}"
 
     def __call__(self, rows: Sequence[QueryRow]) -> None:
-        from . import fallback_stages  # the stage lists are built in the package module
-
-        kind = self.config.selection.fallback
         rows = [row for row in rows if flagged(row)]
         if not rows:
             return
-        if self.verifier is None or (kind == "wider" and self.drafter is None):
-            raise ValueError(f"selection.fallback {kind!r} needs the "
-                             f"{'drafter and verifier engines' if kind == 'wider' else 'verifier engine'}")
         copies = [QueryRow(row_index=row.row_index, query_id=row.query_id, query=row.query,
                            task=row.task, choices=row.choices,
                            documents=list(row.documents) if row.documents is not None else None)
                   for row in rows]
-        stages = fallback_stages(self.config, drafter=self.drafter, verifier=self.verifier)
-        Pipeline(stages, chunk_rows=len(copies)).run(copies, StageTimer())
+        self.answer_again(copies)
         for row, again in zip(rows, copies):
             row.fallback = FallbackAnswer(self.source, again)

@@ -8,7 +8,7 @@ import dataclasses
 from ..config import RunConfig
 from ..evaluation import score_row
 from ..models import model_id
-from ..records import Draft, Flag, QueryRow, Selection
+from ..records import Draft, Flag, QueryRow, SelectedAnswer
 from ..schema import DRAFT_TYPE
 from .base import RunInfo
 
@@ -19,7 +19,7 @@ def _add_flags(flags: list[str], more) -> None:
     flags += [flag for flag in more if flag not in flags]
 
 
-def output_row(row: QueryRow, result: tuple[list[Draft], Selection] | None, config: RunConfig,
+def output_row(row: QueryRow, result: tuple[list[Draft], SelectedAnswer] | None, config: RunConfig,
                info: RunInfo) -> dict:
     """One output record (see :data:`schema.OUTPUT_SCHEMA`) from the row and its
     (drafts, selection), None when the row has none (it has an error, or was not selected)."""

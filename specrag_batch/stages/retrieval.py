@@ -6,7 +6,7 @@ from typing import Sequence
 
 from ..config import RunConfig
 from ..records import Document, ErrorReason, Flag, QueryRow, add_flag, visible_text
-from ..retrieval import get_retriever
+from ..index import get_retriever
 from .base import Stage
 
 

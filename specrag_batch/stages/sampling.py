@@ -1,23 +1,235 @@
-"""Stage 2, multi-perspective sampling (paper §3.2): m document subsets per row."""
+"""Stage 2: multi-perspective sampling (paper §3.2).
+
+The top-N documents of a query are embedded *query-conditioned* (the embedding text contains
+the query and the document, so clusters reflect the documents' perspective on this query),
+grouped into k clusters with K-Means, and m subsets are drawn with one document per cluster.
+The query part of each text is budgeted in encoder tokens (:func:`conditioned_texts`) so a long
+query cannot push the documents out of the encoder's window.
+
+The stage class :class:`MultiPerspectiveSampling` embeds every row of a chunk in one encoder
+call and draws each row's subsets.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import hashlib
+import warnings
+from typing import Literal, Sequence
 
 import numpy as np
+from sklearn.cluster import KMeans
 
 from ..config import RunConfig
+from ..embeddings import embed, load_embedder
 from ..records import Flag, QueryRow, add_flag
-from ..retrieval import embed, load_embedder
-from ..sampling import cluster_documents, conditioned_texts, row_seed, sample_subsets
 from .base import Stage
+
+Subset = tuple[int, ...]
+
+
+# row flags
+TRUNCATED_QUERY = Flag.TRUNCATED_QUERY_FOR_SAMPLING
+TRUNCATED_DOCUMENTS = Flag.TRUNCATED_DOCUMENTS_FOR_SAMPLING
+
+
+def conditioned_texts(query: str, documents: Sequence[str], instruction: str, tokenizer,
+                      max_seq_length: int) -> tuple[list[str], list[str]]:
+    """The query-conditioned embedding texts of one row (paper §3.2), with the query budgeted in
+    the encoder's own tokens so that every document reaches the encoder.
+
+    The encoder sees at most ``max_seq_length`` tokens (special tokens included) and drops the
+    rest; with the default ``{query}\n{document}`` a long query would fill the window and every
+    document would embed alike. The query keeps all of its tokens when the row's longest
+    document still fits beside it; otherwise it is cut (its head kept, at a token boundary) to
+    ``max(room - longest document, room // 2)`` tokens, where ``room`` is the window less the
+    special tokens and the instruction's own text. So each document gets at least half of the
+    window, and every document of the row is conditioned on the same query text.
+
+    Args:
+        query: the row's question or claim.
+        documents: the texts to embed (``title\ntext``), N >= 1.
+        instruction: ``sampling.query_instruction`` with ``{query}`` and ``{document}``.
+        tokenizer: the encoder's Hugging Face tokenizer (a fast one cuts the query's own text
+            at a token offset; a slow one decodes the kept tokens).
+        max_seq_length: the encoder's window in tokens (``SentenceTransformer.max_seq_length``).
+
+    Returns:
+        (texts, flags): one text per document, in order; flags holds
+        :data:`TRUNCATED_QUERY` when the query was cut and :data:`TRUNCATED_DOCUMENTS` when a
+        text is still longer than the window (a document longer than its share: its end does
+        not reach the encoder).
+
+    Raises:
+        ValueError: the instruction alone leaves no room in the window.
+    """
+    def count(texts: list[str]) -> list[int]:
+        return [len(x) for x in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
+
+    window = max_seq_length - tokenizer.num_special_tokens_to_add(pair=False)
+    room = window - count([instruction.format(query="", document="")])[0]
+    if room <= 0:
+        raise ValueError(f"sampling.query_instruction leaves no room in the encoder's "
+                         f"{max_seq_length}-token window")
+    flags: list[str] = []
+    budget = max(room - max(count(list(documents))), room // 2)
+    if count([query])[0] > budget:
+        if budget <= 0:
+            query = ""
+        elif getattr(tokenizer, "is_fast", False):  # cut the original text at a token boundary
+            offsets = tokenizer(query, add_special_tokens=False, return_offsets_mapping=True,
+                                verbose=False)["offset_mapping"]
+            query = query[:offsets[budget - 1][1]]
+        else:
+            query = tokenizer.decode(tokenizer(query, add_special_tokens=False, verbose=False)["input_ids"][:budget])
+        flags.append(TRUNCATED_QUERY)
+    texts = [instruction.format(query=query, document=d) for d in documents]
+    if max(count(texts)) > window:
+        flags.append(TRUNCATED_DOCUMENTS)
+    return texts, flags
+
+
+def row_seed(seed: int, query_id: str) -> int:
+    """Stable per-row seed: sha256(seed, query_id) -> uint32 (independent of PYTHONHASHSEED)."""
+    h = hashlib.sha256(f"{seed}\x00{query_id}".encode()).digest()
+    return int.from_bytes(h[:4], "little")
+
+
+def _distinct_rows(embeddings: np.ndarray) -> int:
+    return len(np.unique(np.round(embeddings, 6), axis=0))
+
+
+def cluster_documents(embeddings: np.ndarray, k: int, seed: int, n_init: int = 10) -> np.ndarray:
+    """K-Means labels for the query-conditioned document embeddings of one row (paper §3.2:
+    the top-N documents are clustered into k groups by K-Means).
+
+    Args:
+        embeddings: float array, shape (N, d) (:func:`specrag_batch.embeddings.embed` of
+            :func:`conditioned_texts`); N = 0 gives an empty label array.
+        k: requested clusters; clamped to k_eff = min(k, N, distinct embeddings), rows
+            compared after rounding to 6 decimals; k_eff = 1 skips K-Means (all label 0).
+        seed: K-Means ``random_state``.
+        n_init: K-Means restarts (``sampling.kmeans_n_init``).
+
+    Returns:
+        int array of shape (N,), labels in ``[0, k_eff)`` with every label used, numbered in
+        order of first appearance (so they do not depend on K-Means' label ids).
+    """
+    n = embeddings.shape[0]
+    k_eff = max(1, min(k, n, _distinct_rows(embeddings)))
+    if k_eff == 1:
+        return np.zeros(n, dtype=int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning on near-duplicate points
+        km = KMeans(n_clusters=k_eff, random_state=seed, n_init=n_init)
+        labels = km.fit_predict(np.asarray(embeddings, dtype=np.float64))
+    # relabel 0..k-1 in order of first appearance so results do not depend on label ids
+    _, first = np.unique(labels, return_index=True)
+    order = {lab: i for i, lab in enumerate(labels[np.sort(first)])}
+    return np.array([order[x] for x in labels], dtype=int)
+
+
+def _distinct_subset_count(sizes: Sequence[int], cap: int) -> int:
+    total = 1
+    for s in sizes:
+        total *= s
+        if total >= cap:
+            return cap
+    return total
+
+
+def sample_subsets(
+    labels: np.ndarray,
+    m: int,
+    seed: int,
+    strategy: Literal["cluster", "cluster_cover", "random", "single_cluster"] = "cluster",
+    k: int | None = None,
+) -> list[Subset]:
+    """Draw up to m distinct document subsets.
+
+    ``cluster`` (paper §3.2): each subset holds one document from every cluster, so a subset
+    has k_eff = number of clusters documents, drawn uniformly within each cluster, independently
+    for every subset. ``cluster_cover``: the same one-document-per-cluster subsets, but each
+    cluster's documents are dealt out without replacement (a fresh random order of the cluster
+    per pass), so no document of a cluster comes back before all of that cluster's documents
+    have been used; with m >= the largest cluster's size every document is in some subset (the
+    paper's uniform draw leaves a document of a 5-document cluster out of all m = 5 subsets
+    with probability 0.8^5 = 0.33). ``random`` (Table 3 ablation "random sampling"):
+    k documents uniformly at random. ``single_cluster`` (ablation "sampling from the same
+    cluster"): k documents all from one cluster (or the whole cluster if smaller).
+
+    Subsets are sorted index tuples; duplicates are never repeated, so fewer than m subsets
+    come back when fewer distinct ones exist, or when the draws stop at 50·m + 100 attempts
+    before finding that many distinct ones. Deterministic for a given seed.
+
+    Args:
+        labels: shape (N,), cluster label per document (from :func:`cluster_documents`).
+        m: number of subsets wanted (drafts).
+        seed: RNG seed (use :func:`row_seed`).
+        k: documents per subset for ``random``/``single_cluster`` (default: number of
+            clusters; clamped to [1, N]); ignored by ``cluster`` and ``cluster_cover``.
+
+    Returns:
+        list of at most m subsets, each a sorted tuple of document indices into the N documents.
+
+    Raises:
+        ValueError: unknown ``strategy`` (only when N > 0 and m > 0).
+    """
+    n = len(labels)
+    if n == 0 or m <= 0:
+        return []
+    rng = np.random.default_rng(seed)
+    clusters = [np.flatnonzero(labels == c) for c in range(int(labels.max()) + 1)]
+    clusters = [c for c in clusters if len(c)]
+    per = k if k is not None else len(clusters)
+    per = max(1, min(per, n))
+
+    if strategy == "cluster":
+        target = _distinct_subset_count([len(c) for c in clusters], m)
+        draw = lambda: tuple(sorted(int(rng.choice(c)) for c in clusters))  # noqa: E731
+    elif strategy == "random":
+        from math import comb
+        target = min(m, comb(n, per))
+        draw = lambda: tuple(sorted(int(i) for i in rng.choice(n, size=per, replace=False)))  # noqa: E731
+    elif strategy == "single_cluster":
+        from math import comb
+        target = min(m, sum(comb(len(c), min(per, len(c))) for c in clusters))
+
+        def draw() -> Subset:
+            c = clusters[int(rng.integers(len(clusters)))]
+            size = min(per, len(c))
+            return tuple(sorted(int(i) for i in rng.choice(c, size=size, replace=False)))
+    elif strategy == "cluster_cover":
+        target = _distinct_subset_count([len(c) for c in clusters], m)
+        decks: list[list[int]] = [[] for _ in clusters]
+
+        def draw() -> Subset:
+            picks = []
+            for ci, c in enumerate(clusters):
+                if not decks[ci]:  # a new pass over the cluster, in a fresh random order
+                    decks[ci] = [int(i) for i in rng.permutation(c)]
+                picks.append(decks[ci].pop())
+            return tuple(sorted(picks))
+    else:
+        raise ValueError(f"unknown sampling strategy {strategy!r}")
+
+    out: list[Subset] = []
+    seen: set[Subset] = set()
+    attempts = 0
+    while len(out) < target and attempts < 50 * m + 100:
+        attempts += 1
+        s = draw()
+        if s not in seen:
+            seen.add(s)
+            out.append(s)
+    return out
+
 
 
 class MultiPerspectiveSampling(Stage):
     """Query-conditioned embeddings of every (query, document) pair of the chunk in one
     encoder call, K-Means per row (k = ``sampling.num_clusters``), m = ``sampling.num_drafts``
     subsets of one document per cluster (paper §3.2). The query is budgeted in encoder tokens
-    so every document reaches the encoder (:func:`~specrag_batch.sampling.conditioned_texts`;
+    so every document reaches the encoder (:func:`~specrag_batch.stages.sampling.conditioned_texts`;
     cuts are flagged on the row). ``sampling.strategy: random`` needs no embeddings."""
 
     name = "multi_perspective_sampling"

@@ -1,17 +1,245 @@
-"""Stage 4, verification (paper §3.3): the consensus fast path, then the verifier's
-self-consistency and self-reflection scores of every remaining valid draft of the chunk in one
-batched call (question block only, never the documents)."""
+"""Stage 4: verification (paper §3.3). The verifier scores each draft in one forward pass.
+
+Input per draft: ``[Q, α, β, R]`` — the question block (never the documents), the draft's
+answer α *as the drafter wrote it* (e.g. the letter ``B`` of a choice row) and rationale β,
+the reflection question R, then the chat template's assistant opening. One vLLM request
+returns the prompt's log-probs and the top-k log-probs of the next token (natural log):
+
+* self-consistency  log ρ_SC = Σ log P(t | prefix) over the α and β tokens = log P(α, β | Q)
+* self-reflection   from the next token, where the verifier answers R:
+  P(Yes) = Σ P(t) over the tokenizer's single-token spellings of "yes" (``Yes``, ``yes``,
+  ``YES``, each with and without a leading space), P(No) likewise.
+  ``selection.self_reflection: paper``    log ρ_SR = log P(Yes)               (the paper's term)
+  ``selection.self_reflection: contrast`` log ρ_SR = log P(Yes) / (P(Yes) + P(No))
+  (:func:`self_reflection_score`; the draft keeps log P(Yes) and log P(No), so the other
+  variant can be computed after a run from the output's drafts)
+
+When no spelling of a word is among the top-k next tokens (k = :data:`TOP_K`), its
+probability is bounded by the k-th largest log-prob, which is used in its place, and the
+draft is flagged ``self_reflection_yes_not_in_top_k`` / ``self_reflection_no_not_in_top_k``
+(with neither word present, ``contrast`` gives log 0.5).
+
+α and β token positions come from :func:`prompts.verifier_prompt` (data encoded separately,
+never located by searching the text).
+
+The stage class :class:`Verification` runs the consensus fast path, then :func:`verify` over
+every remaining valid draft of the chunk in one batched call.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
 from typing import Sequence
 
 from ..config import RunConfig
-from ..prompts import Question
-from ..records import ErrorReason, QueryRow
-from ..selection import consensus
-from ..verification import verify
+from ..engines import Engine, clean_logprob
+from ..prompts import Question, VerifierPrompt, encode_plain, verifier_prompt
+from ..records import Draft, ErrorReason, Flag, QueryRow, add_flag
 from .base import EngineLike, Stage
+from .selection import consensus
+
+NON_FINITE = Flag.NON_FINITE_LOGPROB
+TOO_LONG = Flag.VERIFIER_INPUT_TOO_LONG
+TOP_K = 20
+"""Next-token log-probs requested for self-reflection (vLLM's default ``max_logprobs``)."""
+SELF_REFLECTION_MODES = ("paper", "contrast")
+
+
+def _sum(logprobs: Sequence[float | None], positions: range) -> tuple[float, bool]:
+    """(Sum of the cleaned log-probs at ``positions``, whether any was not finite)."""
+    total, bad = 0.0, False
+    for position in positions:
+        value, non_finite = clean_logprob(logprobs[position])
+        total += value
+        bad |= non_finite
+    return total, bad
+
+
+def word_token_ids(tokenizer, word: str) -> set[int]:
+    """Ids of the tokenizer's single-token spellings of ``word``: lower, Capitalised and
+    UPPER case, each with and without a leading space (spellings that take several tokens
+    are left out). ``tokenizer``: a Hugging Face tokenizer (encoded with
+    :func:`~specrag_batch.prompts.encode_plain`). May be empty: then no probability mass is
+    found for the word and :func:`reflection_scores` uses its k-th log-prob bound."""
+    ids = set()
+    for w in {word.lower(), word.capitalize(), word.upper()}:
+        for pre in ("", " "):
+            t = encode_plain(tokenizer, pre + w)
+            if len(t) == 1:
+                ids.add(t[0])
+    return ids
+
+
+def _logsumexp(xs: Sequence[float]) -> float:
+    m = max(xs)
+    return m + math.log(sum(math.exp(x - m) for x in xs))
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in SELF_REFLECTION_MODES:
+        raise ValueError(f"selection.self_reflection must be one of {SELF_REFLECTION_MODES}, got {mode!r}")
+
+
+def self_reflection_score(logprob_yes: float | None, logprob_no: float | None, mode: str) -> float | None:
+    """log ρ_SR of one draft from the verifier's log P(Yes) and log P(No) after R (paper §3.3,
+    self-reflection score; natural log-probs in, a natural log-prob out).
+
+    ``paper``: log ρ_SR = log P(Yes), the paper's term. ``contrast``: log ρ_SR =
+    log P(Yes) / (P(Yes) + P(No)) = log P(Yes) - logsumexp(log P(Yes), log P(No)), in (-inf, 0].
+    The stored ``Draft.logprob_yes`` / ``logprob_no`` give either variant after a run.
+
+    Returns None when either log-prob is None (the verifier gives both or neither: the draft
+    was not verified, or the next token's log-probs were unavailable); selection then ranks
+    the draft after every fully scored draft (:func:`specrag_batch.stages.selection.select`).
+
+    Raises:
+        ValueError: ``mode`` not in :data:`SELF_REFLECTION_MODES`.
+    """
+    _check_mode(mode)
+    if logprob_yes is None or logprob_no is None:
+        return None
+    return logprob_yes if mode == "paper" else logprob_yes - _logsumexp([logprob_yes, logprob_no])
+
+
+def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int],
+                      mode: str) -> tuple[float | None, float | None, float | None, list[str]]:
+    """(log ρ_SR, log P(Yes), log P(No), flags) from the next token's top-k log-probs.
+
+    Args:
+        top: token id -> natural log-prob of the k most likely next tokens.
+        yes_ids, no_ids: :func:`word_token_ids` of "yes" and "no".
+        mode: ``paper`` (log P(Yes)) or ``contrast`` (log P(Yes)/(P(Yes)+P(No))).
+
+    A word with no spelling in ``top`` takes the k-th log-prob as its (upper-bound) value and
+    adds a flag (see the module docstring). Empty ``top``: all None, flag
+    ``self_reflection_unavailable``.
+
+    Raises:
+        ValueError: unknown ``mode``.
+    """
+    _check_mode(mode)
+    vals = [v for v in top.values() if math.isfinite(v)]
+    if not vals:
+        return None, None, None, [Flag.SELF_REFLECTION_UNAVAILABLE]
+    kth, flags, out = min(vals), [], []
+    for ids, missing in ((yes_ids, Flag.SELF_REFLECTION_YES_NOT_IN_TOP_K),
+                         (no_ids, Flag.SELF_REFLECTION_NO_NOT_IN_TOP_K)):
+        hits = [top[t] for t in ids if t in top and math.isfinite(top[t])]
+        if hits:
+            out.append(_logsumexp(hits))
+        else:
+            out.append(kth)
+            flags.append(missing)
+    lp_yes, lp_no = out
+    return self_reflection_score(lp_yes, lp_no, mode), lp_yes, lp_no, flags
+
+
+def prompt_scores(prompt: VerifierPrompt, prompt_logprobs: Sequence[float | None], top: dict[int, float],
+                  yes_ids: set[int], no_ids: set[int], mode: str
+                  ) -> tuple[float, float, float | None, float | None, float | None, list[str]]:
+    """The verifier's terms from one forward pass over ``prompt`` (paper §3.3; natural log):
+    (log-prob of α's tokens, log-prob of β's tokens, log ρ_SR, log P(Yes), log P(No), flags).
+    The two sums are over ``prompt.answer_tokens`` / ``prompt.rationale_tokens``, each token
+    given everything before it, so their sum is log ρ_SC = log P(α, β | Q) in either order
+    of :data:`~specrag_batch.prompts.VERIFIER_ORDERS`. Flags: :func:`reflection_scores`'s,
+    plus ``non_finite_logprob`` when a summed log-prob was not finite (cleaned as
+    :func:`~specrag_batch.engines.clean_logprob` does).
+
+    Args:
+        prompt_logprobs: per prompt token, its log-prob (None at position 0), as the engine's
+            ``prompt_and_next_logprobs`` returns it; top: the next token's top-k log-probs.
+
+    Raises:
+        ValueError: unknown ``mode``."""
+    answer_logprob, answer_bad = _sum(prompt_logprobs, prompt.answer_tokens)
+    rationale_logprob, rationale_bad = _sum(prompt_logprobs, prompt.rationale_tokens)
+    sr, lp_yes, lp_no, flags = reflection_scores(top, yes_ids, no_ids, mode)
+    flags += [NON_FINITE] if answer_bad or rationale_bad else []
+    return answer_logprob, rationale_logprob, sr, lp_yes, lp_no, flags
+
+
+def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], reflection_question: str,
+           max_prompt_tokens: int, mode: str = "paper", desc: str = "verification", *,
+           deduplicate: bool = False, saved: dict[Hashable, int] | None = None) -> dict[Hashable, str]:
+    """Fill each draft's verifier scores in place (paper §3.3; natural log-probs):
+    ``score_self_consistency`` (log ρ_SC, the summed log-probs of α's and β's tokens given Q),
+    ``score_self_reflection`` (log ρ_SR after R), ``logprob_yes``/``logprob_no`` and the
+    token counts ``tokens_answer``/``tokens_rationale`` (verifier tokens). One forward pass
+    per draft over [Q, α, β, R] and the template's assistant opening
+    (:func:`~specrag_batch.prompts.verifier_prompt`): its prompt log-probs give log ρ_SC and
+    the next token's top-:data:`TOP_K` log-probs give log ρ_SR; the verifier never reads the
+    documents.
+
+    Args:
+        engine: the verifier engine (its tokenizer renders the prompts).
+        items: (row key, question, draft); all scored in one batched engine call.
+        reflection_question: R, the self-reflection statement asked after the draft.
+        max_prompt_tokens: the verifier's context, tokens; a longer input gets flag
+            ``verifier_input_too_long`` and null verifier scores instead of failing the batch
+            (selection then ranks it after every fully scored draft).
+        mode: self-reflection variant, ``paper`` | ``contrast`` (module docstring).
+        desc: progress-bar label.
+        deduplicate: ``verifier.deduplicate_drafts``: drafts of one row key whose verifier
+            inputs have the same token ids (same Q, α as written, β and R) share one forward
+            pass, and each gets the same scores, token counts and verifier flags (the inputs
+            are identical, so are the scores a pass of their own would give, up to the
+            engine's batch-dependent low digits). Only within a row key: across rows the
+            question differs (a repeated question in two rows is scored twice). This
+            product's optimisation, not the paper's. Drafts over ``max_prompt_tokens`` are
+            flagged each, as without it.
+        saved: when given, filled with row key -> forward passes saved by ``deduplicate``
+            (drafts scored from another draft's pass; 0 for a scored row with none), for the
+            row keys whose drafts were scored (not the rows of the returned errors).
+
+    Returns:
+        row key -> error message for rows where building a verifier input raised; those rows'
+        drafts are not scored (the caller turns the message into the row's ``error``).
+
+    Raises:
+        ValueError: unknown ``mode`` (checked before any work, even with no items).
+    """
+    _check_mode(mode)
+    tokenizer = engine.tokenizer
+    yes_ids, no_ids = word_token_ids(tokenizer, "yes"), word_token_ids(tokenizer, "no")
+    prompts, groups, errors = [], [], {}  # groups[i]: (row key, drafts scored by prompts[i])
+    first: dict[tuple, int] = {}  # (row key, prompt token ids) -> index in prompts (deduplicate)
+    for key, question, draft in items:
+        if key in errors:
+            continue
+        try:
+            prompt = verifier_prompt(tokenizer, question, draft.written_answer or draft.answer,
+                                     draft.rationale, reflection_question)
+        except Exception as e:  # one row's bad input must not fail the batch
+            errors[key] = f"building the verifier input failed: {type(e).__name__}: {e}"
+            continue
+        if len(prompt.token_ids) > max_prompt_tokens:
+            add_flag(draft.flags, TOO_LONG)
+            continue
+        if deduplicate:
+            ident = (key, tuple(prompt.token_ids))
+            if ident in first:
+                groups[first[ident]][1].append(draft)
+                continue
+            first[ident] = len(prompts)
+        prompts.append(prompt)
+        groups.append((key, [draft]))
+    outputs = engine.prompt_and_next_logprobs([p.token_ids for p in prompts], TOP_K, desc=desc)
+    for prompt, (key, drafts), (prompt_logprobs, top) in zip(prompts, groups, outputs):
+        if key in errors:
+            continue
+        answer_logprob, rationale_logprob, sr, lp_yes, lp_no, flags = prompt_scores(
+            prompt, prompt_logprobs, top, yes_ids, no_ids, mode)
+        for draft in drafts:
+            draft.score_self_consistency = answer_logprob + rationale_logprob
+            draft.tokens_answer, draft.tokens_rationale = len(prompt.answer_tokens), len(prompt.rationale_tokens)
+            draft.score_self_reflection, draft.logprob_yes, draft.logprob_no = sr, lp_yes, lp_no
+            for flag in flags:
+                add_flag(draft.flags, flag)
+        if saved is not None:
+            saved[key] = saved.get(key, 0) + len(drafts) - 1
+    return errors
+
 
 
 def question(row: QueryRow, config: RunConfig) -> Question:
@@ -25,7 +253,7 @@ class Verification(Stage):
     them do (``consensus_threshold``; [] otherwise); those rows skip the verifier. Other rows'
     valid drafts get ``score_self_consistency`` = log ρ_SC = log P(α, β | Q) and
     ``score_self_reflection`` = log ρ_SR (paper §3.3; nats;
-    :func:`specrag_batch.verification.verify`) within ``verifier.max_model_len - 1`` tokens.
+    :func:`specrag_batch.stages.verification.verify`) within ``verifier.max_model_len - 1`` tokens.
     With no verifier, or both verifier terms switched off, only ``consensus`` is set.
     ``verifier.deduplicate_drafts``: a row's drafts with the same verifier input share one
     forward pass; ``verifier_drafts_deduplicated`` counts the passes saved per scored row."""

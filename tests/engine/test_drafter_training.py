@@ -153,7 +153,8 @@ def test_only_completion_tokens_carry_loss(tmp_path):
 
 
 def test_training_loss_merged_model_in_vllm_and_pipeline(tmp_path):
-    from specrag_batch.drafter_training.train import TrainOptions, drafter_identity, train_drafter
+    from specrag_batch.drafter_training.train import TrainOptions, train_drafter
+    from specrag_batch.identity import drafter_identity
     from specrag_batch.engines import get_engine
     from specrag_batch.pipeline import RunInfo, process_rows
     from specrag_batch.schema import validate_table

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from specrag_batch.drafting import token_char_spans
+from specrag_batch.stages.drafting import token_char_spans
 from specrag_batch.engines import NON_FINITE_FLOOR, clean_logprob, get_engine
 from specrag_batch.pipeline import StageTimer, run_speculative
 from specrag_batch.prompts import Question, verifier_prompt
@@ -150,7 +150,8 @@ def test_a_call_does_not_depend_on_what_the_engine_ran_before(cfg, engine):
 def test_draft_score_matches_drafter_forward_pass(cfg, engine):
     """log ρ_draft from generation log-probs equals the same tokens' prompt log-probs when the
     prompt + draft is fed back through the drafter: the score is the drafter's own likelihood."""
-    from specrag_batch.drafting import fitted_prompt, span_logprob
+    from specrag_batch.prompts import fitted_prompt
+    from specrag_batch.stages.drafting import span_logprob
     from specrag_batch.parsing import parse_draft
 
     rows = validate_table(sample_rows("popqa", 1), "popqa")
@@ -175,7 +176,7 @@ R = "Do you think the explanation supports the answers? (Yes or No)"
 def test_self_reflection_comes_from_the_same_pass(engine):
     """Issue 10 item 2: one request returns α/β prompt log-probs and the next token's top-k;
     P(Yes) is the sum over the tokenizer's yes spellings at the position after R."""
-    from specrag_batch.verification import TOP_K, reflection_scores, word_token_ids
+    from specrag_batch.stages.verification import TOP_K, reflection_scores, word_token_ids
 
     tok = engine.tokenizer
     vp = verifier_prompt(tok, Question("qa", "What is the capital of France?", None, ()), "Paris",
@@ -198,8 +199,9 @@ def test_self_reflection_comes_from_the_same_pass(engine):
 
 def test_unverifiable_draft_ranks_after_verified_ones(engine):
     """Issue 10 item 1 on the real verifier: the over-long draft keeps only its draft score."""
-    from specrag_batch.selection import Draft, select
-    from specrag_batch.verification import verify
+    from specrag_batch.records import Draft
+    from specrag_batch.stages.selection import select
+    from specrag_batch.stages.verification import verify
 
     q = Question("qa", "What is the capital of France?", None, ())
     short = Draft(["a"], "Paris", "Paris is the capital.", score_draft=-9.0)
@@ -315,7 +317,7 @@ def test_drafts_cut_at_a_tiny_budget_get_a_forced_answer(engine):
     ``answer_forced`` and gets answers. Their log ρ_draft equals the drafter's own log-probs of
     the β and α tokens when prompt + draft + marker + answer is fed back through it (the marker,
     not sampled, counts in neither)."""
-    from specrag_batch.drafting import force_answers, score_generation, span_logprob
+    from specrag_batch.stages.drafting import force_answers, score_generation, span_logprob
     from specrag_batch.parsing import parse_draft
     from specrag_batch.pipeline import draft_rows
     from specrag_batch.prompts import drafter_prompt_ids

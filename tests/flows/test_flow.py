@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specrag_batch import storage
-from specrag_batch.run import MANIFEST
+from specrag_batch.manifest import MANIFEST
 
 from ..conftest import ROOT, SAMPLES, sample_rows, small_config, subprocess_env
 
@@ -141,7 +141,7 @@ def test_flow_bad_shard_and_bad_rows_lose_nothing(prefect_harness, tmp_path):
 
 
 def test_faiss_retrieval_for_rows_without_documents(prefect_harness, tmp_path):
-    from specrag_batch.retrieval import FaissRetriever, build_index
+    from specrag_batch.index import FaissRetriever, build_index
 
     idx = str(tmp_path / "index")
     meta = build_index(str(SAMPLES / "corpus" / "popqa_passages.parquet"), idx)
@@ -196,7 +196,7 @@ def test_relative_input_same_names_in_two_folders_and_respelled_resume(prefect_h
 
 def test_output_inside_input_is_refused(prefect_harness, tmp_path):
     write_inputs(str(tmp_path / "in"), {"a.parquet": sample_rows("popqa", 1)})
-    from specrag_batch.run import InputLayoutError
+    from specrag_batch.planning import InputLayoutError
 
     with pytest.raises(InputLayoutError, match="overlap"):
         run_flow(str(tmp_path / "in"), str(tmp_path / "in" / "out"), small_config())

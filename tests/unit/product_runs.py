@@ -1,7 +1,7 @@
 """Small product-run trees for the benchmark tests, written with the product's own writers:
 input shards by ``decision.write_shards``, output shards with ``schema.OUTPUT_SCHEMA``, done
 markers by ``resume.mark_done`` holding a ``shard.ShardResult`` whose ``engines`` are
-``engines.EngineStats`` dicts, at the paths ``run.plan_shards`` / ``run.shard_output_uri``
+``engines.EngineStats`` dicts, at the paths ``planning.plan_shards`` / ``planning.shard_output_uri``
 give. No engine runs; the token counts are the test's."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
     written before it existed."""
     from specrag_batch import resume, storage
     from specrag_batch.engines import EngineStats
-    from specrag_batch.run import plan_shards, shard_output_uri
+    from specrag_batch.planning import plan_shards, shard_output_uri
     from specrag_batch.schema import OUTPUT_SCHEMA
     from specrag_batch.shard import ShardResult
 

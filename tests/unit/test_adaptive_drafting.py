@@ -13,8 +13,8 @@ import pytest
 from specrag_batch.config import hashed_view
 from specrag_batch.evaluation import summarize
 from specrag_batch.records import Draft
-from specrag_batch.run import merge_summaries
-from specrag_batch.selection import consensus
+from specrag_batch.manifest import merge_summaries
+from specrag_batch.stages.selection import consensus
 
 from ..conftest import sample_rows
 from ..fakes import FakeEngine, default_reply

@@ -11,8 +11,7 @@ import math
 import pytest
 
 from specrag_batch.config import ADDED_FIELDS, RunConfig
-from specrag_batch.drafting import (ANSWER_MARKER, DraftRequest, answer_marker_ids, force_answers,
-                                    max_prompt_tokens, run_drafts, score_generation, token_char_spans)
+from specrag_batch.stages.drafting import (ANSWER_MARKER, DraftRequest, answer_marker_ids, force_answers, max_prompt_tokens, run_drafts, score_generation, token_char_spans)
 from specrag_batch.engines import GenerationResult
 from specrag_batch.parsing import ANSWER_FORCED, NO_ANSWER_FIELD, TRUNCATED, parse_draft
 from specrag_batch.prompts import drafter_prompt_ids

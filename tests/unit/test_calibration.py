@@ -13,7 +13,8 @@ import pytest
 from specrag_batch import calibration
 from specrag_batch.config import RunConfig, load_config
 from specrag_batch.report import with_mean_logprob
-from specrag_batch.selection import Draft, mean_logprob, select
+from specrag_batch.records import Draft
+from specrag_batch.stages.selection import mean_logprob, select
 from specrag_batch.quiet import apply_default
 
 

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from specrag_batch import cli
 from specrag_batch.engines import EngineUsage
-from specrag_batch.run import build_manifest, count_failed_rows, footer_rows, read_all_ids
+from specrag_batch.manifest import build_manifest, count_failed_rows
+from specrag_batch.planning import footer_rows, read_all_ids
 from specrag_batch.shard import ShardResult
 
 from ..conftest import small_config
@@ -85,7 +86,7 @@ def test_run_exit_codes_follow_the_documented_rule(tmp_path, monkeypatch):
     `test_cli_index_on_s3_exit_codes_overwrite_and_claims`)."""
     from specrag_batch import orchestration
     from specrag_batch.resume import RunConflictError
-    from specrag_batch.run import InputLayoutError
+    from specrag_batch.planning import InputLayoutError
 
     def invoke(outcome):
         def run_batch(*a, **k):

@@ -107,7 +107,7 @@ def test_drafter_budgets_must_leave_room_for_the_prompt():
 def test_answer_marker_room_bounds_the_real_marker():
     """ANSWER_MARKER_ROOM is at least the forced marker's tokens for the packaged tokenizers."""
     from specrag_batch.config import ANSWER_MARKER_ROOM
-    from specrag_batch.drafting import answer_marker_ids
+    from specrag_batch.stages.drafting import answer_marker_ids
 
     from .test_answer_on_truncation import real_tokenizer
 

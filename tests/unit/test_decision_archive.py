@@ -128,7 +128,7 @@ def base():
 
 def test_a_product_run_restored_from_the_archive_is_done_for_the_product(tmp_path):
     from specrag_batch import resume, storage
-    from specrag_batch.run import plan_shards, shard_output_uri
+    from specrag_batch.planning import plan_shards, shard_output_uri
 
     from ..fakes import FakeEngine
     from .test_query_id_plan import CFG, run

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from specrag_batch.sampling import row_seed, sample_subsets
+from specrag_batch.stages.sampling import row_seed, sample_subsets
 
 from ..conftest import ROOT
 

@@ -1,5 +1,5 @@
 """Issue 10, fault 4: when parsing or scoring one generated draft raises
-(:func:`specrag_batch.drafting.run_drafts`), that row comes out with its ``error`` naming the
+(:func:`specrag_batch.stages.drafting.run_drafts`), that row comes out with its ``error`` naming the
 reason (``draft_processing_error``) and every other row of the chunk is still answered: one
 row's odd output never fails the chunk or the shard, and no row is dropped.
 
@@ -9,7 +9,8 @@ a marker, where it raises (standing in for a parser bug on an output nobody fore
 
 from __future__ import annotations
 
-from specrag_batch import drafting, pipeline
+from specrag_batch import pipeline
+from specrag_batch.stages import drafting
 from specrag_batch.schema import validate_table
 
 from ..conftest import sample_rows

@@ -18,7 +18,7 @@ import pytest
 
 from specrag_batch import engines, orchestration, resume
 from specrag_batch.engines import EngineStats, dtype_name, engine_dtype, merge_dtypes, used_dtypes
-from specrag_batch.run import build_manifest, output_dtypes
+from specrag_batch.manifest import build_manifest, output_dtypes
 from specrag_batch.shard import ShardJob, ShardResult, StorageIO
 
 from ..conftest import sample_rows, small_config

@@ -188,7 +188,7 @@ def test_summarize_counts_rows_whose_gold_could_not_be_scored():
             {"task": "claim", "correct": True, "answer": "S", "error": None, "gold": ["S"], "flags": []}]
     s = summarize(rows)
     assert (s["n_with_gold"], s["accuracy"], s["gold_not_scored"]) == (1, 1.0, 1)
-    from specrag_batch.run import merge_summaries  # run-level metrics in the manifest
+    from specrag_batch.manifest import merge_summaries  # run-level metrics in the manifest
 
     m = merge_summaries([s, summarize(rows[:1])])
     assert (m["n_with_gold"], m["accuracy"], m["gold_not_scored"]) == (1, 1.0, 2)

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from specrag_batch import pipeline
 from specrag_batch.evaluation import summarize
-from specrag_batch.retrieval import build_index
-from specrag_batch.run import merge_summaries
+from specrag_batch.index import build_index
+from specrag_batch.manifest import merge_summaries
 from specrag_batch.shard import ShardJob, StorageIO, draft_shard, process_shard, verify_shard
 
 from ..conftest import ROOT, sample_rows

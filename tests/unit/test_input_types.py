@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch.run import read_validated
+from specrag_batch.planning import read_validated
 from specrag_batch.schema import CANONICAL, InputSchemaError, conform, validate_table
 
 DOC = {"doc_id": "d1", "title": "Tokyo", "text": "The yen is the currency of Japan."}

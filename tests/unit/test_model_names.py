@@ -23,7 +23,7 @@ from specrag_batch import cli, models, orchestration, resume
 from specrag_batch.cli import app
 from specrag_batch.config import RunConfig
 from specrag_batch.models import ModelNameError, ModelNotInstalledError, check_config_models, check_model_name
-from specrag_batch.run import shard_output_uri
+from specrag_batch.planning import shard_output_uri
 
 from ..conftest import ROOT
 

@@ -183,12 +183,12 @@ def test_calibrate_snippet_does_not_carry_a_url_password(tmp_path):
 def test_index_build_refuses_an_output_that_is_a_file_before_embedding(tmp_path, monkeypatch):
     """An ``--output`` that is a file is refused up front, not after the corpus is embedded
     (hours for a large corpus)."""
-    from specrag_batch import retrieval
+    from specrag_batch import index
 
     def embed(*args, **kwargs):
         raise AssertionError("the corpus was embedded before the output was checked")
 
-    monkeypatch.setattr(retrieval, "embed", embed)
+    monkeypatch.setattr(index, "embed", embed)
     pq.write_table(pa.table({"doc_id": ["a"], "text": ["x"]}), tmp_path / "corpus.parquet")
     (tmp_path / "index").write_text("a file")
     result = _invoke("index", "build", "--corpus", str(tmp_path / "corpus.parquet"), "-o", str(tmp_path / "index"))

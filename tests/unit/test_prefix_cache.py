@@ -138,7 +138,7 @@ def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_p
     from specrag_batch import cli, pipeline
     from specrag_batch.report.rows import load_rows
     from specrag_batch.report.summary import markdown, summary
-    from specrag_batch.run import build_manifest
+    from specrag_batch.manifest import build_manifest
     from specrag_batch.schema import OUTPUT_SCHEMA, validate_table
     from specrag_batch.shard import ShardResult
 

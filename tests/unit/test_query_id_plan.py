@@ -1,7 +1,7 @@
 """Which shard answers a query id held by several shards, across failed shards and re-runs, and
 runs without any shard (found trying the README on a fresh clone, /work/fresh-trial.md).
 
-Each "run" here is the flow's own planning (``run.plan_shards``, ``run.read_all_ids``,
+Each "run" here is the flow's own planning (``planning.plan_shards``, ``planning.read_all_ids``,
 ``run.plan_run``) and shard path (``shard.process_shard`` on real Parquet with
 ``StorageIO``, done markers by ``resume.mark_done``), Standard RAG with the FakeEngine as the
 verifier; only Prefect's task wrapping is left out (the flow runs in tests/flows)."""
@@ -14,14 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specrag_batch import resume, storage
-from specrag_batch.run import (
-    NoShardsError,
-    plan_run,
-    plan_shards,
-    read_all_ids,
-    require_shards,
-    shard_output_uri,
-)
+from specrag_batch.planning import (NoShardsError, plan_run, plan_shards, read_all_ids, require_shards, shard_output_uri)
 from specrag_batch.shard import ShardJob, StorageIO, draft_shard, process_shard
 
 from ..conftest import small_config

@@ -5,7 +5,8 @@ import pytest
 
 from specrag_batch.records import Draft, Flag, QueryRow, is_valid_draft, row_error
 from specrag_batch.schema import DRAFT_RECORD_TYPE, DRAFT_TYPE
-from specrag_batch.stages import Pipeline, Stage, StageContractError
+from specrag_batch.pipeline import Pipeline
+from specrag_batch.stages import Stage, StageContractError
 
 
 def _draft() -> Draft:

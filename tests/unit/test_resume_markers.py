@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from specrag_batch import resume
 from specrag_batch.cli import app
-from specrag_batch.run import shard_output_uri
+from specrag_batch.planning import shard_output_uri
 
 from .test_query_id_plan import CFG, run, shard, verifier, write  # noqa: F401 - verifier: fixture
 

@@ -28,7 +28,7 @@ import typer
 from specrag_batch import cli, resume, storage
 from specrag_batch.engines import EngineUsage
 from specrag_batch.pipeline import STAGES
-from specrag_batch.run import build_manifest, computed_part, cost_of
+from specrag_batch.manifest import build_manifest, computed_part, cost_of
 from specrag_batch.shard import ShardResult
 
 from ..conftest import ROOT, sample_rows, small_config, subprocess_env

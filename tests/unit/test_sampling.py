@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from specrag_batch.sampling import (TRUNCATED_DOCUMENTS, TRUNCATED_QUERY, cluster_documents,
-                                    conditioned_texts, row_seed, sample_subsets)
+from specrag_batch.stages.sampling import (TRUNCATED_DOCUMENTS, TRUNCATED_QUERY, cluster_documents, conditioned_texts, row_seed, sample_subsets)
 
 
 def two_blobs(n_a=4, n_b=3, d=8, seed=0):
@@ -110,7 +109,7 @@ BASEBALL = ["Baseball. Baseball is a bat-and-ball sport played between two teams
 
 @pytest.fixture(scope="module")
 def encoder():
-    from specrag_batch.retrieval import load_embedder
+    from specrag_batch.embeddings import load_embedder
 
     return load_embedder("all-MiniLM-L6-v2")
 
@@ -143,7 +142,7 @@ def test_long_query_keeps_k_perspectives(encoder):
 
 
 def test_conditioned_texts_budget_the_query_in_encoder_tokens(encoder):
-    from specrag_batch.retrieval import embed
+    from specrag_batch.embeddings import embed
 
     docs = [f"{d.title}\n{d.text}" for d in _docs()]
     tok, window = encoder.tokenizer, encoder.max_seq_length

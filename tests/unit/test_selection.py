@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from specrag_batch.selection import Draft, combine, consensus, select
+from specrag_batch.records import Draft
+from specrag_batch.stages.selection import combine, consensus, select
 
 
 def d(ans, sd, sc, sr, valid=True):
@@ -98,7 +99,7 @@ def test_only_incomplete_drafts_select_the_best_partial_and_flag_low_confidence(
 
 def test_consensus_rule_min_c_valid_never_below_two():
     """Issue 10 item 8: c' = max(2, min(c, number of valid drafts))."""
-    from specrag_batch.selection import consensus_threshold
+    from specrag_batch.stages.selection import consensus_threshold
 
     assert consensus_threshold(5, 3) == 3 and consensus_threshold(5, 5) == 5
     assert consensus_threshold(1, 5) == 2 and consensus_threshold(5, 1) is None

@@ -19,8 +19,8 @@ import dataclasses
 import pytest
 
 from specrag_batch.records import QueryRow
-from specrag_batch.stages import (MultiPerspectiveSampling, Pipeline, Verification,
-                                  speculative_stages, standard_stages)
+from specrag_batch.stages import MultiPerspectiveSampling, Verification
+from specrag_batch.pipeline import Pipeline, speculative_stages, standard_stages
 from specrag_batch.stages.base import OPTIONAL_FIELDS, row_field
 
 from ..fakes import FakeEngine

@@ -21,7 +21,7 @@ from flows.partitions import (
 from specrag_batch import intermediate
 from specrag_batch.execution import ExecutionConfig
 from specrag_batch.schema import InputSchemaError, QueryRow, validate_table
-from specrag_batch.selection import Draft
+from specrag_batch.records import Draft
 
 from ..conftest import ROOT
 
@@ -126,12 +126,7 @@ def test_cli_usage_errors_name_the_flag():
 
 def test_normalized_uris_and_layout_checks(tmp_path, monkeypatch):
     from specrag_batch import storage
-    from specrag_batch.run import (
-        InputLayoutError,
-        check_layout,
-        plan_shards,
-        shard_output_uri,
-    )
+    from specrag_batch.planning import InputLayoutError, check_layout, plan_shards, shard_output_uri
 
     monkeypatch.chdir(tmp_path)
     assert storage.normalize_uri("in/") == storage.normalize_uri("./in") == str(tmp_path / "in")

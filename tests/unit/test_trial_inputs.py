@@ -35,7 +35,7 @@ def test_tau_min_flag_help_says_it_takes_one_number():
 
 
 def test_duplicate_column_names_name_the_file_and_column(tmp_path):
-    from specrag_batch.run import read_ids
+    from specrag_batch.planning import read_ids
 
     path = tmp_path / "dup.parquet"
     pq.write_table(pa.table([["q1"], ["A?"], ["B?"], ["qa"]], names=["query_id", "query", "query", "task"]),
@@ -51,7 +51,7 @@ def test_overlapping_input_output_refused_before_the_flow_starts(tmp_path, monke
     """Before, the overlap was found inside the flow: a Prefect server start, failed task and
     flow runs and a traceback came before the one clear line."""
     from specrag_batch import orchestration
-    from specrag_batch.run import InputLayoutError
+    from specrag_batch.planning import InputLayoutError
 
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
@@ -84,7 +84,7 @@ def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
     write (``notes.txt``) refuses nothing, and once the prefix is a run's (``_run.json``) the
     run key decides."""
     from specrag_batch import orchestration, resume
-    from specrag_batch.run import InputLayoutError
+    from specrag_batch.planning import InputLayoutError
 
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
@@ -172,7 +172,7 @@ def test_foreign_output_check_on_s3_with_odd_keys(s3_bucket):
     names, never patterns; a key in a deeper "folder" is no shard output; a marker makes a key
     the pipeline's."""
     from specrag_batch import resume, storage
-    from specrag_batch.run import InputLayoutError, check_foreign_outputs
+    from specrag_batch.planning import InputLayoutError, check_foreign_outputs
 
     inp, out = f"{s3_bucket}/in put [1]", f"{s3_bucket}/out #%20 [x]"
     shards = [f"{inp}/a*b? [1].parquet", f"{inp}/sub/c%20.parquet"]

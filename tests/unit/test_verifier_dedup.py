@@ -15,8 +15,8 @@ from specrag_batch.config import ModelConfig, RunConfig
 from specrag_batch.evaluation import summarize
 from specrag_batch.prompts import Question
 from specrag_batch.records import Draft, Flag
-from specrag_batch.run import merge_summaries
-from specrag_batch.verification import verify
+from specrag_batch.manifest import merge_summaries
+from specrag_batch.stages.verification import verify
 
 from ..conftest import sample_rows
 from ..fakes import FakeEngine, default_reply
@@ -185,7 +185,7 @@ def test_the_switch_is_on_by_default_and_hash_neutral_off():
 def test_a_row_answered_again_counts_the_passes_saved_in_both_passes():
     """The ``wider`` fallback drafts and verifies a flagged row again: its output row counts
     the passes saved in the first pass and in the fallback's (either may be null)."""
-    from specrag_batch.records import FallbackAnswer, QueryRow, Selection
+    from specrag_batch.records import FallbackAnswer, QueryRow, SelectedAnswer
     from specrag_batch.stages import output_record
 
     from .test_pipeline_bookkeeping import INFO

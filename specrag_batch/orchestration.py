@@ -22,7 +22,8 @@ from prefect.states import Failed
 
 from . import resume, storage
 from .config import RunConfig, load_config
-from .engines import EngineUsage, check_cpu_env, get_engine, merge_dtypes, used_dtypes
+from .engine_usage import EngineUsage, merge_dtypes
+from .engines import check_cpu_env, get_engine, usage_now, used_dtypes
 from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from .models import check_config_models
 from .redaction import install_log_filter
@@ -59,7 +60,7 @@ def _finish(res: ShardResult, job: ShardJob, prefix: str, before: EngineUsage, u
     result, its ``engines`` and ``engine_dtypes``), so that the done marker holds the shard's
     whole engine usage (the output's cost survives resumes) and the numerics it ran in."""
     log = get_run_logger()
-    own = EngineUsage.snapshot().since(before)
+    own = usage_now().since(before)
     drafting = drafting or {}
     res.engines = EngineUsage.total([own, drafting.get("engines") or {}]).as_dict()
     res.engine_dtypes = merge_dtypes([drafting.get("engine_dtypes"), used_dtypes(used, own.by_engine)])
@@ -82,7 +83,7 @@ def process_shard_task(job: ShardJob) -> dict:
     done = _already_done(job, job.output_prefix, job.output_file)
     if done is not None:
         return done
-    cfg, before = job.config, EngineUsage.snapshot()
+    cfg, before = job.config, usage_now()
     verifier = get_engine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
     drafter = get_engine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None
     res = process_shard(job, IO, verifier=verifier, drafter=drafter)
@@ -103,7 +104,7 @@ def draft_shard_task(job: ShardJob) -> dict:
     drafted = _already_done(job, job.drafts_prefix, job.draft_file)
     if drafted is not None:
         return drafted
-    cfg, before = job.config, EngineUsage.snapshot()
+    cfg, before = job.config, usage_now()
     drafter = get_engine(cfg.drafter, cfg.seed)
     res = draft_shard(job, IO, drafter=drafter)
     return _finish(res, job, job.drafts_prefix, before, [drafter])
@@ -118,7 +119,7 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
     drafts are in the output's ``drafts`` column) unless ``keep_drafts``."""
     if drafted.get("final") or drafted["status"] != "ok":
         return {k: v for k, v in drafted.items() if k != "final"}
-    cfg, before = job.config, EngineUsage.snapshot()
+    cfg, before = job.config, usage_now()
     wider = cfg.selection.fallback == "wider"  # the wider fallback drafts again on this worker
     verifier = get_engine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
     drafter = get_engine(cfg.drafter, cfg.seed) if wider else None
@@ -286,13 +287,13 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
              cfg.mode, ex.stages, ex.task_runner, cfg.config_hash())
     for idle in cfg.idle_settings():
         log.warning("config: %s", idle)
-    before = EngineUsage.snapshot()
+    before = usage_now()
     engine_load = _load_engines_or_release(cfg, ex, pending, output_uri, run_id, key)
     ran = iter(_run_shards(jobs, ex) if jobs else [])
     results = [failed[s] if s in failed else next(ran) for s in shards]
     count_failed_rows(shards, results, ids)
     usage = (EngineUsage.total([computed_part(r.as_dict())[1] for r in results]) if ex.distributed
-             else EngineUsage.snapshot().since(before))  # this invocation's, not the resumed shards
+             else usage_now().since(before))  # this invocation's, not the resumed shards
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
                               seconds=time.perf_counter() - t0, engines=usage,
                               engine_load_seconds=engine_load, execution=ex.model_dump(mode="json"),

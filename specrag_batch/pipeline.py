@@ -140,7 +140,7 @@ def speculative_stages(config: RunConfig, *, drafter: EngineLike,
     the draft score and consensus alone (the verifier terms stay null).
     ``sampling.adaptive`` drafts in rounds (:class:`AdaptiveDrafting` instead of
     :class:`Drafting`); ``selection.fallback`` other than ``none`` appends :class:`Fallback`."""
-    drafting = AdaptiveDrafting if config.sampling.adaptive else Drafting
+    drafting = AdaptiveDrafting if config.adaptive_drafting else Drafting
     stages = [Retrieval(config), MultiPerspectiveSampling(config), drafting(config, drafter=drafter),
               Verification(config, verifier=verifier), Selection(config)]
     if config.selection.fallback != "none":

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from specrag_batch.engines import EngineStats, GenerationResult
+from specrag_batch.engine_usage import EngineStats
+from specrag_batch.engines import GenerationResult
 
 TEST_MODEL = "smollm2-135m-instruct"
 

@@ -17,7 +17,7 @@ import math
 import polars as pl
 
 from .. import calibration
-from ..engines import prefix_cache_hit_rate
+from ..engine_usage import prefix_cache_hit_rate
 from ..redaction import redact_text
 from ..manifest import cost_of
 from .rows import RunData, with_marker_usage

@@ -284,7 +284,7 @@ def test_prefix_cache_hits_are_counted_and_skipped_for_prompt_logprobs(cfg, engi
     share their first KV block(s) within one call, and the engine counts the cached tokens
     (``RequestOutput.num_cached_tokens``); the same prompts as prompt log-prob requests (the
     verifier's kind) read no cache (vLLM PR 17251)."""
-    from specrag_batch.engines import EngineUsage
+    from specrag_batch.engine_usage import EngineUsage
     from specrag_batch.prompts import drafter_prompt_ids
 
     block = engine.llm.llm_engine.vllm_config.cache_config.block_size

@@ -39,7 +39,7 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
     ``engine_dtypes`` (model -> dtype); None (the default) leaves the field out, as markers
     written before it existed."""
     from specrag_batch import resume, storage
-    from specrag_batch.engines import EngineStats
+    from specrag_batch.engine_usage import EngineStats
     from specrag_batch.planning import plan_shards, shard_output_uri
     from specrag_batch.schema import OUTPUT_SCHEMA
     from specrag_batch.shard import ShardResult

@@ -149,17 +149,17 @@ def test_on_by_default_only_where_it_saves_verifier_passes_and_hash_neutral_off(
 
     from ..conftest import ROOT
 
-    assert RunConfig().sampling.adaptive is False
+    assert RunConfig().adaptive_drafting is False
     assert "adaptive" not in RunConfig().sampling.model_fields_set
     for name in ("demo.yaml", "claims.yaml"):
-        assert load_config(ROOT / "configs" / name).sampling.adaptive is False, name
+        assert load_config(ROOT / "configs" / name).adaptive_drafting is False, name
     for terms in ({"use_self_reflection": True}, {"use_self_consistency": True}):
-        assert RunConfig(selection=terms).sampling.adaptive is True, terms
-        assert RunConfig(selection={**terms, "consensus_enabled": False}).sampling.adaptive is False
-    assert load_config(ROOT / "configs" / "production-gpu.yaml").sampling.adaptive is True
-    assert RunConfig(sampling={"adaptive": True}).sampling.adaptive is True  # set: as asked
+        assert RunConfig(selection=terms).adaptive_drafting is True, terms
+        assert RunConfig(selection={**terms, "consensus_enabled": False}).adaptive_drafting is False
+    assert load_config(ROOT / "configs" / "production-gpu.yaml").adaptive_drafting is True
+    assert RunConfig(sampling={"adaptive": True}).adaptive_drafting is True  # set: as asked
     no_fast_path = RunConfig(selection={"consensus_enabled": False, "use_self_reflection": True})
-    assert no_fast_path.sampling.adaptive is False
+    assert no_fast_path.adaptive_drafting is False
     assert "adaptive" not in no_fast_path.sampling.model_fields_set
     assert no_fast_path.config_hash() == RunConfig(
         selection={"consensus_enabled": False, "use_self_reflection": True}, sampling={"adaptive": False}).config_hash()
@@ -169,7 +169,7 @@ def test_on_by_default_only_where_it_saves_verifier_passes_and_hash_neutral_off(
     assert "adaptive" not in json.dumps(hashed_view(off.model_dump(mode="json")))
     assert off.config_hash() != on.config_hash()
     for name in ("bench.yaml", "test-smollm2.yaml"):
-        assert load_config(ROOT / "configs" / name).sampling.adaptive is False, name
+        assert load_config(ROOT / "configs" / name).adaptive_drafting is False, name
     # a stored run's config (its _run.json dump) loads back to the same hash
     assert RunConfig(**no_fast_path.model_dump(mode="json")).config_hash() == no_fast_path.config_hash()
 
@@ -199,5 +199,5 @@ def test_a_first_round_set_while_adaptive_drafting_is_off_is_named_in_the_flow(t
         assert RunConfig.model_validate(flow_config(cfg)).config_hash() == cfg.config_hash(), name
     assert RunConfig.model_validate(RunConfig().model_dump(mode="json")).idle_settings() == []  # a full dump
     on = RunConfig(sampling={"first_round": 3}, selection={"use_self_reflection": True})
-    assert on.sampling.adaptive and RunConfig.model_validate(flow_config(on)).idle_settings() == []
+    assert on.adaptive_drafting and RunConfig.model_validate(flow_config(on)).idle_settings() == []
     assert flow_config({"mode": "standard"}) == {"mode": "standard"} and flow_config(None) is None

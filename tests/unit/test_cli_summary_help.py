@@ -10,7 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from specrag_batch import cli
-from specrag_batch.engines import EngineUsage
+from specrag_batch.engine_usage import EngineUsage
 from specrag_batch.manifest import build_manifest, count_failed_rows
 from specrag_batch.planning import footer_rows, read_all_ids
 from specrag_batch.shard import ShardResult

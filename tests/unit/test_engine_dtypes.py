@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from specrag_batch import engines, orchestration, resume
-from specrag_batch.engines import EngineStats, dtype_name, engine_dtype, merge_dtypes, used_dtypes
+from specrag_batch.engine_usage import EngineStats, merge_dtypes
+from specrag_batch.engines import dtype_name, engine_dtype, used_dtypes
 from specrag_batch.manifest import build_manifest, output_dtypes
 from specrag_batch.shard import ShardJob, ShardResult, StorageIO
 

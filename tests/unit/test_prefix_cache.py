@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from specrag_batch.engines import EngineStats, EngineUsage
+from specrag_batch.engine_usage import EngineStats, EngineUsage
 from specrag_batch.prompts import drafter_prompt_ids
 from specrag_batch.schema import Document
 
@@ -99,7 +99,7 @@ def test_fake_engine_counts_cached_tokens_by_shared_full_blocks():
 
 
 def test_usage_sums_cached_tokens_and_old_markers_read_as_unknown():
-    from specrag_batch.engines import prefix_cache_hit_rate
+    from specrag_batch.engine_usage import prefix_cache_hit_rate
 
     new = {"d": {"seconds": 1.0, "prompt_tokens": 100, "cached_prompt_tokens": 40, "generated_tokens": 5, "calls": 1}}
     newer = {"d": {"seconds": 1.0, "prompt_tokens": 100, "cached_prompt_tokens": 20, "generated_tokens": 5,

@@ -26,7 +26,7 @@ import pytest
 import typer
 
 from specrag_batch import cli, resume, storage
-from specrag_batch.engines import EngineUsage
+from specrag_batch.engine_usage import EngineUsage
 from specrag_batch.pipeline import STAGES
 from specrag_batch.manifest import build_manifest, computed_part, cost_of
 from specrag_batch.shard import ShardResult

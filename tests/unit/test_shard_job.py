@@ -8,7 +8,7 @@ import pytest
 import typer
 
 from specrag_batch.cli_options import COMMON, config_parameters, exit_codes
-from specrag_batch.engines import EngineUsage
+from specrag_batch.engine_usage import EngineUsage
 from specrag_batch.models import ModelNotInstalledError
 from specrag_batch.resume import RunConflictError
 from specrag_batch.shard import ShardJob, StorageIO, _with_file, draft_shard, process_shard, verify_shard

@@ -193,7 +193,7 @@ def test_a_row_answered_again_counts_the_passes_saved_in_both_passes():
     def row(saved):
         r = QueryRow(row_index=0, query_id="q0", query="Which city?", task="qa", gold=["Paris"])
         r.drafts = [Draft(["d1"], "Paris", "The text says so.", score=-1.0)]
-        r.selection = Selection(0, -1.0, low_confidence=True, fast_path=False)
+        r.selection = SelectedAnswer(0, -1.0, low_confidence=True, fast_path=False)
         r.verifier_drafts_deduplicated = saved
         return r
 

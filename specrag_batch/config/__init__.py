@@ -1,0 +1,28 @@
+"""Run configuration: one strict pydantic model (:class:`RunConfig`), loadable from YAML and
+overridable by CLI flags; its hash is the identity of a run's results.
+
+=================  =====================================================================
+module             what
+=================  =====================================================================
+``sections``       the sections (drafter, verifier, retrieval, sampling, selection)
+``run_config``     :class:`RunConfig`: the sections, cross-section checks, the hash
+``identity``       which fields the hash counts (:data:`ADDED_FIELDS`), config differences
+``loading``        YAML and overrides to a :class:`RunConfig` (:func:`load_config`)
+``errors``         validation errors as one line per field (:func:`read_run_config`)
+=================  =====================================================================
+"""
+
+from .errors import ConfigError, explain_config_error, note_sources, read_run_config
+from .identity import ADDED_FIELDS, SWITCHED_FIELDS, config_differences, hashed_view
+from .loading import load_config, validate_run_config
+from .run_config import RunConfig
+from .sections import (ANSWER_MARKER_ROOM, DEFAULT_CLAIM_LABELS, DEFAULT_DRAFTER, DEFAULT_VERIFIER,
+                       MIN_PROMPT_ROOM, REFLECTION_QUESTION, DrafterConfig, ModelConfig, Mode,
+                       RetrievalConfig, SamplingConfig, SelectionConfig, TauTask, VerifierConfig)
+
+__all__ = ["ADDED_FIELDS", "ANSWER_MARKER_ROOM", "DEFAULT_CLAIM_LABELS", "DEFAULT_DRAFTER",
+           "DEFAULT_VERIFIER", "MIN_PROMPT_ROOM", "REFLECTION_QUESTION", "SWITCHED_FIELDS",
+           "ConfigError", "DrafterConfig", "Mode", "ModelConfig", "RetrievalConfig", "RunConfig",
+           "SamplingConfig", "SelectionConfig", "TauTask", "VerifierConfig", "config_differences",
+           "explain_config_error", "hashed_view", "load_config", "note_sources", "read_run_config",
+           "validate_run_config"]

@@ -1,0 +1,76 @@
+"""Which fields make a config's hash (:meth:`RunConfig.config_hash`), so that a run started
+before a field existed resumes under the same hash, and how two stored configs differ."""
+
+from __future__ import annotations
+
+import json
+
+
+def hashed_view(data: dict) -> dict:
+    """The part of a config's JSON dump (``RunConfig.model_dump(mode="json")``, or the
+    ``config`` a run's ``_run.json`` stored, possibly of an older version) that
+    :meth:`RunConfig.config_hash` hashes: a copy without ``task`` when it is None, without
+    :data:`SWITCHED_FIELDS` whose switch is off and without :data:`ADDED_FIELDS` at their
+    value before they existed. Sections or keys the dump lacks are left absent."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    if data.get("task") is None:
+        data.pop("task", None)
+    sampling, selection = data.get("sampling"), data.get("selection")
+    if isinstance(sampling, dict) and "adaptive" in sampling and sampling["adaptive"] is None:
+        # left out: hashed as what RunConfig.adaptive_drafting resolves it to
+        sel = selection if isinstance(selection, dict) else {}
+        sampling["adaptive"] = bool(sel.get("consensus_enabled", True) and (
+            sel.get("use_self_consistency", False) or sel.get("use_self_reflection", False)))
+    for section, name, switch in SWITCHED_FIELDS:  # read before ADDED_FIELDS drops the switch
+        if isinstance(data.get(section), dict) and not data[section].get(switch):
+            data[section].pop(name, None)
+    for section, name, before in ADDED_FIELDS:  # added after 0.1: no hash change at the old behaviour
+        if isinstance(data.get(section), dict) and data[section].get(name) == before:
+            del data[section][name]
+    return data
+
+
+def config_differences(stored: dict, current: dict, limit: int = 8) -> list[str]:
+    """Dotted config keys whose hashed values (:func:`hashed_view`) differ between two
+    config dumps, as ``"<key>: <stored> in the stored run, <current> here"`` (JSON values,
+    ``absent`` where a dump lacks the key), sorted, at most ``limit`` (then ``"... and N
+    more"``): why two configs hash differently (``resume.check_output``'s conflict message)."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+    a, b = flat(hashed_view(stored)), flat(hashed_view(current))
+    absent = object()
+    show = lambda v: "absent" if v is absent else json.dumps(v, sort_keys=True)  # noqa: E731
+    keys = [k for k in sorted(a.keys() | b.keys()) if a.get(k, absent) != b.get(k, absent)]
+    lines = [f"{k}: {show(a.get(k, absent))} in the stored run, {show(b.get(k, absent))} here" for k in keys[:limit]]
+    return lines + ([f"... and {len(keys) - limit} more"] if len(keys) > limit else [])
+
+
+ADDED_FIELDS = (("selection", "confidence", "score"), ("sampling", "adaptive", False),
+                ("sampling", "first_round", 2), ("selection", "fallback", "none"),
+                ("retrieval", "fallback_top_n", 20), ("drafter", "prompt_layout", "documents_first"),
+                ("drafter", "rationale_style", "one_or_two_sentences"), ("selection", "rule", "argmax"),
+                ("verifier", "deduplicate_drafts", False), ("drafter", "answer_on_truncation", False),
+                ("drafter", "answer_max_tokens", 16))
+"""(section, field, value before the field existed) of fields added after 0.1: left out of
+:meth:`RunConfig.config_hash` at that value, so a run started before they existed resumes under
+the same hash. The value is what the code did before the field existed (its default when it was
+added), not necessarily its default now: ``verifier.deduplicate_drafts`` came in at False and
+is True by default since the decision benchmark measured it, yet stays ``False`` here. So a run
+made before the field existed (it ran without deduplication) resumes only under a config that
+sets ``deduplicate_drafts: false``; a config that leaves it out (now on) or sets it true hashes
+with ``"deduplicate_drafts": true``, the same hash either way (configs/bench.yaml sets it
+explicitly and kept its hash through the flip), and never resumes a run that ran without it
+(its rows' ``verifier_drafts_deduplicated`` would be null on part of the output)."""
+
+
+SWITCHED_FIELDS = (("drafter", "answer_max_tokens", "answer_on_truncation"),)
+"""(section, field, switch) of fields read only while the boolean ``switch`` of the same
+section is on: left out of :meth:`RunConfig.config_hash` whatever their value while it is off,
+so a config with ``answer_on_truncation: false`` and any ``answer_max_tokens`` hashes as before
+both fields existed (it behaves so)."""

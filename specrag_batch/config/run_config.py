@@ -1,0 +1,186 @@
+"""The whole configuration of one batch run (:class:`RunConfig`): its sections, the checks that
+span sections, and its hash, the identity of a run's results (resume, markers)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from .identity import hashed_view
+from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
+                       RetrievalConfig, SamplingConfig, SelectionConfig, VerifierConfig, _Strict)
+
+
+class RunConfig(_Strict):
+    """Full configuration of one batch run. Hash = identity of a run's results."""
+
+    _file: tuple[str, frozenset[str]] | None = PrivateAttr(None)
+    """The config file :func:`load_config` read and the dotted keys it set; not in the hash."""
+    _flagged: dict[str, str] = PrivateAttr(default_factory=dict)
+    """Dotted field -> the command-line flag that set it (:func:`note_sources`); not in the hash."""
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when every field is: where the values came from (the private provenance of
+        :meth:`field_source`) does not make two configs differ."""
+        if not isinstance(other, RunConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # mutable, as pydantic models are
+
+    def field_source(self, field: str) -> str | None:
+        """Where the value of dotted ``field`` (``"drafter.model"``) came from, for error
+        lines such as ``<source>: drafter.model: ...``: the flag that set it
+        (:func:`note_sources`), else the config file that set it (:func:`load_config`); None
+        for a default value or a config built in code."""
+        flag = _flag_for(field, self._flagged)
+        if flag:
+            return flag
+        if self._file is not None and field in self._file[1]:
+            return self._file[0]
+        return None
+
+    mode: Mode = Field("speculative", description="speculative (drafter + verifier) or standard "
+                       "(verifier answers from all N documents)")
+    seed: int = Field(0, ge=0, lt=2**32, description="random seed (sampling, K-Means, vLLM); "
+                      "0 <= seed < 2**32, what vLLM's engine (numpy's seeding) takes")
+    drafter: DrafterConfig = Field(default_factory=DrafterConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    task: Literal["qa", "claim", "choice"] | None = Field(
+        None, description="fixed task for every row (e.g. 'claim' for bulk claim "
+        "verification): the input's `task` column becomes optional and a row naming another "
+        "task gets a row error; None = per-row `task` column")
+    claim_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_CLAIM_LABELS))
+    reflection_question: str = Field(REFLECTION_QUESTION, min_length=1)
+
+    @field_validator("claim_labels", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, v: Any) -> Any:
+        """Raises ValueError for a boolean label: YAML 1.1 reads unquoted YES/NO/on/off as one."""
+        if isinstance(v, list) and any(isinstance(x, bool) for x in v):
+            raise ValueError("a label is a boolean: YAML reads unquoted YES/NO/on/off as true/false; "
+                             "quote the labels ('YES')")
+        return v
+    chunk_rows: int = Field(
+        256, ge=1, description="rows handed to the engines at once within a shard")
+
+    @field_validator("claim_labels")
+    @classmethod
+    def _labels(cls, v: list[str]) -> list[str]:
+        v = [x.strip() for x in v]
+        if any(not x for x in v):
+            raise ValueError("claim_labels must not contain empty labels")
+        if len(v) < 2 or len({x.strip().lower() for x in v}) != len(v):
+            raise ValueError("claim_labels needs at least two distinct labels")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "RunConfig":
+        sel = self.selection
+        taus = sel.tau_min.values() if isinstance(sel.tau_min, dict) else [sel.tau_min]
+        if any(t is not None and not math.isfinite(t) for t in taus):
+            raise ValueError("selection.tau_min must be finite or null")
+        if self.sampling.adaptive and not sel.consensus_enabled:
+            raise ValueError("sampling.adaptive stops a row on the consensus rule; it needs "
+                             "selection.consensus_enabled: true")
+        if sel.fallback != "none" and self.mode != "speculative":
+            raise ValueError(f"selection.fallback {sel.fallback!r} re-answers low-confidence "
+                             "Speculative RAG rows; mode 'standard' takes fallback: none")
+        if sel.fallback == "wider":
+            if not self.retrieval.index:
+                raise ValueError("selection.fallback 'wider' retrieves more documents from the "
+                                 "index: set retrieval.index (a FAISS index built by "
+                                 "`specrag-batch index build`) or choose fallback 'standard'")
+            if self.retrieval.fallback_top_n <= self.retrieval.top_n:
+                raise ValueError(f"retrieval.fallback_top_n ({self.retrieval.fallback_top_n}) "
+                                 f"must exceed retrieval.top_n ({self.retrieval.top_n}) for "
+                                 "selection.fallback 'wider'")
+        return self
+
+    @property
+    def consensus_threshold(self) -> int | None:
+        """c of the consensus fast path (a number of drafts): ``selection.consensus_min``, else
+        m (``sampling.num_drafts``); None when ``selection.consensus_enabled`` is false."""
+        if not self.selection.consensus_enabled:
+            return None
+        return self.selection.consensus_min or self.sampling.num_drafts
+
+    @property
+    def adaptive_drafting(self) -> bool:
+        """Whether rows are drafted in rounds (``sampling.adaptive``): as set, or, left out
+        (None), only where it saves verifier passes: the consensus fast path on
+        (``selection.consensus_enabled``) and the verifier scoring drafts
+        (:attr:`SelectionConfig.verifier_scores_drafts`)."""
+        if self.sampling.adaptive is not None:
+            return self.sampling.adaptive
+        return self.selection.consensus_enabled and self.selection.verifier_scores_drafts
+
+    @property
+    def uses_verifier(self) -> bool:
+        """Whether a run of this config needs the verifier engine (``verifier.model``): Standard
+        RAG answers with it; Speculative RAG scores drafts with it only when log ρ_SC or log ρ_SR
+        is in log ρ (``selection.use_self_consistency`` / ``use_self_reflection``, paper §3.3)
+        or a low-confidence fallback re-answers rows (``selection.fallback``, which runs on it).
+        False only for Speculative RAG selecting by log ρ_draft alone: no verifier pass runs,
+        so the engine is not loaded."""
+        sel = self.selection
+        return self.mode != "speculative" or sel.verifier_scores_drafts or sel.fallback != "none"
+
+    def idle_settings(self) -> list[str]:
+        """Settings that are valid but change nothing in this config, one sentence each (the
+        flow logs each as a warning at the start of a run); empty when there are none. Now: a
+        ``verifier.model`` other than the default in a Speculative RAG config that never uses the
+        verifier (:attr:`uses_verifier`); a ``sampling.first_round`` set away from its default while
+        adaptive drafting is off (set so, or left out under the default selection); adaptive drafting
+        (``sampling.adaptive``) whose explicitly set ``sampling.first_round``
+        is at least ``sampling.num_drafts`` drafts every subset in its first round, as a
+        non-adaptive run does (the default first round, 2, with m <= 2 is not named: a user
+        who asked for few drafts did not ask for rounds)."""
+        smp, out = self.sampling, []
+        if self.mode == "speculative" and not self.uses_verifier and self.verifier.model != DEFAULT_VERIFIER:
+            out.append(f"verifier.model ({self.verifier.model}) is set, but nothing uses the verifier: "
+                       "log ρ = log ρ_draft alone (selection.use_self_consistency and use_self_reflection "
+                       "are false, no fallback), so no verifier pass runs and the model is not loaded; "
+                       "set selection.use_self_reflection: true to score drafts with it (paper §3.3)")
+        if (self.mode == "speculative" and not self.adaptive_drafting and "first_round" in smp.model_fields_set
+                and smp.first_round != type(smp).model_fields["first_round"].default):
+            # (a full config dump sets every field: its default first round is not named)
+            why = ("it is set false" if smp.adaptive is not None else
+                   "left out, it is on only where the verifier scores drafts (selection.use_self_consistency "
+                   "or use_self_reflection) and the consensus fast path is on")
+            out.append(f"sampling.first_round ({smp.first_round}) is set, but adaptive drafting (sampling.adaptive) "
+                       f"is off ({why}): every row drafts its m subsets in one round; set sampling.adaptive: true "
+                       "to draft in rounds")
+        if (self.mode == "speculative" and self.adaptive_drafting and "first_round" in smp.model_fields_set
+                and smp.first_round >= smp.num_drafts):
+            out.append(f"sampling.first_round ({smp.first_round}) >= sampling.num_drafts ({smp.num_drafts}): "
+                       "adaptive drafting drafts every subset in its first round, so it never stops a row early; "
+                       f"set sampling.first_round below {smp.num_drafts} or sampling.adaptive: false")
+        return out
+
+    def config_hash(self) -> str:
+        """sha256 (first 16 hex) of the canonical JSON of this config. Optional fields added
+        after 0.1 (``task`` and :data:`ADDED_FIELDS`) count only when set away from the value
+        the code had before they existed (for ``verifier.deduplicate_drafts`` that is False, not
+        its default True), so earlier runs keep their hash; :data:`SWITCHED_FIELDS` count only
+        while their switch is on."""
+        blob = json.dumps(hashed_view(self.model_dump(mode="json")), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _flags_given(overrides: dict[str, Any] | None, flags: dict[str, str] | None) -> dict[str, str]:
+    """Dotted field -> the flag that set it (``flags``' name, else ``command line``) for each
+    override with a value."""
+    return {k: (flags or {}).get(k, "command line") for k, v in (overrides or {}).items() if v is not None}
+
+
+def _flag_for(field: str, flagged: dict[str, str]) -> str | None:
+    """The flag of ``flagged`` (:func:`_flags_given`) that set dotted ``field`` or a section holding it."""
+    return next((flag for key, flag in flagged.items() if field == key or field.startswith(key + ".")), None)

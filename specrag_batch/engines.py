@@ -49,9 +49,8 @@ def cpu_dtype(cpuinfo: str | None = None) -> str:
     """The vLLM ``dtype`` for a CPU engine whose config names none: ``"bfloat16"`` on CPUs with
     native bf16 matrix units (``avx512_bf16`` or ``amx_bf16`` flags), else ``"float32"``.
 
-    Measured 2026-11-30 on the 2-core AVX2 host (AMD EPYC, no AVX-512), SmolLM2-135M, 10
-    prompts x 64 generated tokens: bfloat16 52.0 s, float32 12.5 s (4.2x). Without native
-    units every bf16 product is emulated; weights are upcast once at load (4 bytes/parameter).
+    Without native units every bf16 product is emulated, several times slower than float32
+    (docs/results.md, "CPU dtype"); weights are upcast once at load (4 bytes/parameter).
     ``cpuinfo``: the text of /proc/cpuinfo (read when None; an unreadable file counts as no
     native bf16). Non-x86 CPUs fall back to float32 too, the safe choice for speed and accuracy.
     """
@@ -84,8 +83,8 @@ def configure_cpu_env() -> None:
 
 def check_cpu_env() -> None:
     """Refuse a ``VLLM_CPU_KVCACHE_SPACE`` that vLLM's CPU backend cannot read, before a flow
-    starts: it is each engine's KV cache in whole GiB (default here 2), and ``0.5`` failed inside
-    the engine's start with a pydantic traceback (trial finding, 2026-12-03).
+    starts: it is each engine's KV cache in whole GiB (default here 2), and ``0.5`` fails inside
+    the engine's start with a pydantic traceback.
 
     Raises:
         ValueError: the variable is set to something other than a whole number >= 0."""
@@ -201,8 +200,8 @@ class Engine:
         Every call starts from an **empty prefix cache**: a prompt whose prefix KV was cached
         by an earlier call is computed along another kernel path (cached blocks computed in
         another batch, then the suffix alone), which changes its log-probs in the last bits and
-        can flip a greedy token. Measured: the same 4 shards run three times in one process gave
-        different drafts and answers on runs 2-3 than on run 1 (fresh engine). With the reset a
+        can flip a greedy token, so a second run in one process could draft differently from the
+        first (tests/engine checks runs in one process agree). With the reset a
         call's outputs depend only on its own prompts, so a shard's output is the same whatever
         ran before it in the process (resume, Ray workers, fused vs disaggregated, the CLI in a
         fresh process). Prompts within one call still share cached prefixes. Cost: no reuse of

@@ -29,8 +29,8 @@ RATIONALE_STYLES = {
                     "the answer.",
 }
 """The rationale instruction of the drafter's system prompt per ``drafter.rationale_style``
-(issue 13 item 4: shorter drafts cost fewer drafter tokens; the paper's rationale is free text,
-§3.2). ``one_or_two_sentences`` is the instruction used so far."""
+(shorter drafts cost fewer drafter tokens; the paper's rationale is free text, §3.2).
+``one_or_two_sentences`` is the default."""
 
 
 def drafter_system(rationale_style: str = "one_or_two_sentences") -> str:

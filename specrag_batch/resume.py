@@ -139,7 +139,7 @@ def check_output(output_uri: str, input_uri: str, config_hash: str, overwrite: b
 
 def _refuse_file_output(output_uri: str) -> None:
     """Raise :class:`RunConflictError` when ``output_uri`` is a file, not a directory or prefix
-    (reading ``<file>/_run.json`` raised NotADirectoryError, a trial finding of 2026-12-03)."""
+    (reading ``<file>/_run.json`` would raise NotADirectoryError further on)."""
     fs, path = storage.filesystem(output_uri)
     if fs.isfile(path):
         raise RunConflictError(f"output {redact_text(output_uri)!r} is a file; give a directory or "

@@ -157,9 +157,9 @@ class ShardResult:
     def from_dict(cls, d: Mapping) -> "ShardResult":
         """The result a shard task returned (:meth:`as_dict`, or a resumed shard's done-marker
         ``result``), keeping only this version's fields. A done marker may hold keys this
-        version does not know: one written by a newer version, or one restored by the decision
-        benchmark's cell archive, which adds the machine that computed the shard
-        (``benchmarks/cell_archive.py``, ``RESTORED_KEY``); such a shard is resumed, not failed.
+        version does not know: one written by a newer version, or one a
+        tool outside the product annotated (e.g. with the machine that computed it); such a
+        shard is resumed, not failed.
         The marker itself keeps every key.
 
         Raises:

@@ -80,8 +80,8 @@ class DataOptions:
     ``teacher_max_tokens``: rationale budget, tokens. ``min_evidence_words``: see
     :func:`.filters.check_rationale` (``no_evidence``). ``trim_truncated``: a rationale cut by
     the budget keeps its complete sentences instead of being dropped (counted as ``trimmed``
-    in the data manifest, ``rationale_trimmed`` in the data shard). Measured 2026-11-30 with
-    Qwen2.5-Coder-1.5B as teacher at 80 tokens: 9 of 20 rationales were cut by the budget."""
+    in the data manifest, ``rationale_trimmed`` in the data shard); a small teacher often
+    writes past a budget of a few dozen tokens (docs/drafter-training.md)."""
 
     teacher: str | None = None
     drafter: str | None = None

@@ -48,7 +48,7 @@ CHECKPOINTS = "_checkpoints"
 class TrainOptions:
     """Hyper-parameters (recorded in the training manifest).
 
-    Default recipe sized for 2 CPU cores (issue 12): about 1,000 examples, sequences up to 768
+    Default recipe sized for 2 CPU cores: about 1,000 examples, sequences up to 768
     tokens, LoRA rank 16, one epoch. On a GPU: bf16 and ``batch_size`` x4 unless set.
     ``max_steps`` > 0 overrides ``epochs``. ``eval_fraction`` of the query ids (hashed) is held
     out for the evaluation loss and the flow's short evaluation; never trained on."""

@@ -63,7 +63,7 @@ def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     from specrag_batch.drafter_training.data import answer_text, build_training_data
     from specrag_batch.drafter_training.filters import complete_sentences, strip_restatement
     from specrag_batch.drafter_training.teacher import teacher_prompt_hash
-    from specrag_batch.drafter_training.sources import make_samples, training_rows
+    from specrag_batch.datasets import INPUT_SCHEMA, training_rows
     from specrag_batch.engines import get_engine
     from specrag_batch.parsing import parse_draft
     from specrag_batch.pipeline import StageTimer, draft_rows
@@ -74,7 +74,7 @@ def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     rows.append({**rows[0], "query_id": "no-gold-row", "gold": None})  # cannot give an example
     inp = tmp_path / "in"
     inp.mkdir()
-    table = pa.Table.from_pylist(rows, schema=make_samples().INPUT_SCHEMA)
+    table = pa.Table.from_pylist(rows, schema=INPUT_SCHEMA)
     pq.write_table(table, inp / "rows.parquet")
     m = build_training_data(str(inp), str(tmp_path / "data"), cfg)
     out = pq.read_table(tmp_path / "data" / "rows.parquet").to_pylist()

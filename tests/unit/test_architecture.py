@@ -40,3 +40,14 @@ def test_a_stage_reading_what_nothing_writes_is_refused():
     stages = speculative_stages(CONFIG, drafter=None, verifier=None)
     with pytest.raises(StageContractError, match="reads \\['subsets'\\]"):
         Pipeline([stages[0], stages[2]], chunk_rows=4)  # drafting without sampling
+
+
+def test_architecture_shows_the_layers_of_the_import_contract():
+    """The layer list in ARCHITECTURE.md is pyproject.toml's import-linter layers, top first."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    contracts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    shown = "\n".join(line.replace("specrag_batch.", "") for line in layers)
+    assert f"```\n{shown}\n```" in DOC

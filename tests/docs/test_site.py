@@ -1,0 +1,75 @@
+"""The documentation: docs/ builds as an mkdocs site in strict mode (a broken link or anchor
+between pages fails), and README.md stays a short page for users whose two commands are the
+set-up + demo and the test command (`.ci/run` calls `make test`)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.docs
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+MAX_README_LINES = 200
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built with ``mkdocs build --strict`` from the repository root."""
+    out = tmp_path_factory.mktemp("site")
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        print(r.stdout)
+        print(r.stderr, file=sys.stderr)
+    assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stderr[-5000:]}"
+    return out
+
+
+def test_docs_build_strictly(site):
+    assert (site / "index.html").is_file()
+    assert (site / "decisions" / "index.html").is_file()
+
+
+def test_readme_is_short():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines (at most {MAX_README_LINES})"
+
+
+def test_readme_commands_are_make_demo_and_make_test():
+    text = README.read_text(encoding="utf-8")
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", quick, flags=re.S)
+    commands = [line.strip() for b in blocks for line in b.splitlines()
+                if line.strip() and not line.strip().startswith("#")]
+    assert commands == ["make demo", "make test"], commands
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"^make test$", ci, flags=re.M), "CI should run README's test command"
+
+
+def test_readme_holds_no_dated_findings():
+    """Dates and intervals belong to docs/results.md and docs/decisions/, not README."""
+    text = README.read_text(encoding="utf-8")
+    assert not re.findall(r"\b20\d\d-\d\d-\d\d\b", text)
+    assert not re.findall(r"\[[+-]?\d+(\.\d+)?, [+-]?\d+(\.\d+)?\]", text)
+
+
+def test_readme_links_resolve(site):
+    """Every relative link of README names a file of the repository; a link into docs/ with an
+    anchor names a heading of the built page; the sample data's attribution is linked."""
+    text = README.read_text(encoding="utf-8")
+    links = [l for l in LINK.findall(text) if not re.match(r"[a-z]+://", l)]
+    assert "samples/README.md" in links
+    for link in links:
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), f"README links to a missing file: {link}"
+        if anchor and path.startswith("docs/") and path.endswith(".md"):
+            page = Path(path).relative_to("docs").with_suffix("")
+            html = site / (page.parent if page.name == "index" else page) / "index.html"
+            assert f'id="{anchor}"' in html.read_text(encoding="utf-8"), f"no anchor: {link}"

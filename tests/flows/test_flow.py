@@ -177,7 +177,7 @@ def test_cli_help_and_run(tmp_path):
     assert "rows in / out" in p.stdout and "2 / 2" in p.stdout
     bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "run", "-i", str(inp), "-o", "x",
                           "--mode", "fast"], capture_output=True, text=True, env=env, cwd=ROOT)
-    assert bad.returncode == 2 and "--mode" in (bad.stderr + bad.stdout)  # README: bad flag exits 2
+    assert bad.returncode == 2 and "--mode" in (bad.stderr + bad.stdout)  # docs/operations.md: bad flag exits 2
 
 
 def test_relative_input_same_names_in_two_folders_and_respelled_resume(prefect_harness, tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
-"""README promises checked on real runs (real vLLM SmolLM2 engine, real Prefect flow runs, the
-moto S3 server process, real Parquet). Runs are grouped: one run sets up several conditions
+"""Promises of the docs (docs/operations.md, docs/data-contract.md, docs/deploying.md) checked
+on real runs (real vLLM SmolLM2 engine, real Prefect flow runs, the moto S3 server process, real
+Parquet). Runs are grouped: one run sets up several conditions
 and each promise is asserted separately on its output."""
 
 from __future__ import annotations
@@ -179,11 +180,11 @@ SAME = ("answer", "rationale", "score", "score_draft", "score_self_consistency",
 
 BATCH_VARIANCE = ("vLLM CPU outputs depend on what else is in the batch: a 4-row shard in 2 chunks "
                   "gives other draft scores (seen: up to 2 nats) and answers than the one-chunk run "
-                  "(vLLM's batch-invariant mode does not run on its CPU build; README, Determinism)")
+                  "(vLLM's batch-invariant mode does not run on its CPU build; docs/operations.md, Determinism)")
 
 
 def test_large_shard_goes_through_chunks(grouped):
-    """README: a shard larger than ``chunk_rows`` is handed to the engines in chunks."""
+    """docs/operations.md: a shard larger than ``chunk_rows`` is handed to the engines in chunks."""
     g = grouped
     assert g["m1"]["failed_shards"] == g["m2"]["failed_shards"] == 0
     # one drafting call per chunk: run 1 = 1 chunk per shard; run 2 = qa 4 rows / 2 + mixed 2 rows / 2
@@ -274,7 +275,7 @@ def test_resume_across_topologies_into_the_same_output(grouped):
 # --- S3: resume keyed on the input version, input conflicts, the product's own retries ------
 
 def test_same_size_edit_on_s3_is_recomputed_and_another_input_is_refused(prefect_harness, s3_bucket):
-    """README: a shard whose input changed (size + ETag) is recomputed, even when its size did
+    """docs/operations.md: a shard whose input changed (size + ETag) is recomputed, even when its size did
     not change; an output holding results of another *input* (same config) is refused."""
     import pyarrow as pa
 
@@ -370,7 +371,7 @@ def test_config_loaded_from_s3(s3_bucket):
 # --- the command line: exit codes, --overwrite, --index on S3, claims -----------------------
 
 def test_cli_index_on_s3_exit_codes_overwrite_and_claims(prefect_harness, s3_bucket, tmp_path):
-    """README through the CLI (fresh processes): `index build` to S3 and `run --index` from it;
+    """docs/cli.md through the CLI (fresh processes): `index build` to S3 and `run --index` from it;
     a failed shard exits 1; another config into the same output exits 2 with the conflict;
     `claims --overwrite` replaces those results (exit 0, label counts printed). Determinism
     across processes: the CLI's answers and scores equal this process's run of the same job."""
@@ -397,7 +398,7 @@ def test_cli_index_on_s3_exit_codes_overwrite_and_claims(prefect_harness, s3_buc
     fs.pipe_file(f"{path}/z.parquet", b"PAR1 corrupt")
     config = str(ROOT / "configs" / "test-smollm2.yaml")
     r = cli("run", "-i", inp, "-o", out, "-c", config, "--index", idx, "-m", "2")
-    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]  # README: a failed shard exits 1
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]  # docs/operations.md: a failed shard exits 1
     rows, m = read_outputs(out)
     assert m["failed_shards"] == 1 and m["rows_out"] == 2
     [qr] = [x for x in rows if x["query_id"] == q.column("query_id")[0].as_py()]
@@ -573,7 +574,7 @@ def _seeded_values(rows: list[dict]) -> list[dict]:
 
 
 def test_seeded_sampling_gives_the_recorded_drafts(prefect_harness, tmp_path):
-    """README: the same input, config and seed give identical answers and scores, also with
+    """docs/operations.md: the same input, config and seed give identical answers and scores, also with
     sampling (temperature > 0). Compared with values recorded from a run of this tree
     (``expected_seeded_sampling.json``). Prompts, parsing, model or vLLM changes change them:
     regenerate with ``SPECRAG_RECORD_EXPECTED=1 .venv/bin/python -m pytest

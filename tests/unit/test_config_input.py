@@ -1,7 +1,7 @@
 """Run configs as a new user writes them (found by trying the README on a fresh clone): a
 partial model section, a YAML syntax error, a seed the engines cannot take, a typo in the
 sampling instruction's placeholders. Each is a clear error at load time (CLI exit 2), or is
-accepted as the README documents, never a failure after the engines have loaded."""
+accepted as docs/configuration.md documents, never a failure after the engines have loaded."""
 
 import pytest
 from pydantic import ValidationError
@@ -15,7 +15,7 @@ from specrag_batch.config import RunConfig, load_config
     ("verifier:\n  engine_kwargs: {dtype: float32}\n", "verifier", "qwen2.5-coder-1.5b-instruct"),
 ])
 def test_partial_model_section_keeps_the_default_model(tmp_path, yaml_text, field, value):
-    """README's table: drafter.model / verifier.model default to the packaged Qwen models, so a
+    """docs/configuration.md's table: drafter.model / verifier.model default to the packaged Qwen models, so a
     section that only sets another key keeps them (it used to fail: 'drafter.model Field
     required')."""
     path = tmp_path / "run.yaml"

@@ -60,7 +60,7 @@ def test_a_run_whose_every_shard_failed_says_so_and_not_that_it_computed_them(tm
 def test_a_run_whose_every_shard_failed_leaves_no_key_refusing_a_corrected_config(tmp_path):
     """Trial finding (2026-12-03): a run whose every shard failed its schema check kept its
     ``_run.json``, so the corrected command with another config was refused as a conflict
-    until ``--overwrite`` (README promises a run that computed nothing leaves no key)."""
+    until ``--overwrite`` (docs/operations.md promises a run that computed nothing leaves no key)."""
     import pyarrow.parquet as pq
 
     inp, out = tmp_path / "in", tmp_path / "out"

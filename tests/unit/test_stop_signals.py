@@ -3,7 +3,7 @@ worker) or SIGINT (Ctrl-C, sent to the terminal's process group) while a shard i
 the process ends promptly with 143 / 130, the shards finished before the signal keep their done
 markers, the shard in flight gets none, no process of the run is left behind (Prefect's
 ephemeral API server), and running the same command again computes the rest, every input row
-exactly once, without recomputing the finished shards (README "Operations", "Stopping a run").
+exactly once, without recomputing the finished shards (docs/operations.md, "Stopping a run").
 
 A real ``specrag-batch`` process (the CLI, Prefect's flow and task runner, storage, resume) with
 tests/fakes.py's FakeEngine in place of vLLM (tests/fake_engine_cli.py), each engine call taking

@@ -139,7 +139,7 @@ def test_a_kv_cache_size_vllm_cannot_read_is_one_line_before_the_flow(tmp_path, 
 
 def test_a_run_prints_prefects_info_records_only_to_its_api_not_the_console():
     """Trial finding (2026-12-03): a successful ``specrag-batch run`` printed 10 ``INFO:prefect``
-    lines on stderr (temporary server, flow and task states), against README's "Quiet logs".
+    lines on stderr (temporary server, flow and task states), against docs/operations.md, "Quiet logs".
     Prefect's own logging config sets its loggers to INFO (for the flow-run logs its API keeps)
     and they propagate to the console handler ``cli.main`` installs: that handler now filters at
     ``SPECRAG_LOG_LEVEL``, while the logger still hands INFO records to its own handlers."""

@@ -4,6 +4,7 @@ set-up + demo and the test command (`.ci/run` calls `make test`)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -73,3 +74,30 @@ def test_readme_links_resolve(site):
             page = Path(path).relative_to("docs").with_suffix("")
             html = site / (page.parent if page.name == "index" else page) / "index.html"
             assert f'id="{anchor}"' in html.read_text(encoding="utf-8"), f"no anchor: {link}"
+
+
+def _subcommands(*group: str) -> list[str]:
+    """The command names under ``Commands:`` of ``specrag-batch [group] --help`` (plain text: the
+    output is not a terminal)."""
+    exe = Path(sys.executable).with_name("specrag-batch")
+    r = subprocess.run([str(exe), *group, "--help"], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    listed = r.stdout.split("Commands:", 1)[1] if "Commands:" in r.stdout else ""
+    return [line.split()[0] for line in listed.splitlines() if line.startswith("  ") and line.strip()]
+
+
+def test_readme_cli_table_lists_every_command():
+    """Every `specrag-batch` command (each subcommand of a group) has a row in README's table."""
+    commands, groups = set(), set()
+    for name in _subcommands():
+        sub = _subcommands(name)
+        if sub:
+            groups.add(name)
+        commands |= {f"{name} {s}" for s in sub} or {name}
+    text = README.read_text(encoding="utf-8")
+    table = text.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    rows = [r.split() for r in re.findall(r"^\| `specrag-batch ([^`]+)`", table, flags=re.M)]
+    named = {" ".join(w[:2]) if w[0] in groups else w[0] for w in rows}
+    assert commands == named, (f"missing from README: {sorted(commands - named)}; "
+                               f"not commands: {sorted(named - commands)}")

@@ -347,7 +347,7 @@ def help_settings(file) -> dict:
     """Click context settings for ``--help`` and usage errors printed on ``file``: none on a
     terminal (typer's rich panels, sized to it); otherwise (a log, CI, ``| grep``) click's plain
     help at :data:`NON_TTY_WIDTH` columns, so that each paragraph and each option's help is one
-    whole line, as every other output of the commands is there (README "nothing is wrapped").
+    whole line, as every other output of the commands is there (docs/cli.md, "What the commands print").
     Typer's rich help has no unwrapped form (its panels fill the console width, 80 columns when
     there is no terminal, and re-wrap the docstrings' own line breaks into orphan words), so it
     is turned off for this process (``typer.core.HAS_RICH``, what ``TYPER_USE_RICH=0`` sets at
@@ -367,7 +367,7 @@ def help_settings(file) -> dict:
 def main() -> None:
     """Console entry point ``specrag-batch``: log level from ``SPECRAG_LOG_LEVEL`` (default
     WARNING), then the typer app. SIGTERM and SIGINT stop the command promptly, keeping the
-    shards finished before them, and exit 143 / 130 (:mod:`specrag_batch.stopping`, README
+    shards finished before them, and exit 143 / 130 (:mod:`specrag_batch.stopping`, docs/operations.md,
     "Stopping a run"), whatever the command was doing when the signal came."""
     from . import stopping
 

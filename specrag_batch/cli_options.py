@@ -1,7 +1,7 @@
 """Command-line options generated from :class:`~specrag_batch.config.RunConfig` and the one
 mapping from exceptions to exit codes.
 
-The common settings (:data:`COMMON`: config field -> the flag names of the README) become
+The common settings (:data:`COMMON`: config field -> the flag names of docs/cli.md) become
 options typed as the config field (int, float, str, a fixed set of words) with the field's
 ``description`` as help. A flag that is given overrides the config file (``load_config``
 overrides); the rest of the config is set in the YAML.
@@ -33,8 +33,8 @@ COMMON: dict[str, tuple[str, ...]] = {
     "retrieval.index": ("--index",),
     "seed": ("--seed",),
 }
-"""The common settings offered as flags: dotted config field -> flag names (the names of the
-README; every other field is set in the YAML config)."""
+"""The common settings offered as flags: dotted config field -> flag names (as docs/cli.md
+lists them; every other field is set in the YAML config)."""
 
 _SCALARS = (bool, int, float, str)
 
@@ -202,7 +202,7 @@ USAGE_ERRORS = (ValueError, FileNotFoundError)
 
 @contextmanager
 def exit_codes(fail: Callable[[Exception, int], None]) -> Iterator[None]:
-    """The one mapping from exceptions to exit codes (README): 2 = conflict, bad
+    """The one mapping from exceptions to exit codes (docs/operations.md, "Exit codes"): 2 = conflict, bad
     config/flag/model/input (:class:`resume.RunConflictError`,
     :class:`models.ModelNotInstalledError`, ValueError incl. pydantic's ValidationError and
     InputSchemaError, FileNotFoundError); 1 = a run finished with failed shards (RuntimeError of the scheduled

@@ -50,7 +50,7 @@ def cpu_dtype(cpuinfo: str | None = None) -> str:
     native bf16 matrix units (``avx512_bf16`` or ``amx_bf16`` flags), else ``"float32"``.
 
     Without native units every bf16 product is emulated, several times slower than float32
-    (docs/results.md, "CPU dtype"); weights are upcast once at load (4 bytes/parameter).
+    (docs/decisions/001-cpu-float32-without-native-bf16.md); weights are upcast once at load (4 bytes/parameter).
     ``cpuinfo``: the text of /proc/cpuinfo (read when None; an unreadable file counts as no
     native bf16). Non-x86 CPUs fall back to float32 too, the safe choice for speed and accuracy.
     """
@@ -170,28 +170,31 @@ class Engine:
         outs = self._generate(prompts, SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0), desc)
         return [_prompt_row(p, out.prompt_logprobs) for p, out in zip(prompts, outs)]
 
-    def prompt_and_next_logprobs(self, prompts: Sequence[list[int]], top_k: int,
+    def prompt_and_next_logprobs(self, prompts: Sequence[list[int]], next_ids: Sequence[int],
                                  desc: str = "score") -> list[tuple[list[float | None], dict[int, float]]]:
-        """Prompt log-probs and the next token's top-k log-probs, in one forward pass per
-        prompt (one vLLM request: ``prompt_logprobs=0``, one greedy generated token with
-        ``logprobs=top_k``).
+        """Prompt log-probs and the next token's log-probs of exactly ``next_ids``, in one
+        forward pass per prompt (one vLLM request: ``prompt_logprobs=0``, one greedy generated
+        token with ``logprob_token_ids=next_ids``, so each id's log-prob is read wherever it
+        ranks; no top-k, and no dependence on the engine's ``max_logprobs``).
 
         Returns, per prompt, (as :meth:`prompt_logprobs`, {token id: log P(token | whole
-        prompt)} for the ``top_k`` most likely next tokens, natural log; the greedy token is
-        always among them). ``top_k`` is capped by vLLM's ``max_logprobs`` (default 20).
-        """
+        prompt)} for every id of ``next_ids``, natural log).
+
+        Raises:
+            ValueError: more than vLLM's ``MAX_LOGPROB_TOKEN_IDS`` (128) distinct ids."""
         from vllm import SamplingParams
 
         if not prompts:
             return []
+        ids = sorted({int(t) for t in next_ids})
         outs = self._generate(prompts, SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0,
-                                                      logprobs=top_k), desc)
-        result = []
+                                                      logprob_token_ids=ids), desc)
+        wanted, result = set(ids), []
         for p, out in zip(prompts, outs):
             o = out.outputs[0]
             nxt = o.logprobs[0] if o.logprobs else {}
             result.append((_prompt_row(p, out.prompt_logprobs),
-                           {int(t): float(e.logprob) for t, e in nxt.items()}))
+                           {int(t): float(e.logprob) for t, e in nxt.items() if int(t) in wanted}))
         return result
 
     def _generate(self, prompts, sp, desc: str):

@@ -214,7 +214,7 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
     execution settings (JSON form). ``report`` writes the run report from the manifest and
     returns its status, recorded as ``report`` (the report never sees its own status).
 
-    Cost, one rule (README "What the output prefix holds"): ``cost.output`` is the cost of the
+    Cost, one rule (docs/data-contract.md, "Costs: the output's and this invocation's"): ``cost.output`` is the cost of the
     output, every finished shard's seconds and engine usage from its result (a resumed shard's
     from its done marker, :func:`output_cost`); ``cost.this_invocation`` what this invocation
     computed (:func:`invocation_cost`). The top-level ``stage_seconds``, ``engines``,

@@ -226,7 +226,7 @@ class ShardPlan:
 def plan_ids(shards: list[str], ids: dict[str, list[str | None] | str],
              finished: dict[str, dict]) -> list[ShardPlan]:
     """Which shard answers each query id, so that every id is answered exactly once across
-    failures and re-runs (README "Duplicate ids").
+    failures and re-runs (docs/data-contract.md, "Duplicate query ids").
 
     Rules, in this order: (1) a shard that failed planning (``ids[s]`` is an error string)
     claims nothing; (2) finished shards (done marker valid for this config and input) keep the

@@ -39,7 +39,7 @@ for DEBUG, e.g. ``VLLM_LOGGING_LEVEL=DEBUG``); every other vLLM record passes un
   sets on purpose; the product's own sampling uses its own seeded generators);
 * ``vllm.v1.worker.cpu_worker``: "libtcmalloc / libiomp is not found in LD_PRELOAD": a
   performance hint, not a fault. It stays visible once per library and process at INFO on
-  the ``specrag_batch.engines`` logger (README, Operations, "Quiet logs");
+  the ``specrag_batch.engines`` logger (docs/operations.md, "Quiet logs");
 * ``vllm.platforms.cpu``: "Reset SSM cache type to float32 for accelerated GDN mamba backend
   'none'." (a CPU with ``avx512_bf16``; backend ``none``: the model has no SSM state, so the
   setting is never used; another backend stays a WARNING).
@@ -147,7 +147,7 @@ def _hint_once(message: str) -> None:
         _hinted.add(lib)
         logging.getLogger("specrag_batch.engines").info(
             "vLLM CPU: %s is not in LD_PRELOAD; preloading it can speed up CPU engines "
-            "(README, Operations, 'Quiet logs')", lib)
+            "(docs/operations.md, 'Quiet logs')", lib)
 
 
 def demote_benign_vllm() -> None:

@@ -1,5 +1,5 @@
 """Stopping a run on SIGTERM or SIGINT (Ctrl-C): promptly, keeping the shards already finished
-(README "Stopping a run").
+(docs/operations.md, "Stopping a run").
 
 Why ``specrag-batch run`` did not stop on SIGTERM before (a fresh-clone trial needed SIGKILL;
 reproduced with tests/unit/test_stop_signals.py, Prefect 3.7):
@@ -56,7 +56,7 @@ stopping."""
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 """Exit status of a stopped run: 128 + the signal number, as a shell reports a process the
-signal ended (README "Exit codes")."""
+signal ended (docs/operations.md, "Exit codes")."""
 
 GRACE_SECONDS = 15.0
 """Longest time from the first signal to :func:`exit_stopped` (a watchdog thread calls it when

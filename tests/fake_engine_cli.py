@@ -32,9 +32,9 @@ class SlowFakeEngine(FakeEngine):
         time.sleep(DELAY)
         return super().prompt_logprobs(prompts, desc)
 
-    def prompt_and_next_logprobs(self, prompts, top_k, desc="score"):
+    def prompt_and_next_logprobs(self, prompts, next_ids, desc="score"):
         time.sleep(DELAY)
-        return super().prompt_and_next_logprobs(prompts, top_k, desc)
+        return super().prompt_and_next_logprobs(prompts, next_ids, desc)
 
 
 _ENGINES: dict = {}

@@ -192,11 +192,11 @@ class FakeEngine:
         self._account("prompt_logprobs", prompts, desc, len(prompts))
         return [self._prompt_row(list(p)) for p in prompts]
 
-    def prompt_and_next_logprobs(self, prompts: Sequence[list[int]], top_k: int,
+    def prompt_and_next_logprobs(self, prompts: Sequence[list[int]], next_ids: Sequence[int],
                                  desc: str = "score") -> list[tuple[list[float | None], dict[int, float]]]:
-        """Per prompt, (:meth:`prompt_logprobs` row, top-``top_k`` next-token log-probs).
-        The top-k holds the tokenizer's " Yes" and "No" ids with hash-chosen log-probs (one
-        prompt in four lacks "No", exercising the not-in-top-k bound) and filler ids below them."""
+        """Per prompt, (:meth:`prompt_logprobs` row, next-token log-probs of exactly ``next_ids``),
+        as the real engine reads them (``logprob_token_ids``). The tokenizer's " Yes" and "No" ids
+        get hash-chosen log-probs (P <= 0.95 each), every other id a small one below them."""
         if not prompts:
             return []
         from specrag_batch.stages.verification import word_token_ids
@@ -205,12 +205,8 @@ class FakeEngine:
         out = []
         for p in prompts:
             h = digest(p)
-            top = {yes: -0.05 - (h % 300) / 100.0}
-            if h % 4:
-                top[no] = -0.05 - ((h >> 9) % 300) / 100.0
-            filler = (t for t in range(1000, 1000 + 2 * top_k) if t not in top)
-            while len(top) < top_k:
-                top[next(filler)] = -4.0 - len(top) / 10.0
-            out.append((self._prompt_row(list(p)), top))
+            main = {yes: -0.05 - (h % 300) / 100.0, no: -0.05 - ((h >> 9) % 300) / 100.0}
+            nxt = {int(t): main.get(int(t), -6.0 - (int(t) % 7) / 10.0) for t in next_ids}
+            out.append((self._prompt_row(list(p)), nxt))
         self._account("prompt_and_next_logprobs", prompts, desc, len(prompts))
         return out

@@ -128,7 +128,7 @@ class DrafterConfig(ModelConfig):
         "one_or_two_sentences", description="rationale instruction of the drafter's system "
         "prompt: one_or_two_sentences = 'a short rationale (one or two sentences)' (the "
         "instruction used so far); one_sentence = 'a rationale of one sentence' (shorter drafts, "
-        "fewer drafter tokens; benchmarks/decision.py arm one_sentence). Also used by the "
+        "fewer drafter tokens; docs/results.md, \"Settings measured and kept\"). Also used by the "
         "drafter-training data step; Standard RAG keeps one_or_two_sentences")
     answer_on_truncation: bool = Field(
         False, description="recover drafts cut at max_tokens before their answer line: a "
@@ -140,7 +140,7 @@ class DrafterConfig(ModelConfig):
         "and count in neither). An engineering recovery of a budget cut, not in the paper "
         "(§3.2 drafts (α, β) without a budget). The drafter prompt's room shrinks by the "
         "marker and answer_max_tokens, so prompt + draft + marker + answer fit max_model_len. "
-        "Off by default (docs/decisions/004-answer-on-truncation.md); off, a config hashes as "
+        "Off by default (docs/decisions/004-answer-on-truncation-off.md); off, a config hashes as "
         "before the field existed (:data:`ADDED_FIELDS`)")
     answer_max_tokens: int = Field(
         16, ge=1, description="generation budget, tokens, of the answer written after a forced "
@@ -188,11 +188,11 @@ class VerifierConfig(ModelConfig):
         "same answer and rationale from different subsets) share one forward pass and get "
         "copies of its scores (log ρ_SC, log ρ_SR, log P(Yes)/P(No), token counts, verifier "
         "flags). The verifier never reads the documents, so the scores are the ones a pass of "
-        "their own would give (up to the engine's batch-dependent low digits, README "
+        "their own would give (up to the engine's batch-dependent low digits, docs/operations.md, "
         "\"Determinism\"); vLLM's prefix cache cannot share these passes (it skips requests "
         "with prompt log-probs). This product's optimisation, not the paper's; output column "
         "``verifier_drafts_deduplicated`` counts the passes saved. On by default "
-        "(docs/decisions/001-deduplicate-verifier-drafts.md). A run that sets it false hashes "
+        "(docs/decisions/003-verifier-deduplicate-drafts.md). A run that sets it false hashes "
         "as runs made before the field existed (:data:`ADDED_FIELDS`)")
 
 
@@ -240,7 +240,7 @@ class SamplingConfig(_Strict):
         "passes (``RunConfig.adaptive_drafting`` resolves it): the consensus fast path on and the verifier scoring drafts "
         "(``selection.use_self_consistency`` or ``use_self_reflection``). Under log ρ = log ρ_draft alone it "
         "saves no verifier pass and its two rounds split the drafter's batch, so there it is "
-        "off (docs/decisions/002-adaptive-drafting.md). Set true with the fast path off, it is "
+        "off (docs/decisions/006-adaptive-drafting-with-verifier-terms.md, docs/decisions/009-one-drafting-round.md). Set true with the fast path off, it is "
         "an error. Off, a config hashes as before the field existed (:data:`ADDED_FIELDS`)")
     first_round: int = Field(
         2, ge=2, description="drafts of the first adaptive round (``adaptive``); at least 2, "
@@ -273,22 +273,20 @@ class SelectionConfig(_Strict):
     use_draft_score: bool = True
     use_self_consistency: bool = Field(
         False, description="add log ρ_SC (the verifier's log-probs of α and β, paper §3.3) to "
-        "log ρ. Off by default (docs/decisions/003-default-selection.md). True = the paper's "
+        "log ρ. Off by default (docs/decisions/007-selection-without-self-consistency.md). True = the paper's "
         "three terms (configs/production-gpu.yaml, configs/bench.yaml)")
     use_self_reflection: bool = Field(
         False, description="add log ρ_SR (log P(\"Yes\") from the verifier after the reflection "
         "question R, paper §3.3) to log ρ. Off by default: with ``use_self_consistency`` also "
         "off, log ρ = log ρ_draft alone and no verifier pass runs (the verifier engine is not "
-        "loaded, ``RunConfig.uses_verifier``; docs/decisions/003-default-selection.md). True = the paper's verifier (configs/production-gpu.yaml, "
+        "loaded, ``RunConfig.uses_verifier``; docs/decisions/008-default-selection-draft-score-only.md). True = the paper's verifier (configs/production-gpu.yaml, "
         "configs/bench.yaml); a run naming another ``verifier.model`` while neither term is "
         "on warns that the verifier is unused (:meth:`RunConfig.idle_settings`)")
     self_reflection: Literal["paper", "contrast"] = Field(
         "paper", description="ρ_SR from the verifier's next token after R: paper = "
         "log P(Yes) (the paper's term); contrast = log P(Yes)/(P(Yes)+P(No)) (yes/no summed "
-        "over the tokenizer's single-token spellings). The default stays the paper's unless "
-        "the decision benchmark's tuning cells favour contrast (benchmarks/decision.py, "
-        "post hoc from the stored log P(Yes), log P(No); benchmarks/README.md, "
-        "\"Self-reflection variants\")")
+        "over the tokenizer's single-token spellings). The paper's term is the default "
+        "(docs/results.md, \"Settings measured and kept\")")
     rule: Literal["argmax", "answer_vote", "length_normalised"] = Field(
         "argmax", description="how the fully scored valid drafts are ranked "
         "(:func:`specrag_batch.stages.selection.select`): argmax = the highest log ρ (the paper's "
@@ -296,9 +294,7 @@ class SelectionConfig(_Strict):
         "largest Σ ρ wins and its best-scored draft is returned; length_normalised = the "
         "highest log ρ per token (``mean_logprob``). answer_vote and length_normalised are "
         "this product's extensions; the selected draft's log ρ stays the row's score. The "
-        "default stays the paper's until the decision benchmark's tuning cells favour "
-        "another rule (benchmarks/decision.py, post hoc from the stored drafts; "
-        "benchmarks/README.md, \"Selection rules\")")
+        "paper's rule is the default (docs/results.md, \"Settings measured and kept\")")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
     tau_min: float | dict[TauTask, float] | None = Field(
         None, description="threshold on the selected draft's confidence (``confidence``); "

@@ -81,7 +81,7 @@ class DataOptions:
     :func:`.filters.check_rationale` (``no_evidence``). ``trim_truncated``: a rationale cut by
     the budget keeps its complete sentences instead of being dropped (counted as ``trimmed``
     in the data manifest, ``rationale_trimmed`` in the data shard); a small teacher often
-    writes past a budget of a few dozen tokens (docs/drafter-training.md)."""
+    writes past a budget of a few dozen tokens (docs/decisions/002-trim-cut-teacher-rationales.md)."""
 
     teacher: str | None = None
     drafter: str | None = None

@@ -1,7 +1,7 @@
 """Reading a run's output for the report: the trusted output shards as one polars frame.
 
 Only data objects that have a done marker in ``_shards/`` or are listed ``ok`` in
-``_manifest.json`` are read (README "Operations"); ``_drafts/``, ``_report/`` and ``_shards/``
+``_manifest.json`` are read (docs/data-contract.md, "What the output prefix holds"); ``_drafts/``, ``_report/`` and ``_shards/``
 are never read as data. Each shard is a lazy polars scan (:func:`scan_shard`): only the
 report's columns are fetched (projection pushdown), local or S3; listed paths are opened as
 they are, never re-parsed as URL or glob.

@@ -43,8 +43,8 @@ class EngineLike(Protocol):  # pragma: no cover - typing only
     def prompt_logprobs(self, prompts, desc: str = ...):
         """Per prompt, log P(token_i | tokens_<i) for each token (natural log; None at i = 0)."""
 
-    def prompt_and_next_logprobs(self, prompts, top_k: int, desc: str = ...):
-        """Per prompt, (:meth:`prompt_logprobs`, {token id: log P(next token)} of the top-k)."""
+    def prompt_and_next_logprobs(self, prompts, next_ids, desc: str = ...):
+        """Per prompt, (:meth:`prompt_logprobs`, {token id: log P(next token)} for each of ``next_ids``)."""
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Input per draft: ``[Q, α, β, R]`` — the question block (never the documents), the draft's
 answer α *as the drafter wrote it* (e.g. the letter ``B`` of a choice row) and rationale β,
 the reflection question R, then the chat template's assistant opening. One vLLM request
-returns the prompt's log-probs and the top-k log-probs of the next token (natural log):
+returns the prompt's log-probs and, for the next token, the log-probs of exactly the yes/no
+token ids (vLLM's ``logprob_token_ids``; natural log):
 
 * self-consistency  log ρ_SC = Σ log P(t | prefix) over the α and β tokens = log P(α, β | Q)
 * self-reflection   from the next token, where the verifier answers R:
@@ -14,10 +15,12 @@ returns the prompt's log-probs and the top-k log-probs of the next token (natura
   (:func:`self_reflection_score`; the draft keeps log P(Yes) and log P(No), so the other
   variant can be computed after a run from the output's drafts)
 
-When no spelling of a word is among the top-k next tokens (k = :data:`TOP_K`), its
-probability is bounded by the k-th largest log-prob, which is used in its place, and the
-draft is flagged ``self_reflection_yes_not_in_top_k`` / ``self_reflection_no_not_in_top_k``
-(with neither word present, ``contrast`` gives log 0.5).
+Every spelling's log-prob is read directly, wherever it ranks among the vocabulary, so the
+scores depend on no top-k setting and on no engine's ``max_logprobs``. A tokenizer with no
+single-token spelling of "yes" or "no" gives no self-reflection score (flag
+``self_reflection_unavailable``). Outputs of older versions, which read a top-20 and bounded
+a missing word by the 20th log-prob, may carry ``self_reflection_yes_not_in_top_k`` /
+``self_reflection_no_not_in_top_k``.
 
 α and β token positions come from :func:`prompts.verifier_prompt` (data encoded separately,
 never located by searching the text).
@@ -41,8 +44,6 @@ from .selection import consensus
 
 NON_FINITE = Flag.NON_FINITE_LOGPROB
 TOO_LONG = Flag.VERIFIER_INPUT_TOO_LONG
-TOP_K = 20
-"""Next-token log-probs requested for self-reflection (vLLM's default ``max_logprobs``)."""
 SELF_REFLECTION_MODES = ("paper", "contrast")
 
 
@@ -61,7 +62,7 @@ def word_token_ids(tokenizer, word: str) -> set[int]:
     UPPER case, each with and without a leading space (spellings that take several tokens
     are left out). ``tokenizer``: a Hugging Face tokenizer (encoded with
     :func:`~specrag_batch.prompts.encode_plain`). May be empty: then no probability mass is
-    found for the word and :func:`reflection_scores` uses its k-th log-prob bound."""
+    found for the word and :func:`reflection_scores` gives no score."""
     ids = set()
     for w in {word.lower(), word.capitalize(), word.upper()}:
         for pre in ("", " "):
@@ -102,40 +103,43 @@ def self_reflection_score(logprob_yes: float | None, logprob_no: float | None, m
     return logprob_yes if mode == "paper" else logprob_yes - _logsumexp([logprob_yes, logprob_no])
 
 
-def reflection_scores(top: dict[int, float], yes_ids: set[int], no_ids: set[int],
+def reflection_scores(next_logprobs: dict[int, float], yes_ids: set[int], no_ids: set[int],
                       mode: str) -> tuple[float | None, float | None, float | None, list[str]]:
-    """(log ρ_SR, log P(Yes), log P(No), flags) from the next token's top-k log-probs.
+    """(log ρ_SR, log P(Yes), log P(No), flags) from the next token's log-probs of the yes/no
+    spellings (paper §3.3, self-reflection).
 
     Args:
-        top: token id -> natural log-prob of the k most likely next tokens.
+        next_logprobs: token id -> natural log P(token | [Q, α, β, R]) for (at least) every id
+            of ``yes_ids`` and ``no_ids``, as the engine's ``prompt_and_next_logprobs`` reads
+            them.
         yes_ids, no_ids: :func:`word_token_ids` of "yes" and "no".
         mode: ``paper`` (log P(Yes)) or ``contrast`` (log P(Yes)/(P(Yes)+P(No))).
 
-    A word with no spelling in ``top`` takes the k-th log-prob as its (upper-bound) value and
-    adds a flag (see the module docstring). Empty ``top``: all None, flag
-    ``self_reflection_unavailable``.
+    log P(Yes) = logsumexp of the yes ids' log-probs (P(No) likewise). A word with no id, or an
+    id the engine gave no log-prob for: all None, flag ``self_reflection_unavailable``. A word
+    whose every log-prob is not finite (probability 0) takes
+    :data:`~specrag_batch.engines.NON_FINITE_FLOOR`, flag ``non_finite_logprob``.
 
     Raises:
         ValueError: unknown ``mode``.
     """
     _check_mode(mode)
-    vals = [v for v in top.values() if math.isfinite(v)]
-    if not vals:
-        return None, None, None, [Flag.SELF_REFLECTION_UNAVAILABLE]
-    kth, flags, out = min(vals), [], []
-    for ids, missing in ((yes_ids, Flag.SELF_REFLECTION_YES_NOT_IN_TOP_K),
-                         (no_ids, Flag.SELF_REFLECTION_NO_NOT_IN_TOP_K)):
-        hits = [top[t] for t in ids if t in top and math.isfinite(top[t])]
-        if hits:
-            out.append(_logsumexp(hits))
+    out, flags = [], []
+    for ids in (yes_ids, no_ids):
+        values = [next_logprobs.get(t) for t in ids]
+        if not values or any(v is None for v in values):
+            return None, None, None, [Flag.SELF_REFLECTION_UNAVAILABLE]
+        finite = [v for v in values if math.isfinite(v)]
+        if finite:
+            out.append(_logsumexp(finite))
         else:
-            out.append(kth)
-            flags.append(missing)
+            out.append(clean_logprob(None)[0])
+            flags.append(NON_FINITE)
     lp_yes, lp_no = out
-    return self_reflection_score(lp_yes, lp_no, mode), lp_yes, lp_no, flags
+    return self_reflection_score(lp_yes, lp_no, mode), lp_yes, lp_no, sorted(set(flags))
 
 
-def prompt_scores(prompt: VerifierPrompt, prompt_logprobs: Sequence[float | None], top: dict[int, float],
+def prompt_scores(prompt: VerifierPrompt, prompt_logprobs: Sequence[float | None], next_logprobs: dict[int, float],
                   yes_ids: set[int], no_ids: set[int], mode: str
                   ) -> tuple[float, float, float | None, float | None, float | None, list[str]]:
     """The verifier's terms from one forward pass over ``prompt`` (paper §3.3; natural log):
@@ -148,13 +152,14 @@ def prompt_scores(prompt: VerifierPrompt, prompt_logprobs: Sequence[float | None
 
     Args:
         prompt_logprobs: per prompt token, its log-prob (None at position 0), as the engine's
-            ``prompt_and_next_logprobs`` returns it; top: the next token's top-k log-probs.
+            ``prompt_and_next_logprobs`` returns it; next_logprobs: the next token's log-probs
+            of the yes/no ids.
 
     Raises:
         ValueError: unknown ``mode``."""
     answer_logprob, answer_bad = _sum(prompt_logprobs, prompt.answer_tokens)
     rationale_logprob, rationale_bad = _sum(prompt_logprobs, prompt.rationale_tokens)
-    sr, lp_yes, lp_no, flags = reflection_scores(top, yes_ids, no_ids, mode)
+    sr, lp_yes, lp_no, flags = reflection_scores(next_logprobs, yes_ids, no_ids, mode)
     flags += [NON_FINITE] if answer_bad or rationale_bad else []
     return answer_logprob, rationale_logprob, sr, lp_yes, lp_no, flags
 
@@ -168,7 +173,7 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
     token counts ``tokens_answer``/``tokens_rationale`` (verifier tokens). One forward pass
     per draft over [Q, α, β, R] and the template's assistant opening
     (:func:`~specrag_batch.prompts.verifier_prompt`): its prompt log-probs give log ρ_SC and
-    the next token's top-:data:`TOP_K` log-probs give log ρ_SR; the verifier never reads the
+    the next token's log-probs of the yes/no spellings give log ρ_SR; the verifier never reads the
     documents.
 
     Args:
@@ -224,12 +229,12 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
             first[ident] = len(prompts)
         prompts.append(prompt)
         groups.append((key, [draft]))
-    outputs = engine.prompt_and_next_logprobs([p.token_ids for p in prompts], TOP_K, desc=desc)
-    for prompt, (key, drafts), (prompt_logprobs, top) in zip(prompts, groups, outputs):
+    outputs = engine.prompt_and_next_logprobs([p.token_ids for p in prompts], sorted(yes_ids | no_ids), desc=desc)
+    for prompt, (key, drafts), (prompt_logprobs, next_logprobs) in zip(prompts, groups, outputs):
         if key in errors:
             continue
         answer_logprob, rationale_logprob, sr, lp_yes, lp_no, flags = prompt_scores(
-            prompt, prompt_logprobs, top, yes_ids, no_ids, mode)
+            prompt, prompt_logprobs, next_logprobs, yes_ids, no_ids, mode)
         for draft in drafts:
             draft.score_self_consistency = answer_logprob + rationale_logprob
             draft.tokens_answer, draft.tokens_rationale = len(prompt.answer_tokens), len(prompt.rationale_tokens)

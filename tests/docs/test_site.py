@@ -101,3 +101,22 @@ def test_readme_cli_table_lists_every_command():
     named = {" ".join(w[:2]) if w[0] in groups else w[0] for w in rows}
     assert commands == named, (f"missing from README: {sorted(commands - named)}; "
                                f"not commands: {sorted(named - commands)}")
+
+
+def test_every_docs_page_the_code_and_architecture_name_exists():
+    """Config descriptions, docstrings and ARCHITECTURE.md point to docs pages and decision
+    records by path (``docs/decisions/008-....md``); each one exists."""
+    named = set()
+    for path in [ROOT / "ARCHITECTURE.md", *sorted((ROOT / "specrag_batch").rglob("*.py"))]:
+        named |= set(re.findall(r"docs/[a-z0-9/_.-]+\.md", path.read_text(encoding="utf-8")))
+    assert named, "no docs page is named: the pattern is out of date"
+    assert sorted(p for p in named if not (ROOT / p).is_file()) == []
+
+
+def test_code_points_users_to_docs_not_to_readme_sections():
+    """README is a short page; the operations, configuration and exit-code text users are sent to
+    from messages and docstrings lives in docs/."""
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "specrag_batch").rglob("*.py"))
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r'README[ ,]*(\(|"|Operations)', line)]
+    assert hits == []

@@ -174,27 +174,45 @@ R = "Do you think the explanation supports the answers? (Yes or No)"
 
 
 def test_self_reflection_comes_from_the_same_pass(engine):
-    """Issue 10 item 2: one request returns α/β prompt log-probs and the next token's top-k;
-    P(Yes) is the sum over the tokenizer's yes spellings at the position after R."""
-    from specrag_batch.stages.verification import TOP_K, reflection_scores, word_token_ids
+    """One request returns α/β prompt log-probs and the next token's log-probs of exactly the
+    yes/no ids; P(Yes) is the sum over the tokenizer's yes spellings at the position after R."""
+    from specrag_batch.stages.verification import reflection_scores, word_token_ids
 
     tok = engine.tokenizer
     vp = verifier_prompt(tok, Question("qa", "What is the capital of France?", None, ()), "Paris",
                          "Paris is the capital of France.", R)
-    lps, top = engine.prompt_and_next_logprobs([vp.token_ids], TOP_K)[0]
+    yes, no = word_token_ids(tok, "yes"), word_token_ids(tok, "no")
+    lps, nxt = engine.prompt_and_next_logprobs([vp.token_ids], sorted(yes | no))[0]
     alone = engine.prompt_logprobs([vp.token_ids])[0]
     assert lps[1:] == pytest.approx(alone[1:], abs=1e-3)
-    assert len(top) >= TOP_K
-    yes, no = word_token_ids(tok, "yes"), word_token_ids(tok, "no")
-    present = [t for t in yes | no if t in top]
-    assert present, "the verifier's reply to R starts with yes or no among the top-k"
-    for t in present:  # each top-k value is the prompt log-prob of that token as the next one
-        assert top[t] == pytest.approx(engine.prompt_logprobs([vp.token_ids + [t]])[0][-1], abs=1e-3)
-    sr, ly, ln, flags = reflection_scores(top, yes, no, "contrast")
-    y = [top[t] for t in yes if t in top]
-    if y:
-        assert ly == pytest.approx(math.log(sum(math.exp(v) for v in y)))
+    assert set(nxt) == yes | no  # every spelling, whatever its rank; nothing else
+    for t in sorted(yes | no):  # each value is the prompt log-prob of that token as the next one
+        assert nxt[t] == pytest.approx(engine.prompt_logprobs([vp.token_ids + [t]])[0][-1], abs=1e-3)
+    sr, ly, ln, flags = reflection_scores(nxt, yes, no, "contrast")
+    assert flags == [] and ly == pytest.approx(math.log(sum(math.exp(nxt[t]) for t in yes)))
     assert sr == pytest.approx(ly - math.log(math.exp(ly) + math.exp(ln)))
+
+
+def test_self_reflection_does_not_depend_on_a_top_k_or_on_max_logprobs(cfg, engine):
+    """The verifier scores read the yes/no ids directly: an engine started with
+    ``engine_kwargs: {max_logprobs: 5}`` verifies (a top-20 request failed there at run time)
+    and gives the same log P(Yes), log P(No) and log ρ_SR as the default engine, within 1e-3,
+    although some spellings rank far below the top 5."""
+    from specrag_batch.records import Draft
+    from specrag_batch.stages.verification import verify, word_token_ids
+
+    tight = cfg.verifier.model_copy(update={"engine_kwargs": {**cfg.verifier.engine_kwargs, "max_logprobs": 5}})
+    small = get_engine(tight, cfg.seed)
+    q = Question("qa", "What is the capital of France?", None, ())
+    scores = []
+    for eng in (engine, small):
+        d = Draft(["a"], "Paris", "Paris is the capital of France.", score_draft=-1.0)
+        assert verify(eng, [(0, q, d)], R, 2000, mode="contrast") == {}
+        scores.append((d.logprob_yes, d.logprob_no, d.score_self_reflection, d.flags))
+    (y0, n0, sr0, f0), (y1, n1, sr1, f1) = scores
+    assert f0 == f1 == [] and abs(y0 - y1) < 1e-3 and abs(n0 - n1) < 1e-3 and abs(sr0 - sr1) < 1e-3
+    ids = word_token_ids(engine.tokenizer, "yes") | word_token_ids(engine.tokenizer, "no")
+    assert len(ids) > 5  # more spellings than a top-5 could hold, all read
 
 
 def test_unverifiable_draft_ranks_after_verified_ones(engine):
@@ -227,8 +245,8 @@ class _Recording:
         self.prompts += [list(p) for p in prompts]
         return self.engine.generate(prompts, **kw)
 
-    def prompt_and_next_logprobs(self, prompts, top_k, desc="score"):
-        return self.engine.prompt_and_next_logprobs(prompts, top_k, desc=desc)
+    def prompt_and_next_logprobs(self, prompts, next_ids, desc="score"):
+        return self.engine.prompt_and_next_logprobs(prompts, next_ids, desc=desc)
 
 
 class _FailingTokenizer:
@@ -306,7 +324,7 @@ def test_prefix_cache_hits_are_counted_and_skipped_for_prompt_logprobs(cfg, engi
     gen = cached(lambda: engine.generate(prompts, max_tokens=2, temperature=0.0, top_p=1.0, seed=0))
     assert 0 < gen["cached_prompt_tokens"] <= 2 * (common // block * block)
     assert gen["cached_prompt_tokens"] % block == 0 and gen["prefix_cache_hit_rate"] > 0
-    scored = cached(lambda: engine.prompt_and_next_logprobs(prompts, top_k=2))
+    scored = cached(lambda: engine.prompt_and_next_logprobs(prompts, [1, 2]))
     assert scored["prompt_tokens"] == sum(map(len, prompts)) and scored["cached_prompt_tokens"] == 0
 
 

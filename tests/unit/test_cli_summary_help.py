@@ -10,6 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from specrag_batch import cli
+from specrag_batch import console as console_module
 from specrag_batch.engine_usage import EngineUsage
 from specrag_batch.manifest import build_manifest, count_failed_rows
 from specrag_batch.planning import footer_rows, read_all_ids
@@ -63,7 +64,7 @@ def test_summary_shows_a_failed_shards_rows_and_unknown_as_question_mark(tmp_pat
                        engines=EngineUsage.snapshot({}), engine_load_seconds=0.0, execution={})
     assert m["rows_in"] == 5 and m["rows_out"] == 3 and m["failed_shards"] == 2
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=300))
+    monkeypatch.setattr(console_module, "console", Console(file=buf, width=300))
     cli.print_summary({**m, "metrics": {"answered": 3, "errors": 0, "low_confidence": 0, "fast_path": 0}})
     text = buf.getvalue()
     assert "5 + ? / 3" in text

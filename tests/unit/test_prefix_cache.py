@@ -92,7 +92,7 @@ def test_fake_engine_counts_cached_tokens_by_shared_full_blocks():
     assert eng.stats.cached_prompt_tokens == 2 * shared > 0
     eng.generate(p[:1], max_tokens=4, temperature=0.0, top_p=1.0, seed=0)  # a new call: cold cache
     eng.prompt_logprobs(p)
-    eng.prompt_and_next_logprobs(p, top_k=5)
+    eng.prompt_and_next_logprobs(p, [1, 2])
     assert eng.stats.cached_prompt_tokens == 2 * shared
     usage = EngineUsage.snapshot({"f": eng}).as_dict()["f"]
     assert usage["prefix_cache_hit_rate"] == pytest.approx(2 * shared / eng.stats.prompt_tokens, abs=1e-4)
@@ -136,6 +136,7 @@ def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_p
     from rich.console import Console
 
     from specrag_batch import cli, pipeline
+    from specrag_batch import console as console_module
     from specrag_batch.report.rows import load_rows
     from specrag_batch.report.summary import markdown, summary
     from specrag_batch.manifest import build_manifest
@@ -172,7 +173,7 @@ def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_p
     s_old = summary(load_rows(str(out)))  # a manifest written before the field: unknown
     assert s_old["tokens_per_row"][eng.name]["prefix_cache_hit_rate"] is None
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=200))
+    monkeypatch.setattr(console_module, "console", Console(file=buf, width=200))
     cli.print_summary({**man, "metrics": {"answered": 3, "errors": 0, "low_confidence": 0, "fast_path": 0},
                        "output": str(out)})
     assert f"prefix cache {eng.name}" in buf.getvalue() and f"{rate:.3f}" in buf.getvalue()

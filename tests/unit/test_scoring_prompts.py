@@ -265,20 +265,31 @@ def test_option_label_round_trip():
 
 
 def test_reflection_scores_paper_contrast_and_missing_words():
-    top = {1: math.log(0.6), 2: math.log(0.1), 3: math.log(0.2), 9: math.log(0.05)}
-    sr, y, n, flags = reflection_scores(top, {1, 2}, {3, 4}, "paper")
+    read = {1: math.log(0.6), 2: math.log(0.1), 3: math.log(0.2), 4: math.log(0.01), 9: math.log(0.05)}
+    sr, y, n, flags = reflection_scores(read, {1, 2}, {3, 4}, "paper")
     assert (sr, y, n, flags) == (pytest.approx(math.log(0.7)), pytest.approx(math.log(0.7)),
-                                 pytest.approx(math.log(0.2)), [])
-    sr, *_ = reflection_scores(top, {1, 2}, {3, 4}, "contrast")
-    assert sr == pytest.approx(math.log(0.7 / 0.9))
-    sr, y, n, flags = reflection_scores(top, {1}, {7}, "contrast")  # "No" not in the top-k
-    assert n == pytest.approx(math.log(0.05)) and flags == ["self_reflection_no_not_in_top_k"]
-    assert sr == pytest.approx(math.log(0.6 / 0.65))
-    sr, y, n, flags = reflection_scores(top, {7}, {8}, "contrast")
-    assert sr == pytest.approx(math.log(0.5)) and len(flags) == 2
+                                 pytest.approx(math.log(0.21)), [])
+    sr, *_ = reflection_scores(read, {1, 2}, {3, 4}, "contrast")
+    assert sr == pytest.approx(math.log(0.7 / 0.91))
+    # an id the engine gave no log-prob for, or a word with no single-token spelling: no score
+    assert reflection_scores(read, {1}, {7}, "contrast") == (None, None, None, ["self_reflection_unavailable"])
+    assert reflection_scores(read, set(), {3}, "paper") == (None, None, None, ["self_reflection_unavailable"])
     assert reflection_scores({}, {1}, {2}, "paper") == (None, None, None, ["self_reflection_unavailable"])
+    # probability 0 (-inf): the floor, flagged, never a NaN
+    sr, y, n, flags = reflection_scores({1: math.log(0.5), 3: -math.inf}, {1}, {3}, "contrast")
+    assert n == -100.0 and flags == ["non_finite_logprob"] and sr == pytest.approx(0.0, abs=1e-9)
     with pytest.raises(ValueError, match="self_reflection"):
-        reflection_scores(top, {1}, {2}, "other")
+        reflection_scores(read, {1}, {2}, "other")
+
+
+def test_reflection_scores_depend_only_on_the_yes_no_ids():
+    """The score reads the yes/no ids' own log-probs: ids of other tokens (a top-k's filler,
+    whatever k) change nothing, so the score is the same for any top-k an engine might give."""
+    base = {1: math.log(0.30), 2: math.log(0.002), 3: math.log(0.25), 4: math.log(0.0004)}
+    ref = reflection_scores(base, {1, 2}, {3, 4}, "contrast")
+    for k in (5, 20, 100):
+        wider = {**base, **{100 + i: -3.0 - i / 50 for i in range(k)}}
+        assert reflection_scores(wider, {1, 2}, {3, 4}, "contrast") == ref
 
 
 def test_self_reflection_score_from_stored_logprobs():

@@ -44,9 +44,9 @@ class RecordingVerifier(FakeEngine):
         super().__init__()
         self.received: list[tuple[int, ...]] = []
 
-    def prompt_and_next_logprobs(self, prompts, top_k, desc="score"):
+    def prompt_and_next_logprobs(self, prompts, next_ids, desc="score"):
         self.received += [tuple(p) for p in prompts]
-        return super().prompt_and_next_logprobs(prompts, top_k, desc)
+        return super().prompt_and_next_logprobs(prompts, next_ids, desc)
 
 
 def dedupe(**over):

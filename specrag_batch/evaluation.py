@@ -17,6 +17,7 @@ and left ungraded (``correct`` None), never scored as wrong.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -67,11 +68,28 @@ def _f1(p: list[str], g: list[str]) -> float:
     return 2 * prec * rec / (prec + rec)
 
 
+CJK_CHAR = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+                      "\uf900-\ufaff\U00020000-\U0002ebef]")
+"""A character that is a token of its own in :func:`f1_tokens`: Han ideographs (CJK Unified
+Ideographs, extensions A-F, compatibility), Hiragana, Katakana and Hangul syllables."""
+_F1_TOKEN = re.compile(f"{CJK_CHAR.pattern}|(?:(?!{CJK_CHAR.pattern})\\S)+")
+
+
+def f1_tokens(normalized: str) -> list[str]:
+    """The tokens token F1 compares, by mixed segmentation (as multilingual QA evaluations do,
+    e.g. MLQA and CMRC): each CJK character (:data:`CJK_CHAR`) is one token, any other run of
+    non-space characters is one token. Hangul that :func:`~specrag_batch.parsing.fold_text`
+    decomposed into jamo is recomposed first (NFC), so a syllable is one token. On text without
+    CJK characters it is ``str.split``."""
+    return _F1_TOKEN.findall(unicodedata.normalize("NFC", normalized))
+
+
 def token_f1(prediction: str, gold: str) -> float:
     """SQuAD token-level F1 in [0, 1] after :func:`normalize_answer` (articles kept when
-    dropping them would empty the gold)."""
+    dropping them would empty the gold), over :func:`f1_tokens` (CJK characters one by one,
+    so "北京市" against "北京" gets partial credit as "Beijing city" against "Beijing" does)."""
     a, g, _ = _keys(prediction, gold)
-    return _f1(a.split(), g.split())
+    return _f1(f1_tokens(a), f1_tokens(g))
 
 
 def _text_key(s: str) -> str:
@@ -140,7 +158,7 @@ def score_row(task: str, answer: str | None, gold: list[str] | None, *,
             return RowScore(None, None, None)
         match = any(g in a if not whole else f" {g} " in f" {a} " for a, g, whole in keys if a)
         return RowScore(match, any(a == g for a, g, _ in keys),
-                        max(_f1(a.split(), g.split()) for a, g, _ in keys))
+                        max(_f1(f1_tokens(a), f1_tokens(g)) for a, g, _ in keys))
     # per gold, the set of labels / options it can mean (one: scorable)
     if task == "choice" and choices:
         missing, readings = GOLD_NOT_AN_OPTION, [gold_options(g, choices) for g in golds]

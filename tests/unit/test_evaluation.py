@@ -24,6 +24,25 @@ def test_token_f1():
     assert token_f1("the cat sat", "cat sat down") == pytest.approx(2 * (2 / 2) * (2 / 3) / ((2 / 2) + (2 / 3)))
 
 
+@pytest.mark.parametrize("answer, gold, expected", [
+    ("北京市", "北京", 0.8),                  # Chinese: 2 of 3 characters, as "Beijing city" vs "Beijing"
+    ("東京タワー", "東京", 2 * (2 / 5) / (2 / 5 + 1)),  # Japanese kanji and katakana
+    ("서울시", "서울", 0.8),                  # Korean syllables (recomposed after NFKD folding)
+    ("上海 Tower", "上海", 0.8),              # mixed: a Latin word stays one token
+    ("北京", "上海", 0.0),
+])
+def test_token_f1_gives_cjk_answers_partial_credit_character_by_character(answer, gold, expected):
+    assert token_f1(answer, gold) == pytest.approx(expected)
+    assert score_row("qa", answer, [gold]).f1 == pytest.approx(expected)
+
+
+def test_f1_tokens_is_whitespace_split_without_cjk():
+    from specrag_batch.evaluation import f1_tokens
+
+    assert f1_tokens("ulm 2 rue de l'eglise") == "ulm 2 rue de l'eglise".split()
+    assert f1_tokens("北京 2008") == ["北", "京", "2008"]
+
+
 def test_summarize():
     rows = [{"task": "qa", "correct": True, "exact_match": False, "f1": 0.5, "answer": "a", "error": None},
             {"task": "qa", "correct": False, "exact_match": False, "f1": 0.0, "answer": "b", "error": None},

@@ -137,13 +137,22 @@ class RunConfig(_Strict):
         """Settings that are valid but change nothing in this config, one sentence each (the
         flow logs each as a warning at the start of a run); empty when there are none. Now: a
         ``verifier.model`` other than the default in a Speculative RAG config that never uses the
-        verifier (:attr:`uses_verifier`); a ``sampling.first_round`` set away from its default while
+        verifier (:attr:`uses_verifier`); ``verifier.temperature`` / ``top_p`` set away from their
+        defaults where the verifier only scores drafts (Speculative RAG without the standard
+        fallback); a ``sampling.first_round`` set away from its default while
         adaptive drafting is off (set so, or left out under the default selection); adaptive drafting
         (``sampling.adaptive``) whose explicitly set ``sampling.first_round``
         is at least ``sampling.num_drafts`` drafts every subset in its first round, as a
         non-adaptive run does (the default first round, 2, with m <= 2 is not named: a user
         who asked for few drafts did not ask for rounds)."""
         smp, out = self.sampling, []
+        if self.mode == "speculative" and self.selection.fallback != "standard":
+            for key in ("temperature", "top_p"):
+                value = getattr(self.verifier, key)
+                if key in self.verifier.model_fields_set and value != type(self.verifier).model_fields[key].default:
+                    out.append(f"verifier.{key} ({value}) is set, but the verifier generates nothing in this "
+                               "config: it scores each draft in one forward pass (paper §3.3), whatever the "
+                               "sampling settings; they apply in mode standard and to selection.fallback: standard")
         if self.mode == "speculative" and not self.uses_verifier and self.verifier.model != DEFAULT_VERIFIER:
             out.append(f"verifier.model ({self.verifier.model}) is set, but nothing uses the verifier: "
                        "log ρ = log ρ_draft alone (selection.use_self_consistency and use_self_reflection "

@@ -139,3 +139,17 @@ def test_a_verifier_model_nothing_uses_is_named_in_a_warning():
     [warning] = small_config(**{"selection.use_self_reflection": False}).idle_settings()
     assert warning.startswith("verifier.model (smollm2-135m-instruct) is set, but nothing uses the verifier")
     assert small_config(**{"selection.use_self_reflection": False, "mode": "standard"}).idle_settings() == []
+
+
+def test_verifier_sampling_settings_that_change_nothing_are_named():
+    """``verifier.temperature`` and ``top_p`` reach only the verifier's generation (mode
+    standard, ``selection.fallback: standard``); where the verifier only scores drafts in one
+    forward pass they change nothing, and the run names them at its start."""
+    sampled = {"verifier": {"temperature": 0.7, "top_p": 0.9}}
+    idle = RunConfig.model_validate(sampled).idle_settings()
+    assert [line.split(" (")[0] for line in idle] == ["verifier.temperature", "verifier.top_p"]
+    assert all("scores each draft in one forward pass" in line for line in idle)
+    assert RunConfig.model_validate({**sampled, "mode": "standard"}).idle_settings() == []
+    assert RunConfig.model_validate({**sampled, "selection": {"fallback": "standard"}}).idle_settings() == []
+    assert RunConfig.model_validate({"verifier": {"temperature": 0.0}}).idle_settings() == []  # the default
+    assert RunConfig.model_validate(RunConfig().model_dump(mode="json")).idle_settings() == []  # a full dump

@@ -153,6 +153,25 @@ class TaskThreshold:
     """Rows τ applies to that have a finite confidence (0: no row to threshold, τ is None)."""
     kept: int = 0
     """Rows kept at τ (coverage × n; 0 when τ is None)."""
+    target: str = ""
+    """The target as the user gave it (``accuracy >= 0.9``, ``coverage >= 0.5``)."""
+    best: tuple[float, float, float] | None = None
+    """When the target is not met: (accuracy, coverage, τ) of the curve's point nearest it (the
+    highest accuracy, at its largest coverage; for a coverage target the largest coverage);
+    None when the target is met or no row has a confidence."""
+
+    @property
+    def unmet(self) -> str | None:
+        """The one line that says a target was not met and how close the data came, else None:
+        ``"<task>: accuracy >= 0.9 not reached: best accuracy 0.72 at coverage 0.15 (τ_min -1.2), n=60"``."""
+        if self.tau is not None:
+            return None
+        if self.best is None:
+            return (f"{self.task}: {self.target or 'the target'} not reached: no row has a "
+                    f"{self.measure} to threshold (n={self.n}, {self.fast_path} fast-path)")
+        acc, cov, tau = self.best
+        return (f"{self.task}: {self.target or 'the target'} not reached: best accuracy {acc:.3g} at "
+                f"coverage {cov:.3g} (τ_min {tau:.4g}), n={self.n}")
 
     @property
     def few_rows(self) -> str | None:
@@ -260,6 +279,7 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
         raise ValueError(f"row (query_id={positive['query_id'][0]!r}): field '{measure}': "
                          f"{positive[measure][0]} > 0 in {positive.height} graded row(s); confidence "
                          "measures are natural-log probabilities (<= 0), so no τ_min can be chosen from these")
+    target = f"accuracy >= {target_accuracy}" if target_accuracy is not None else f"coverage >= {target_coverage}"
     out = []
     for task in tasks(g):
         t = g.filter(pl.col("task") == task)
@@ -271,8 +291,20 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
         aur = {m: auroc(measure_values(t, m)[~always], correct[~always]) for m in MEASURES}
         out.append(TaskThreshold(task, measure, t.height, tau, cov, acc, interval, missed, aur,
                                  int(always.sum()), int((~always & np.isfinite(conf)).sum()),
-                                 0 if cov is None else int(round(cov * t.height))))
+                                 0 if cov is None else int(round(cov * t.height)), target,
+                                 None if tau is not None else _nearest(risk_coverage(conf, correct, always),
+                                                                      target_accuracy is not None)))
     return out
+
+
+def _nearest(curve: Curve, by_accuracy: bool) -> tuple[float, float, float] | None:
+    """(accuracy, coverage, τ) of the point of ``curve`` nearest an unmet target: the highest
+    accuracy (the largest coverage among equals), or for a coverage target the largest coverage."""
+    if len(curve.taus) == 0:
+        return None
+    key = np.lexsort((curve.coverage, curve.accuracy)) if by_accuracy else np.argsort(curve.coverage, kind="stable")
+    i = int(key[-1])
+    return float(curve.accuracy[i]), float(curve.coverage[i]), float(curve.taus[i])
 
 
 def config_snippet(results: list[TaskThreshold], header: str = "") -> str:
@@ -287,7 +319,7 @@ def config_snippet(results: list[TaskThreshold], header: str = "") -> str:
     notes = [f"# {r.task}: no row has a confidence to threshold (n={r.n}: {r.fast_path} fast-path, kept at "
              f"any τ; the others have no {r.measure}); left out, so its rows are never flagged"
              if r.scored == 0 else
-             f"# {r.task}: target not met on this data (n={r.n}); left out, so its rows are "
+             f"# {r.task}: target not met on this data ({r.unmet}); left out, so its rows are "
              "never flagged: set a value by hand"
              for r in results if r.tau is None]
     notes += [f"# WARNING {r.few_rows}" for r in results if r.few_rows]

@@ -299,9 +299,10 @@ def calibrate(
                   f"[{f(r.interval[0])}, {f(r.interval[1])}]" if r.interval else "–",
                   f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
     console.print(t)
-    for r in res:  # a τ_min on a handful of rows (calibration.MIN_KEPT_ROWS); also in the snippet
-        if r.few_rows:
-            console.print(Text("warning:", style="yellow"), r.few_rows)
+    for r in res:  # an unmet target, or a τ_min on a handful of rows; also in the snippet
+        for line in (r.unmet, r.few_rows):
+            if line:
+                console.print(Text("warning:", style="yellow"), Text(line))
     console.print(f"config snippet -> {out}")
 
 

@@ -125,7 +125,10 @@ def pytest_collection_modifyitems(config, items):
     ``-m flows``, ``-m scaleout``, ``-m infra`` select what a run needs."""
     kinds = {"unit", "engine", "flows", "scaleout", "infra"}
     for item in items:
-        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        path = Path(str(item.fspath))
+        if ROOT / "tests" not in path.parents:  # another test tree collected in the same session
+            continue
+        parts = path.relative_to(ROOT / "tests").parts
         if len(parts) > 1 and parts[0] in kinds:
             item.add_marker(getattr(pytest.mark, parts[0]))
 

@@ -3,12 +3,7 @@ passage (doc id ``<query_id>:gold``; other questions' gold passages are distract
 
 from __future__ import annotations
 
-import sys
-
-from ..conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import evidence_coverage as ec  # noqa: E402
+import evidence_coverage as ec
 
 
 def d(doc_ids, answer):

@@ -5,17 +5,12 @@ rows."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
 from specrag_batch.stages.sampling import row_seed, sample_subsets
 
-from ..conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision_stats as ds  # noqa: E402
+import decision_stats as ds
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]
 

@@ -4,26 +4,24 @@ empty runs directory (a new session's machine) through the product's resume API,
 product skips them and the analysis is the same; nothing restored for another config or
 other input rows; archive files never rewritten; and no time ratio between cells that ran on
 different machines (decision_stats). Cells are real product runs (FakeEngine verifier, real
-tokenizer, the flow's own planning and shard path: tests/unit/test_query_id_plan.py's ``run``)
-or run trees written with the product's writers (tests/unit/product_runs.py). No vLLM."""
+tokenizer, the flow's own planning and shard path: ``product_runs.product_run``) or run trees
+written with the product's writers (``product_runs``). No vLLM."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from ..conftest import ROOT
-from .product_runs import input_rows, write_cell, write_inputs
+import cell_archive
+import decision
+import decision_stats as ds
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import cell_archive  # noqa: E402
-import decision  # noqa: E402
-import decision_stats as ds  # noqa: E402
+from .conftest import ROOT, small_config
+from .product_runs import input_rows, product_run, write_cell, write_inputs
 
 MACHINE_A = {"id": "aaaaaaaaaaaa", "cpu_model": "CPU A", "cpus": 2, "platform": "Linux-A", "machine_id": "a",
              "boot_id": "boot-a"}
@@ -130,8 +128,12 @@ def test_a_product_run_restored_from_the_archive_is_done_for_the_product(tmp_pat
     from specrag_batch import resume, storage
     from specrag_batch.planning import plan_shards, shard_output_uri
 
-    from ..fakes import FakeEngine
-    from .test_query_id_plan import CFG, run
+    from tests.fakes import FakeEngine
+
+    CFG = small_config(mode="standard")
+
+    def run(inp, out, verifier):
+        return product_run(inp, out, CFG, verifier)
 
     engine = FakeEngine()
     old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"

@@ -5,16 +5,13 @@ per-dataset tuning cell, τ_min calibrated on it alone with the product's calibr
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from ..conftest import ROOT
-from .product_runs import input_rows, write_cell, write_inputs
+import decision
+import decision_stats as ds
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision  # noqa: E402
-import decision_stats as ds  # noqa: E402
+from .conftest import ROOT
+from .product_runs import input_rows, write_cell, write_inputs
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]
 

@@ -5,23 +5,21 @@ otherwise) and is not in the config hash, so cells computed in different session
 rows of different numerics. Each shard's done marker records its ``engine_dtypes``; a
 comparison whose paired shards differ carries ``dtypes_differ`` with a note in results.json and
 tables.md; shards without the field (older markers) are unknown and never flagged. Cells are
-run trees written with the product's writers (tests/unit/product_runs.py) and analysed by
+run trees written with the product's writers (benchmarks/tests/product_runs.py) and analysed by
 ``decision.analyse``; no engine runs."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from ..conftest import ROOT
-from .product_runs import input_rows, write_cell, write_inputs
+import cell_archive
+import decision
+import decision_stats as ds
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import cell_archive  # noqa: E402
-import decision  # noqa: E402
-import decision_stats as ds  # noqa: E402
+from .conftest import ROOT
+from .product_runs import input_rows, write_cell, write_inputs
 
 USE = {"m": (900, 120, 3)}
 

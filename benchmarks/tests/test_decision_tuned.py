@@ -1,7 +1,7 @@
 """Tuned vs untuned drafters in the decision benchmark (issue 12), no engine: the arm plan
 (``--tuned-drafter`` as one dir or ``label=dir`` pairs, ``speculative-smol``, their configs and
 distinct cells) and the "Tuned vs untuned drafter" table on a run tree written with the
-product's own writers (tests/unit/product_runs.py), each tuned arm paired with the untuned arm
+product's own writers (benchmarks/tests/product_runs.py), each tuned arm paired with the untuned arm
 of its base model from its training manifest; composed arms ``<base arm>+<ablation>`` (names,
 refusals, config = base arm's + overrides, plan, '+' in run and archive paths) and their table
 "Ablations on other drafters" against the base arm."""
@@ -9,15 +9,13 @@ refusals, config = base arm's + overrides, plan, '+' in run and archive paths) a
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from ..conftest import ROOT
-from .product_runs import input_rows, write_cell, write_inputs
+import decision
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision  # noqa: E402
+from .conftest import ROOT
+from .product_runs import input_rows, write_cell, write_inputs
 
 
 @pytest.fixture
@@ -94,7 +92,7 @@ def test_tuned_arms_configs_and_distinct_cells(bench, tmp_path):
 
 
 def test_smol_arm_is_skipped_when_the_config_drafts_with_smollm2():
-    from ..conftest import small_config
+    from .conftest import small_config
 
     base = small_config()
     assert base.drafter.model == decision.SMOL_DRAFTER

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,12 +19,11 @@ from specrag_batch.records import Draft
 from specrag_batch.stages.selection import select
 from specrag_batch.stages.verification import verify
 
-from ..conftest import ROOT
-from ..fakes import FakeEngine
+import decision_stats as ds
+import verifier_variants as vv
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision_stats as ds  # noqa: E402
-import verifier_variants as vv  # noqa: E402
+from .conftest import ROOT
+from tests.fakes import FakeEngine
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]
 CLAIM = "The IPCC no longer includes the hockey stick chart in its reports."

@@ -5,12 +5,7 @@ and None in the other counts as changed, and rows whose ``correct`` flipped are 
 
 from __future__ import annotations
 
-import sys
-
-from ..conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from batch_invariance import compare_layouts  # noqa: E402
+from batch_invariance import compare_layouts
 
 
 def _draft(docs, answer, score):

@@ -8,17 +8,15 @@ product's verification and selection stages run with ``selection.self_reflection
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pytest
 
-from ..conftest import ROOT, small_config
-from .product_runs import input_rows, verify_and_select, write_cell, write_inputs
+import decision
+import decision_stats as ds
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision  # noqa: E402
-import decision_stats as ds  # noqa: E402
+from .conftest import small_config
+from .product_runs import input_rows, verify_and_select, write_cell, write_inputs
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]
 L = math.log
@@ -160,7 +158,7 @@ def test_post_hoc_contrast_equals_a_contrast_run():
     stages pick when run with ``contrast`` on the same drafts (same verifier log-probs)."""
     from specrag_batch.records import Draft, QueryRow
 
-    from ..fakes import FakeEngine
+    from tests.fakes import FakeEngine
 
     engine = FakeEngine()
 

@@ -1,20 +1,18 @@
 """Small product-run trees for the benchmark tests, written with the product's own writers:
 input shards by ``decision.write_shards``, output shards with ``schema.OUTPUT_SCHEMA``, done
 markers by ``resume.mark_done`` holding a ``shard.ShardResult`` whose ``engines`` are
-``engines.EngineStats`` dicts, at the paths ``planning.plan_shards`` / ``planning.shard_output_uri``
-give. No engine runs; the token counts are the test's."""
+``engine_usage.EngineStats`` dicts, at the paths ``planning.plan_shards`` /
+``planning.shard_output_uri`` give. No engine runs; the token counts are the test's.
+:func:`product_run` runs a real product run instead (the flow's planning and shard path) on a
+given engine."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 
-from ..conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision  # noqa: E402
+import decision
 
 
 def input_rows(n: int, prefix: str = "q", docs: int = 10) -> list[dict]:
@@ -97,3 +95,35 @@ def verify_and_select(rows: list, config, verifier) -> tuple[list[int | None], l
     stored = pa.Table.from_pylist([output_row(r, (r.drafts, r.selection), config, RunInfo("t", "f")) for r in rows],
                                   schema=OUTPUT_SCHEMA).to_pylist()
     return [r.selection.index for r in rows], stored
+
+
+def product_run(inp: Path, out: Path, config, verifier) -> dict[str, tuple[str, str | None]]:
+    """One product run of ``config`` (a standard-mode config: no drafter) over the input shards
+    in ``inp`` into ``out``, as the flow plans and runs it (``planning.plan_shards``,
+    ``planning.plan_run``, ``shard.process_shard``, ``resume.mark_done``), with ``verifier`` (e.g.
+    ``tests.fakes.FakeEngine``): {shard name: (status, error)}, status ``done`` for a shard the
+    plan skips."""
+    from specrag_batch import resume
+    from specrag_batch.planning import plan_run, plan_shards, read_all_ids, require_shards
+    from specrag_batch.shard import ShardJob, StorageIO, process_shard
+
+    inp, out = str(inp), str(out)
+    shards, skipped = plan_shards(inp)
+    require_shards(inp, shards, skipped, False)
+    ids = read_all_ids(shards, config.task)
+    fps = [resume.input_fingerprint(s) for s in shards]
+    status = {}
+    for p, fp in zip(plan_run(inp, out, config.config_hash(), shards, ids, fps), fps):
+        name = p.shard.rsplit("/", 1)[-1]
+        if p.error is not None:
+            status[name] = ("failed at planning", p.error)
+            continue
+        if p.done:
+            status[name] = ("done", None)
+            continue
+        job = ShardJob(inp, out, p.shard, config.model_dump_json(), "run", fp, p.seen_before, p.recompute)
+        res = process_shard(job, StorageIO(), drafter=None, verifier=verifier)
+        if res.status == "ok":
+            resume.mark_done(out, res.output, config.config_hash(), fp, "run", res.as_dict())
+        status[name] = (res.status, res.error)
+    return status

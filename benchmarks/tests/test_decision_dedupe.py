@@ -2,24 +2,22 @@
 that repeat another draft of their row (``decision_stats.verifier_duplicates``) on hand-made
 rows, and the arms that flip ``verifier.deduplicate_drafts`` (``no_dedupe_verifier`` now that it is
 on by default, ``dedupe_verifier`` for a config with it off) with their table beside
-``speculative`` on a run tree written with the product's own writers (tests/unit/product_runs.py),
+``speculative`` on a run tree written with the product's own writers (benchmarks/tests/product_runs.py),
 and the same table from the results of the run that measured the switch (a copy of that
 part of benchmarks/decision/results.json at 40a79f3, arm ``dedupe_verifier``)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import ROOT
-from .product_runs import input_rows, write_cell, write_inputs
+import decision
+import decision_stats as ds
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision  # noqa: E402
-import decision_stats as ds  # noqa: E402
+from .conftest import ROOT
+from .product_runs import input_rows, write_cell, write_inputs
 
 
 def draft(answer: str, rationale: str, *, written: str | None = None, tokens: tuple | None = (1, 9),

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 import pytest
 
-from ..conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision  # noqa: E402
+import decision
 
 
 def _pid_and(x):

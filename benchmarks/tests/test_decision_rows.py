@@ -5,15 +5,12 @@ is part of the product's resume key)."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from ..conftest import ROOT
+import decision
+import decision_stats
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision  # noqa: E402
-import decision_stats  # noqa: E402
+from .conftest import ROOT
 
 SHARED = ROOT.parent / "shared" / "data"
 
@@ -187,7 +184,6 @@ def test_selection_tuning_rows_join_the_tuning_rows_for_the_variant_choice_only(
                              {"config_path": "c.yaml", "rows_per_dataset": {"nq_open": 10}}, 50,
                              decision.calibrate_all(cells), {"nq_open": input_rows(12, prefix="t")})
     assert alone["score_terms"]["tuning"]["datasets"]["nq_open"]["n"] == 12
-
 
 
 def test_verifier_tuning_cells_alone_decide_the_verifier_rule(tmp_path):

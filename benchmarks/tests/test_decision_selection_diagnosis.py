@@ -7,15 +7,11 @@ selection and the per-answer bias table, on hand-computed fixtures."""
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pytest
 
-from ..conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision_stats as ds  # noqa: E402
+import decision_stats as ds
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]
 K = len(ds.DIAGNOSIS_MEASURES)

@@ -4,14 +4,9 @@ oracle accuracy and its recovery, draft parse shares and Table 3 re-selection.""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from ..conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision_stats as ds  # noqa: E402
+import decision_stats as ds
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]
 

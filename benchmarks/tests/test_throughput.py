@@ -1,20 +1,18 @@
 """The throughput benchmark's planning and aggregation (benchmarks/throughput.py, issue 13
 item 6), no engine: which variants run in which order, their configs and rows, and the figures
-read back from a runs tree in the product's own marker format (tests/unit/product_runs.py)."""
+read back from a runs tree in the product's own marker format (benchmarks/tests/product_runs.py)."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from ..conftest import ROOT
-from .product_runs import input_rows, write_cell, write_inputs
+import decision
+import throughput
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision  # noqa: E402
-import throughput  # noqa: E402
+from .conftest import ROOT
+from .product_runs import input_rows, write_cell, write_inputs
 
 CONFIG = ROOT / "configs" / "bench.yaml"
 SHARED = ROOT.parent / "shared" / "data"

@@ -1,20 +1,18 @@
 """The cost projection (benchmarks/cost_model.py, issue 13 item 5) on a small runs tree in the
-product's own marker format (tests/unit/product_runs.py): token counts per row read back
+product's own marker format (benchmarks/tests/product_runs.py): token counts per row read back
 through decision.load_cell / decision_stats.cell_cost, and projected seconds hand-computed."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from ..conftest import ROOT
-from .product_runs import input_rows, write_cell, write_inputs
+import cost_model
+import decision
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import cost_model  # noqa: E402
-import decision  # noqa: E402
+from .conftest import ROOT
+from .product_runs import input_rows, write_cell, write_inputs
 
 CONFIG = ROOT / "configs" / "bench.yaml"
 DRAFTER, VERIFIER = "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"

@@ -8,16 +8,14 @@ the post-hoc selection against the product's verification and selection stages r
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pytest
 
-from ..conftest import ROOT, small_config
-from .product_runs import verify_and_select
+import decision_stats as ds
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import decision_stats as ds  # noqa: E402
+from .conftest import small_config
+from .product_runs import verify_and_select
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
 L = math.log
@@ -143,7 +141,7 @@ def test_post_hoc_rules_equal_a_run_with_each_rule():
     run with that rule on the same drafts (same verifier scores)."""
     from specrag_batch.records import Draft, QueryRow
 
-    from ..fakes import FakeEngine
+    from tests.fakes import FakeEngine
 
     engine = FakeEngine()
 
@@ -217,7 +215,7 @@ def test_post_hoc_verifier_variants_equal_runs_of_the_default_and_without_the_ve
     verdict reads them."""
     from specrag_batch.records import Draft, QueryRow
 
-    from ..fakes import FakeEngine
+    from tests.fakes import FakeEngine
 
     engine = FakeEngine()
 

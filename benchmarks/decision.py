@@ -78,17 +78,20 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   (no engine run), and states which the tuning split favours, pooled over datasets; the
   reported speculative cells' figures are shown beside, not used for choosing.
 
-Cell archive (:mod:`cell_archive`, ``--archive``, default ``benchmarks/decision/cells/``, kept
-in git; ``benchmarks/runs/`` is not, and each working session's machine starts without it):
-every finished shard is copied there (output columns the analysis reads, zstd, about 13 KB per
-10-row shard, plus a JSON of its done-marker result, config hash, input content hash and the
-machine it ran on) before cells run, while a cell computes (every minute) and when it ends,
-and on ``--analyse-only``; existing entries are never rewritten. Before a cell runs (or is
+Cell archive (:mod:`cell_archive`, ``--archive``, default ``benchmarks/decision/archives/``,
+kept in git; ``benchmarks/runs/`` is not, and each working session's machine starts without
+it): every finished shard is archived (output columns the analysis reads, zstd, about 13 KB
+per 10-row shard, plus a JSON of its done-marker result, config hash, input content hash and
+the machine it ran on) in one xz-compressed tar per machine that computed shards,
+``<machine id>.tar.xz``: before cells run, when a cell ends, and on ``--analyse-only``; while a
+cell computes its finished shards are staged every minute as loose files under
+``archives/staging/`` (not in git) and packed when it ends. Existing entries are never
+rewritten, and an earlier session's archive is never touched. Before a cell runs (or is
 analysed), every shard without a valid done marker in ``--runs`` whose config hash and input
 content match an archived entry is restored through the product's resume API, so it is not
 computed again; archived shards that do not match are not restored (one line per cell says
-which). Commit ``benchmarks/decision/cells/`` before a session ends. Seconds are compared only
-over shard pairs that ran on one machine (when none did, ``n/a (different machines)``;
+which). Commit ``benchmarks/decision/archives/`` before a session ends. Seconds are compared
+only over shard pairs that ran on one machine (when none did, ``n/a (different machines)``;
 tables.md lists each cell's machines). ``--no-archive`` turns all of this off.
 
 One machine's run (``--machine <id>``, ``this`` = the machine running now): only archived
@@ -157,9 +160,10 @@ from specrag_batch.config import RunConfig, load_config  # noqa: E402
 from specrag_batch.drafter_training.sources import BENCHMARK_RESERVE, benchmark_converters  # noqa: E402
 
 DATASETS = ("climate_fever", "hotpotqa", "nq_open", "popqa", "arc_challenge")
-ARCHIVE_DIR = ROOT / "benchmarks" / "decision" / "cells"
-"""Default cell archive (``--archive``; :mod:`cell_archive`): every cell's finished shards,
-kept in git so the benchmark can be completed over several sessions on new machines."""
+ARCHIVE_DIR = cell_archive.ARCHIVE_DIR
+"""Default cell archive directory (``--archive``; :mod:`cell_archive`): every cell's finished
+shards, one ``<machine id>.tar.xz`` per machine, kept in git so the benchmark can be completed
+over several sessions on new machines."""
 TUNING_ROWS = 20
 """Rows 0-19 of every file: the tuning split. Prompt work and thresholds may look at these
 only; they are never reported. 20 rows: enough to read drafts of every task by eye."""
@@ -747,16 +751,17 @@ def cell_shards(cell: Cell) -> list[tuple[str, str, dict | None]]:
 
 
 ARCHIVE_POLL_S = 60.0
-"""While a cell computes, its newly finished shards are copied into the archive every this
-many seconds (and once more when the cell ends), so a session cut short loses at most the
-shard being computed, provided the archive is committed."""
+"""While a cell computes, its newly finished shards are staged in the archive directory every
+this many seconds (and packed into the machine's archive when the cell ends), so a session cut
+short loses at most the shard being computed, provided the archive is packed and committed."""
 
 
 class _ArchiveWatcher:
-    """Copies a computing cell's finished shards into the archive every ``every`` seconds
-    (:func:`cell_archive.archive_cell`) on a daemon thread, and once more on :meth:`stop`. An
-    archive error is printed (once) and does not stop the cell; so is each shard that could
-    not be archived (``failed``: their names)."""
+    """Stages a computing cell's finished shards in the archive directory every ``every``
+    seconds (:func:`cell_archive.archive_cell` with ``stage_only``: a file write per shard, no
+    re-compression beside the measured shards) on a daemon thread, and archives once more and
+    packs on :meth:`stop`. An archive error is printed (once) and does not stop the cell; so is
+    each shard that could not be archived (``failed``: their names)."""
 
     def __init__(self, cell: Cell, archive: Path, every: float = ARCHIVE_POLL_S):
         import threading
@@ -768,10 +773,10 @@ class _ArchiveWatcher:
         self._thread = threading.Thread(target=self._loop, name=f"archive {cell.name}", daemon=True)
         self._thread.start()
 
-    def _once(self) -> None:
+    def _once(self, stage_only: bool = True) -> None:
         with self._lock:
             try:
-                got = cell_archive.archive_cell(self.cell, self.archive)
+                got = cell_archive.archive_cell(self.cell, self.archive, stage_only=stage_only)
                 self.added += got["added"]
                 new = [(n, w) for n, w in got["failed"] if n not in self.failed]
                 if new:  # each failing shard printed once, not every poll
@@ -787,17 +792,17 @@ class _ArchiveWatcher:
             self._once()
 
     def stop(self) -> int:
-        """Stop polling, archive once more; returns the entries added while watching."""
+        """Stop polling, archive once more and pack; returns the entries added while watching."""
         self._stop.set()
         self._thread.join()
-        self._once()
+        self._once(stage_only=False)
         return self.added
 
 
 def run_cell(cell: Cell, archive: Path | None = None) -> dict:
     """Run (or resume, or skip) one cell. With ``archive`` (the cell archive directory,
-    :mod:`cell_archive`), shards that finish are copied into it while the cell computes
-    (every :data:`ARCHIVE_POLL_S` s) and when it ends, also when it fails; the archive's
+    :mod:`cell_archive`), shards that finish are staged in it while the cell computes
+    (every :data:`ARCHIVE_POLL_S` s) and packed when it ends, also when it fails; the archive's
     shards were restored before (:func:`sync_archive`). Returns ``{"cell", "status",
     "seconds", "shards_done_before"}`` (and ``"archived"``: entries added, with an archive);
     status ``skipped`` (every shard already done), ``ok``, or ``failed: <reason>`` (the next
@@ -900,9 +905,10 @@ def run_cell_isolated(cell: Cell, archive: Path | None = None) -> dict:
 def sync_archive(cells: list[Cell], archive: Path | None, synced: set | None = None,
                  machine: str | None = None, recompute: bool = True) -> None:
     """Before cells run or are analysed: for each cell (once per cell and config hash, noted
-    in ``synced``), copy its finished shards into ``archive``
-    (:func:`cell_archive.archive_cell`), then restore the archived shards its runs directory
-    lacks (:func:`cell_archive.restore_cell`), printing one line per cell that restored
+    in ``synced``), archive its finished shards in ``archive``
+    (:func:`cell_archive.archive_cell`: staged, then packed into their machine's archive),
+    then restore the archived shards its runs directory lacks
+    (:func:`cell_archive.restore_cell`), printing one line per cell that restored
     anything or has archived shards it could not use (another config, other input rows, an
     entry that fails to restore: recomputed, or with ``recompute`` False, as under
     ``--analyse-only``, left out of the analysis) and one per cell with finished shards that could
@@ -1149,8 +1155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--analyse-only", action="store_true", help="summarise finished shards, run nothing "
                     "(still archives new finished shards and restores archived ones, unless --no-archive)")
     ap.add_argument("--archive", type=Path, default=ARCHIVE_DIR,
-                    help="cell archive kept in git (finished shards of every cell, by config and input hash); "
-                    "default benchmarks/decision/cells")
+                    help="cell archive directory kept in git (finished shards of every cell, by config and input "
+                    "hash, in one <machine id>.tar.xz per machine); default benchmarks/decision/archives")
     ap.add_argument("--no-archive", action="store_true",
                     help="neither copy finished shards into the archive nor restore archived shards into --runs "
                     "(time ratios then count only shards finished on this machine since it booted)")

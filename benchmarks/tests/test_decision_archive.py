@@ -1,14 +1,18 @@
 """The decision benchmark's cell archive (benchmarks/cell_archive.py, wired in
-benchmarks/decision.py): finished shards copied into a git-kept archive and restored into an
-empty runs directory (a new session's machine) through the product's resume API, so that the
-product skips them and the analysis is the same; nothing restored for another config or
-other input rows; archive files never rewritten; and no time ratio between cells that ran on
-different machines (decision_stats). Cells are real product runs (FakeEngine verifier, real
-tokenizer, the flow's own planning and shard path: ``product_runs.product_run``) or run trees
-written with the product's writers (``product_runs``). No vLLM."""
+benchmarks/decision.py): finished shards archived in a git-kept archive directory (one
+deterministic ``<machine id>.tar.xz`` per machine, entries staged while a cell computes) and
+restored into an empty runs directory (a new session's machine) through the product's resume
+API, so that the product skips them and the analysis is the same; nothing restored for another
+config or other input rows; entries and other machines' archives never rewritten; and no time
+ratio between cells that ran on different machines (decision_stats). Cells are real product
+runs (FakeEngine verifier, real tokenizer, the flow's own planning and shard path:
+``product_runs.product_run``) or run trees written with the product's writers
+(``product_runs``). No vLLM."""
 
 from __future__ import annotations
 
+import fnmatch
+import io
 import json
 import shutil
 
@@ -31,6 +35,29 @@ MACHINE_B = {**MACHINE_A, "id": "bbbbbbbbbbbb", "cpu_model": "CPU B", "boot_id":
 def on_machine(monkeypatch, machine: dict) -> None:
     """Make this process believe it runs on ``machine`` (shards finished now are its)."""
     monkeypatch.setattr(cell_archive, "this_machine", lambda: dict(machine))
+
+
+def members(archive, pattern: str) -> list[str]:
+    """The archive directory's entry files (packed or staged) whose member path matches the
+    shell ``pattern`` (``*`` crosses ``/``), by name."""
+    return sorted(n for n in cell_archive.entries(archive) if fnmatch.fnmatchcase(n, pattern))
+
+
+def member(archive, pattern: str) -> str:
+    """The first entry file matching ``pattern`` (:func:`members`)."""
+    return members(archive, pattern)[0]
+
+
+def rewrite_members(archive, changed: dict[str, bytes]) -> None:
+    """Replace entry files in the archives that hold them (a tampered or edited archive)."""
+    for f in cell_archive.archive_files(archive):
+        old = cell_archive.read_archive(f)
+        if mine := {k: v for k, v in changed.items() if k in old}:
+            cell_archive.write_archive(f, {**old, **mine})
+
+
+def archive_names(archive) -> list[str]:
+    return [f.name for f in cell_archive.archive_files(archive)]
 
 
 def cell(runs, arm, config, dataset="popqa", inp="input") -> decision.Cell:
@@ -163,7 +190,9 @@ def test_a_product_run_restored_from_the_archive_is_done_for_the_product(tmp_pat
     assert run(c_new.input_dir, c_new.output_dir, engine) == {f"part-000{i}.parquet": ("done", None) for i in range(3)}
     assert len(engine.calls) == before  # nothing computed again
 
-    entry = json.loads(next(archive.glob("popqa/standard/*/part-0000.*.json")).read_text())
+    assert archive_names(archive) == [f"{cell_archive.this_machine()['id']}.tar.xz"]  # this machine's
+    assert cell_archive._staged(archive) == {}  # all packed
+    entry = json.loads(cell_archive.entries(archive)[member(archive, "popqa/standard/*/part-0000.*.json")])
     assert entry["config_hash"] == CFG.config_hash() and entry["result"]["status"] == "ok"
     assert entry["input_sha256"] == cell_archive.table_sha256(pq.read_table(c_new.input_dir / "part-0000.parquet"))
     assert set(entry["machine"]) >= {"id", "cpu_model", "cpus", "platform", "machine_id", "boot_id", "date"}
@@ -233,22 +262,23 @@ def test_a_changed_input_shard_or_config_is_not_restored(base, tmp_path):
 
     # a tampered archived Parquet is not restored
     std = cell(new, "standard", decision.arm_config(base, "standard"))
-    victim = next(archive.glob("popqa/standard/*/part-0002.*.parquet"))
-    victim.write_bytes(victim.read_bytes() + b"x")
+    victim = member(archive, "popqa/standard/*/part-0002.*.parquet")
+    rewrite_members(archive, {victim: cell_archive.entries(archive)[victim] + b"x"})
     got = cell_archive.restore_cell(std, archive)
     assert got["restored"] == 2 and got["not_restored"] == [
         ("part-0001.parquet", "archived for other input rows"),
         ("part-0002.parquet", "archived Parquet does not match its recorded sha256")]
 
 
-def rewrite_entry(parquet, data: bytes) -> None:
-    """Replace an archived entry's Parquet by ``data`` and record its sha256, so the entry
-    passes its checks (``cell_archive._entry``) and fails only when read or restored."""
+def rewrite_entry(archive, parquet: str, data: bytes) -> None:
+    """Replace an archived entry's Parquet (member ``parquet``) by ``data`` and record its
+    sha256, so the entry passes its checks (``cell_archive._entry``) and fails only when read or
+    restored."""
     import hashlib
 
-    parquet.write_bytes(data)
-    js = parquet.with_suffix(".json")
-    js.write_text(json.dumps({**json.loads(js.read_text()), "output_sha256": hashlib.sha256(data).hexdigest()}))
+    js = parquet.removesuffix(".parquet") + ".json"
+    entry = {**json.loads(cell_archive.entries(archive)[js]), "output_sha256": hashlib.sha256(data).hexdigest()}
+    rewrite_members(archive, {parquet: data, js: json.dumps(entry).encode()})
 
 
 def test_a_shard_that_fails_to_archive_or_restore_is_listed_not_raised(base, tmp_path, capsys):
@@ -256,8 +286,6 @@ def test_a_shard_that_fails_to_archive_or_restore_is_listed_not_raised(base, tmp
     longer matches ``OUTPUT_SCHEMA`` (a schema change since it was archived): each is listed
     with why (restored ones: recomputed), the other shards are archived and restored, and
     neither ``sync_archive`` nor ``--analyse-only``'s planning raises."""
-    import io
-
     import pyarrow as pa
 
     old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "archive"
@@ -271,14 +299,13 @@ def test_a_shard_that_fails_to_archive_or_restore_is_listed_not_raised(base, tmp
     assert "part-0001.parquet: " in line
     assert cell_archive.archive_cell(cells["standard"], archive)["failed"][0][0] == "part-0001.parquet"
 
-    spec = archive / "popqa" / "speculative"
-    rewrite_entry(next(spec.glob("*/part-0000.*.parquet")), b"PAR1 corrupt PAR1")
-    typed = next(spec.glob("*/part-0002.*.parquet"))
-    t = pq.read_table(typed)
+    rewrite_entry(archive, member(archive, "popqa/speculative/*/part-0000.*.parquet"), b"PAR1 corrupt PAR1")
+    typed = member(archive, "popqa/speculative/*/part-0002.*.parquet")
+    t = pq.read_table(io.BytesIO(cell_archive.entries(archive)[typed]))
     t = t.set_column(t.schema.get_field_index("score"), "score", pa.array(["high"] * t.num_rows))  # score now a string
     buf = io.BytesIO()
     pq.write_table(t, buf)
-    rewrite_entry(typed, buf.getvalue())
+    rewrite_entry(archive, typed, buf.getvalue())
     new_cells = fresh(old, new, base)
     decision.sync_archive(new_cells, archive)
     out = capsys.readouterr().out
@@ -296,13 +323,13 @@ def test_a_shard_name_is_not_a_glob_pattern(tmp_path):
 
     archive = tmp_path / "archive"
     c = SimpleNamespace(dataset="popqa", arm="standard")
-    (archive / "popqa" / "standard" / "hash_other").mkdir(parents=True)
-    (archive / "popqa" / "standard" / "hash_other" / "part[1].0123456789abcdef.json").write_text("{}")
-    (archive / "popqa" / "standard" / "hash_decoy").mkdir()
-    (archive / "popqa" / "standard" / "hash_decoy" / "part1.0123456789abcdef.json").write_text("{}")
-    assert cell_archive._why_absent(archive, c, "hash_mine", "out/part[1].parquet") == \
+    cell_archive.write_archive(cell_archive.archive_path(archive, "m"), {
+        "popqa/standard/hash_other/part[1].0123456789abcdef.json": b"{}",
+        "popqa/standard/hash_decoy/part1.0123456789abcdef.json": b"{}"})
+    have = cell_archive.entries(archive)
+    assert cell_archive._why_absent(have, c, "hash_mine", "out/part[1].parquet") == \
         "archived under other config hash hash_other"
-    assert cell_archive._why_absent(archive, c, "hash_mine", "out/part1.parquet") == \
+    assert cell_archive._why_absent(have, c, "hash_mine", "out/part1.parquet") == \
         "archived under other config hash hash_decoy"
 
 
@@ -331,11 +358,12 @@ def test_archiving_again_rewrites_no_file(base, tmp_path):
         cell_archive.archive_cell(c, archive)
 
     def snapshot():
-        return {p: (p.stat().st_mtime_ns, p.stat().st_ino, p.read_bytes()) for p in sorted(archive.rglob("*"))
-                if p.is_file()}
+        return {p: (p.stat().st_mtime_ns, p.stat().st_ino, p.read_bytes()) for p in cell_archive.archive_files(archive)}
     first = snapshot()
-    assert len(first) == 2 * (4 * 3 + 3) and not list(archive.rglob(".*.tmp"))
-    left = next(archive.glob("popqa/speculative/*/")) / ".part-0001.x.parquet.tmp"  # a killed archiver's
+    assert len(first) == 1 and len(cell_archive.entries(archive)) == 2 * (4 * 3 + 3)
+    assert not list(archive.rglob(".*.tmp")) and cell_archive._staged(archive) == {}
+    left = archive / "staging" / "popqa" / "speculative" / ".part-0001.x.parquet.tmp"  # a killed archiver's
+    left.parent.mkdir(parents=True)
     left.write_bytes(b"half")
     for c in cells:  # again, over the same runs directory
         assert cell_archive.archive_cell(c, archive)["added"] == 0
@@ -343,13 +371,50 @@ def test_archiving_again_rewrites_no_file(base, tmp_path):
         cell_archive.restore_cell(c, archive)
         assert cell_archive.archive_cell(c, archive) == {"added": 0, "present": len(list(c.input_dir.glob("*.parquet"))),
                                                          "failed": []}
-    assert snapshot() == first
+    assert snapshot() == first and not left.exists()
+
+
+def test_an_archive_packs_deterministically_and_a_loose_tree_imports_byte_for_byte(base, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """The same entries pack to the same bytes whatever order they come in (members by name,
+    time 0, owner 0 without names, mode 0644), so an unchanged archive written again is the same
+    file for git; a loose tree (the layout kept in git before) imports byte for byte, one archive
+    per machine (``cell_archive.py import``), and ``list`` names them."""
+    import os
+    import tarfile
+
+    archive = tmp_path / "archive"
+    on_machine(monkeypatch, MACHINE_A)
+    for c in rich_runs(tmp_path / "runs", base):
+        cell_archive.archive_cell(c, archive)
+    path = archive / f"{MACHINE_A['id']}.tar.xz"
+    data, got = path.read_bytes(), cell_archive.read_archive(path)
+    assert cell_archive.tar_xz_bytes(dict(reversed(list(got.items())))) == data
+    with tarfile.open(path, "r:xz") as tar:
+        infos = tar.getmembers()
+    assert [i.name for i in infos] == sorted(got)
+    assert {(i.mtime, i.uid, i.gid, i.uname, i.gname, i.mode) for i in infos} == {(0, 0, 0, "", "", 0o644)}
+
+    loose = tmp_path / "loose"
+    for i, (name, blob) in enumerate(got.items()):
+        f = loose / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(blob)
+        os.utime(f, (1_000_000 + i, 1_000_000 + i))
+    assert cell_archive.main(["--archive", str(tmp_path / "imported"), "import", str(loose)]) == 0
+    assert (tmp_path / "imported" / path.name).read_bytes() == data
+    assert f"{path.name}: {len(got) // 2} entries added" in capsys.readouterr().out
+    assert cell_archive.main(["--archive", str(tmp_path / "imported"), "import", str(loose)]) == 0  # again
+    assert "nothing to pack" in capsys.readouterr().out and (tmp_path / "imported" / path.name).read_bytes() == data
+    assert cell_archive.main(["--archive", str(tmp_path / "imported"), "list"]) == 0
+    assert f"{path.name}: {len(got) // 2} entries" in capsys.readouterr().out
 
 
 def test_the_archive_is_small_and_zstd(base, tmp_path):
     cells = rich_runs(tmp_path / "runs", base)
     cell_archive.archive_cell(cells[1], tmp_path / "archive")
-    f = next((tmp_path / "archive").glob("popqa/speculative/*/part-0000.*.parquet"))
+    archive = tmp_path / "archive"
+    f = io.BytesIO(cell_archive.entries(archive)[member(archive, "popqa/speculative/*/part-0000.*.parquet")])
     meta = pq.ParquetFile(f).metadata
     assert meta.num_rows == 5 and meta.schema.to_arrow_schema().names == list(cell_archive.KEPT_COLUMNS)
     assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
@@ -387,12 +452,15 @@ def test_the_watcher_archives_shards_as_they_finish(base, tmp_path):
         import time
 
         deadline = time.time() + 10
-        while time.time() < deadline and len(list(archive.rglob("*.json"))) < 2:
+        while time.time() < deadline and len(members(archive, "*.json")) < 2:
             time.sleep(0.05)
-        assert len(list(archive.rglob("*.json"))) == 2  # before the cell ends
+        assert len(members(archive, "*.json")) == 2  # before the cell ends: staged,
+        assert archive_names(archive) == [] and len(cell_archive._staged(archive)) == 4  # not packed
     finally:
         w.stop()
     assert w.error is None
+    assert len(archive_names(archive)) == 1 and cell_archive._staged(archive) == {}  # packed when it ends
+    assert len(members(archive, "*.json")) == 2
 
 
 def test_help_documents_no_archive(capsys):
@@ -447,11 +515,13 @@ def test_time_ratio_over_the_shard_pairs_run_on_one_machine(base, tmp_path, monk
     for c in rich_runs(old, base):
         cell_archive.archive_cell(c, archive)
     machine_c = {**MACHINE_A, "id": "cccccccccccc"}
-    for js in archive.glob("popqa/*/*/part-000[23].*.json"):
-        entry = json.loads(js.read_text())
-        entry["machine"] = {**(machine_c if "fallback_standard" in str(js) and "part-0003" in js.name
+    changed = {}
+    for js in members(archive, "popqa/*/*/part-000[23].*.json"):
+        entry = json.loads(cell_archive.entries(archive)[js])
+        entry["machine"] = {**(machine_c if "fallback_standard" in js and "/part-0003" in js
                                else MACHINE_B), "date": "2026-12-01"}
-        js.write_text(json.dumps(entry))
+        changed[js] = json.dumps(entry).encode()
+    rewrite_members(archive, changed)
     on_machine(monkeypatch, {**MACHINE_A, "id": "dddddddddddd"})  # the new session's machine
     new_cells = fresh(old, new, base)
     for c in new_cells:
@@ -539,16 +609,20 @@ def test_a_shard_computed_again_on_another_machine_gets_its_own_entry_and_is_res
     on_machine(monkeypatch, MACHINE_A)
     for c in rich_runs(tmp_path / "a", base):
         assert cell_archive.archive_cell(c, archive)["added"]
-    first = {p: p.read_bytes() for p in archive.rglob("*") if p.is_file()}
+    first = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cell_archive.archive_files(archive)}
+    assert archive_names(archive) == [f"{MACHINE_A['id']}.tar.xz"]
     on_machine(monkeypatch, MACHINE_B)
     for c in rich_runs(tmp_path / "b", base):
         got = cell_archive.archive_cell(c, archive)
         assert got["added"] == len(list(c.input_dir.glob("*.parquet"))) and got["present"] == 0
         assert cell_archive.archive_cell(c, archive) == {"added": 0, "present": got["added"], "failed": []}
-    assert {p: p.read_bytes() for p in first} == first  # A's entries as they were
-    b_entries = sorted(archive.glob(f"popqa/*/*/part-*.{MACHINE_B['id']}.json"))
-    assert len(b_entries) == 4 + 4 + 3 + 4 and all(json.loads(p.read_text())["machine"]["id"] == MACHINE_B["id"]
-                                        for p in b_entries)
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in first} == first  # A's archive as it was
+    assert archive_names(archive) == [f"{MACHINE_A['id']}.tar.xz", f"{MACHINE_B['id']}.tar.xz"]
+    b_entries = members(archive, f"popqa/*/*/part-*.{MACHINE_B['id']}.json")
+    assert b_entries == sorted(n for n in cell_archive.read_archive(archive / f"{MACHINE_B['id']}.tar.xz")
+                               if n.endswith(".json"))  # in B's archive, all of them
+    assert len(b_entries) == 4 + 4 + 3 + 4 and all(
+        json.loads(cell_archive.entries(archive)[n])["machine"]["id"] == MACHINE_B["id"] for n in b_entries)
 
     on_machine(monkeypatch, {**MACHINE_A, "id": "cccccccccccc"})  # a later session's machine
     for runs, machine, want in (("n0", None, "aaaaaaaaaaaa"), ("na", MACHINE_A["id"], "aaaaaaaaaaaa"),

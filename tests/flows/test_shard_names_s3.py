@@ -15,7 +15,7 @@ from specrag_batch.manifest import MANIFEST
 from specrag_batch.planning import plan_shards
 
 from ..conftest import sample_rows, small_config
-from ..unit.test_shard_names import DECOY, check_round_trip, expected_output_name, write_odd_inputs
+from ..unit.test_planning_shard_names import DECOY, check_round_trip, expected_output_name, write_odd_inputs
 
 MARKERS = ["sub dir/", "empty folder/"]
 

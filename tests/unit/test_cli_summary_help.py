@@ -1,6 +1,8 @@
-"""What a fresh-clone user saw in the CLI: `<bool>` after plain switches in `--help`, and a
-failed shard counted as 0 rows in the summary although its file held rows. No engine: real
-Parquet files through the real planning functions, the real manifest builder and summary."""
+"""The CLI's help and its run summary: no ``<bool>`` after plain switches in ``--help`` (rich help
+kept on a terminal), a failed shard's rows counted (or unknown) in the summary, and the exit
+codes of the documented rule. No engine: real Parquet files through the real planning
+functions, the real manifest builder and summary. ``--help`` piped from a real process:
+tests/integration/test_cli_console_script.py."""
 
 import io
 
@@ -107,29 +109,6 @@ def test_run_exit_codes_follow_the_documented_rule(tmp_path, monkeypatch):
         assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(cli.app, ["run", "-i", "x", "-o", "y", "--drafts", "many"])
     assert res.exit_code == 2  # a bad flag value
-
-
-def test_help_piped_is_plain_and_never_wrapped():
-    """The new-user trial's `run --help | less`: with standard output not a terminal the help
-    was typer's rich panels re-wrapped at 80 columns (orphan words, `COLUMNS` ignored). Now it
-    is click's plain help, each paragraph and each option's help on one whole line; the
-    console script, as a user runs it, output to a pipe."""
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    exe = shutil.which("specrag-batch", path=str(Path(sys.executable).parent)) or "specrag-batch"
-    res = subprocess.run([exe, "run", "--help"], capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, "COLUMNS": "40"})
-    assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
-    assert not any(ch in res.stdout for ch in "│╭╰"), res.stdout[:400]  # no panels
-    exit_codes = [ln for ln in lines if "Exit codes:" in ln]
-    assert len(exit_codes) == 1 and "A second signal ends the process at once." in exit_codes[0]
-    tau = [ln for ln in lines if ln.lstrip().startswith("--tau-min")]
-    assert len(tau) == 1 and tau[0].rstrip().endswith("A per-task mapping is config-file only."), tau
-    assert "<bool>" not in res.stdout and "--overwrite  " in res.stdout
 
 
 def test_help_settings_on_a_terminal_keep_typer_rich_help(monkeypatch):

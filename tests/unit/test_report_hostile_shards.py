@@ -20,7 +20,7 @@ from specrag_batch.config import load_config
 from specrag_batch.report import load_rows
 from specrag_batch.schema import OUTPUT_SCHEMA
 
-from .test_offline_commands import _invoke, _rows, _run, wide_console  # noqa: F401 (autouse fixture)
+from .test_cli_offline_commands import _invoke, _rows, _run, wide_console  # noqa: F401 (autouse fixture)
 
 
 def _add_shard(prefix: str, name: str, write=None) -> str:

@@ -25,8 +25,15 @@ from specrag_batch import resume, storage
 
 from ..conftest import ROOT, sample_rows, stop_process_group, subprocess_env
 
+pytestmark = pytest.mark.integration
+
+
 CONFIG = str(ROOT / "configs" / "test-smollm2.yaml")
+
+
 N_SHARDS = 4
+
+
 STOP_BOUND_SECONDS = 60
 """A failure bound, not a speed target: a stopped run must not wait for its shard in flight
 (minutes with a real model); the stop itself takes a few seconds here."""
@@ -108,23 +115,3 @@ def test_a_signal_stops_the_run_promptly_and_the_next_run_resumes(tmp_path, sig,
     for name, m in done_at_signal.items():  # finished shards were not recomputed
         assert after[name] == m
     assert not [f for _, _, files in os.walk(out) for f in files if f.endswith(".tmp")]
-
-
-def test_once_stopping_a_shard_writes_neither_its_output_nor_its_marker(tmp_path, monkeypatch):
-    """The shard in flight when the process is told to stop: PrefectIO (the flow's shard I/O)
-    refuses both writes, naming the file and the signal, before any task run starts."""
-    import threading
-
-    from specrag_batch import stopping
-    from specrag_batch.storage_tasks import PrefectIO
-
-    monkeypatch.setattr(stopping, "STOP", threading.Event())
-    monkeypatch.setattr(stopping, "_received", [signal.SIGTERM])
-    stopping.STOP.set()
-    out = str(tmp_path / "out")
-    table = sample_rows("popqa", 1)
-    with pytest.raises(stopping.RunStopping, match=r"stopping \(SIGTERM\): .*a\.parquet"):
-        PrefectIO().write_table(storage.join(out, "a.parquet"), table)
-    with pytest.raises(stopping.RunStopping, match=r"stopping \(SIGTERM\): .*_shards/a\.parquet\.json"):
-        PrefectIO().mark_done(out, storage.join(out, "a.parquet"), "hash", {"size": 1}, "run", {"status": "ok"})
-    assert not (tmp_path / "out").exists()  # nothing written, not even the directory

@@ -9,6 +9,7 @@ real pipeline (validation, sampling, drafting, parsing, verification)."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from specrag_batch import pipeline
 from specrag_batch.prompts import verifier_prompt
@@ -17,8 +18,10 @@ from specrag_batch.stages.verification import question
 
 from ..conftest import sample_rows
 from ..fakes import FakeEngine, default_reply, prompt_task
-from .test_pipeline_bookkeeping import INFO, SHARD, config
+from ..pipeline_runs import INFO, SHARD, config
 from .test_verifier_dedup import RecordingVerifier
+
+pytestmark = pytest.mark.integration
 
 CHOICES = ["Paris", "Lyon", "Nice"]
 WRITTEN = ["(C)", "C"]

@@ -1,5 +1,8 @@
-"""Inputs a fresh-clone trial found refused or unclear: integer passage ids, duplicate column
-names, and `index build` on a bad corpus (exit 2, one line)."""
+"""Inputs and arguments refused, or read, before a run's flow starts: integer passage ids read as
+strings, duplicate column names and ``index build`` on a bad corpus named (exit 2, one line),
+``--tau-min`` help, overlapping input and output, a missing input, bad claim labels, a file no
+run wrote, a KV cache size vLLM cannot read, and an output that is a file. The CLI in-process;
+no engine."""
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -135,56 +138,6 @@ def test_a_kv_cache_size_vllm_cannot_read_is_one_line_before_the_flow(tmp_path, 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # the flow starts (the stand-in returns no manifest)
     CliRunner().invoke(app, ["run", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out")])
     assert len(started) == 1
-
-
-def test_a_run_prints_prefects_info_records_only_to_its_api_not_the_console():
-    """Trial finding (2026-12-03): a successful ``specrag-batch run`` printed 10 ``INFO:prefect``
-    lines on stderr (temporary server, flow and task states), against docs/operations.md, "Quiet logs".
-    Prefect's own logging config sets its loggers to INFO (for the flow-run logs its API keeps)
-    and they propagate to the console handler ``cli.main`` installs: that handler now filters at
-    ``SPECRAG_LOG_LEVEL``, while the logger still hands INFO records to its own handlers."""
-    import subprocess
-    import sys
-
-    code = (
-        "import logging\n"
-        "from specrag_batch import cli\n"
-        "got = []\n"
-        "class Api(logging.Handler):\n"
-        "    def emit(self, record): got.append(record.getMessage())\n"
-        "def app(**kw):\n"
-        "    log = logging.getLogger('prefect.flow_runs')\n"
-        "    logging.getLogger('prefect').setLevel('INFO')  # as Prefect's logging config sets it\n"
-        "    log.addHandler(Api())\n"
-        "    log.info('INFO-LINE'); log.warning('WARN-LINE')\n"
-        "    print('API:' + ','.join(got))\n"
-        "cli.app = app\n"
-        "cli.main()\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "WARN-LINE" in r.stderr and "INFO-LINE" not in r.stderr
-    assert "API:INFO-LINE,WARN-LINE" in r.stdout
-
-
-def test_foreign_output_check_on_s3_with_odd_keys(s3_bucket):
-    """The same check against a real S3 server (moto, as s3fs's tests), one non-recursive
-    listing of the output prefix: keys with spaces, ``[1]``, ``*``, ``?``, ``#`` and ``%20`` are
-    names, never patterns; a key in a deeper "folder" is no shard output; a marker makes a key
-    the pipeline's."""
-    from specrag_batch import resume, storage
-    from specrag_batch.planning import InputLayoutError, check_foreign_outputs
-
-    inp, out = f"{s3_bucket}/in put [1]", f"{s3_bucket}/out #%20 [x]"
-    shards = [f"{inp}/a*b? [1].parquet", f"{inp}/sub/c%20.parquet"]
-    check_foreign_outputs(inp, out, shards)  # nothing there yet
-    storage.write_bytes_atomic(f"{out}/deeper/sub__c%20.parquet", b"not a shard output")
-    storage.write_bytes_atomic(f"{out}/a*b [1].parquet", b"a glob would match a*b? [1]")
-    check_foreign_outputs(inp, out, shards)
-    storage.write_bytes_atomic(f"{out}/sub__c%20.parquet", b"another tool's")
-    with pytest.raises(InputLayoutError, match=r"already holds 's3://.*/sub__c%20\.parquet'"):
-        check_foreign_outputs(inp, out, shards)
-    resume.mark_done(out, f"{out}/sub__c%20.parquet", "h", {}, "r", {"status": "ok"})
-    check_foreign_outputs(inp, out, shards)
 
 
 def test_an_output_that_is_a_file_is_one_line(tmp_path):

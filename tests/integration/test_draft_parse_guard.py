@@ -9,13 +9,17 @@ a marker, where it raises (standing in for a parser bug on an output nobody fore
 
 from __future__ import annotations
 
+import pytest
+
 from specrag_batch import pipeline
 from specrag_batch.stages import drafting
 from specrag_batch.schema import validate_table
 
 from ..conftest import sample_rows
 from ..fakes import FakeEngine, default_reply
-from .test_pipeline_bookkeeping import INFO, SHARD, config
+from ..pipeline_runs import INFO, SHARD, config
+
+pytestmark = pytest.mark.integration
 
 TABLE = sample_rows("popqa", 3)
 TARGET = TABLE.to_pylist()[1]

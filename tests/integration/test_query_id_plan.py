@@ -11,34 +11,22 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from specrag_batch import resume, storage
-from specrag_batch.planning import (NoShardsError, plan_run, plan_shards, read_all_ids, require_shards, shard_output_uri)
+from specrag_batch.planning import plan_run, plan_shards, read_all_ids, require_shards, shard_output_uri
 from specrag_batch.shard import ShardJob, StorageIO, draft_shard, process_shard
 
 from ..conftest import small_config
 from ..fakes import FakeEngine
-from .test_invalid_utf8 import _strings
+from ..shard_inputs import CFG, shard, write
+from ..unit.test_schema_invalid_utf8 import _strings
 
-CFG = small_config(mode="standard")
-DOC = {"doc_id": "d", "title": "t", "text": "The yen is the currency of Japan."}
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def verifier():
     return FakeEngine()
-
-
-def shard(*ids: str, query=None) -> pa.Table:
-    n = len(ids)
-    return pa.table({"query_id": list(ids), "query": query if query is not None else [f"{i}?" for i in ids],
-                     "task": ["qa"] * n, "documents": [[DOC]] * n})
-
-
-def write(inp, name: str, table: pa.Table) -> None:
-    (inp / name).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, inp / name)
 
 
 def run(inp, out, verifier) -> dict[str, tuple[str, str | None]]:
@@ -191,21 +179,3 @@ def test_drafts_made_with_other_duplicates_are_not_reused(tmp_path, verifier):
                                   then.claims_digest) is not None
     assert resume.completed_shard(now.drafts_prefix, now.draft_file, spec.config_hash(), fp,
                                   now.claims_digest) is None
-
-
-@pytest.mark.parametrize("layout", ["empty", "only_csv", "csv_file"])
-def test_an_input_without_shards_is_refused(tmp_path, layout):
-    inp = tmp_path / "in"
-    inp.mkdir()
-    if layout != "empty":
-        (inp / "q.csv").write_text("query_id,query\n")
-    uri = str(inp / "q.csv") if layout == "csv_file" else str(inp)
-    shards, skipped = plan_shards(uri)
-    with pytest.raises(NoShardsError, match="holds no .parquet shard"):
-        require_shards(uri, shards, skipped, allow_empty=False)
-    require_shards(uri, shards, skipped, allow_empty=True)
-    from specrag_batch.cli import app
-
-    res = CliRunner().invoke(app, ["run", "-i", uri, "-o", str(tmp_path / "out")])
-    assert res.exit_code == 2 and "holds no .parquet shard" in " ".join(res.output.split())
-    assert not (tmp_path / "out").exists()  # refused before the flow starts: nothing written

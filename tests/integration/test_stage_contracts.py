@@ -24,7 +24,9 @@ from specrag_batch.pipeline import Pipeline, speculative_stages, standard_stages
 from specrag_batch.stages.base import OPTIONAL_FIELDS, row_field
 
 from ..fakes import FakeEngine
-from .test_pipeline_bookkeeping import CLUSTERED, config, fresh_rows
+from ..pipeline_runs import CLUSTERED, config, fresh_rows
+
+pytestmark = pytest.mark.integration
 
 ALWAYS = ("row_index", "query_id", "error", "error_reason", "flags")
 """Fields every stage may read (identity, for error messages; error, to pass a row over)."""

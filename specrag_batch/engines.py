@@ -129,6 +129,8 @@ class Engine:
     dtype: str | None = None
     """The dtype the engine computes in, as vLLM resolved it (:func:`engine_dtype`:
     ``"bfloat16"``, ``"float32"``, ...); None when vLLM did not say."""
+    load_seconds: float = 0.0
+    """Wall seconds :func:`get_engine` took to start it."""
 
     def generate(self, prompts: Sequence[list[int]], *, max_tokens: int, temperature: float,
                  top_p: float, seed: int, desc: str = "generate") -> list[GenerationResult]:
@@ -275,8 +277,10 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
         kwargs.update(cfg.engine_kwargs)
         t0 = time.perf_counter()
         llm = LLM(model=path, **kwargs)
-        log.info("engine %s ready in %.1fs", cfg.model, time.perf_counter() - t0)
-        eng = Engine(cfg.model, path, cfg, llm, llm.get_tokenizer(), dtype=engine_dtype(llm))
+        seconds = time.perf_counter() - t0
+        log.info("engine %s ready in %.1fs", cfg.model, seconds)
+        eng = Engine(cfg.model, path, cfg, llm, llm.get_tokenizer(), dtype=engine_dtype(llm),
+                     load_seconds=seconds)
         _ENGINES[key] = eng
         return eng
 
@@ -348,3 +352,85 @@ def close_engines() -> int:
 def usage_now() -> EngineUsage:
     """:meth:`EngineUsage.snapshot` of every engine loaded in this process."""
     return EngineUsage.snapshot(loaded_engines())
+
+
+class LazyEngine:
+    """An engine started only when work reaches it: :meth:`load` (or any attribute of the engine
+    other than ``name``) calls :func:`get_engine`. A shard whose every row is invalid never
+    starts one (the shard job loads its engines after validation, when a row is valid).
+
+    A failed start is remembered for this process (per model, settings and seed), so the other
+    shards of the run fail at once with the same error instead of starting again.
+
+    Raises (from :meth:`load` and attribute access): whatever :func:`get_engine` raised."""
+
+    _failed: dict[tuple, BaseException] = {}
+
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
+        self.cfg, self.seed, self.name = cfg, seed, cfg.model
+        self._engine: Engine | None = None
+
+    def _key(self) -> tuple:
+        return (self.cfg.model_dump_json(), self.seed)
+
+    @classmethod
+    def failures(cls) -> dict[tuple, BaseException]:
+        """Starts that failed in this process: (settings, seed) -> the error (a copy)."""
+        return dict(cls._failed)
+
+    @classmethod
+    def forget_failures(cls) -> None:
+        """Let the next :meth:`load` try again (a new run: memory or files may have changed)."""
+        cls._failed.clear()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the engine has been started."""
+        return self._engine is not None
+
+    def load(self) -> Engine:
+        """The engine, started on the first call (seconds to minutes)."""
+        if self._engine is None:
+            failed = LazyEngine._failed.get(self._key())
+            if failed is not None:
+                raise failed
+            try:
+                self._engine = get_engine(self.cfg, self.seed)
+            except Exception as e:  # not a stop signal: a retry in this process would fail alike
+                LazyEngine._failed[self._key()] = e
+                raise
+        return self._engine
+
+    def generate(self, prompts, **kw):
+        """:meth:`Engine.generate`; no prompts: ``[]`` without starting the engine."""
+        return self.load().generate(prompts, **kw) if prompts else []
+
+    def prompt_logprobs(self, prompts, **kw):
+        """:meth:`Engine.prompt_logprobs`; no prompts: ``[]`` without starting the engine."""
+        return self.load().prompt_logprobs(prompts, **kw) if prompts else []
+
+    def prompt_and_next_logprobs(self, prompts, next_ids, **kw):
+        """:meth:`Engine.prompt_and_next_logprobs`; no prompts: ``[]`` without starting the engine."""
+        return self.load().prompt_and_next_logprobs(prompts, next_ids, **kw) if prompts else []
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("_") or attr in ("cfg", "seed", "name"):
+            raise AttributeError(attr)
+        return getattr(self.load(), attr)
+
+
+def load_needed(rows, *engines) -> None:
+    """Start the lazy ``engines`` (:class:`LazyEngine`; None and started engines are skipped)
+    when some row of ``rows`` has no ``error``: a stage will need them. Called by the shard job
+    after validation, outside the stage timers, so a start is not counted as a stage's time."""
+    if any(getattr(row, "error", None) is None for row in rows):
+        for engine in engines:
+            if isinstance(engine, LazyEngine):
+                engine.load()
+
+
+def loaded_since(before: Sequence[Engine]) -> float:
+    """Seconds spent starting the engines loaded in this process since ``before`` (a
+    :func:`loaded_engines` list)."""
+    seen = {id(e) for e in before}
+    return round(sum(e.load_seconds for e in loaded_engines() if id(e) not in seen), 3)

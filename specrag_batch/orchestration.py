@@ -23,7 +23,7 @@ from prefect.states import Failed
 from . import resume, storage
 from .config import RunConfig, load_config
 from .engine_usage import EngineUsage, merge_dtypes
-from .engines import check_cpu_env, get_engine, usage_now, used_dtypes
+from .engines import LazyEngine, check_cpu_env, loaded_engines, loaded_since, usage_now, used_dtypes
 from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from .models import check_config_models
 from .redaction import install_log_filter
@@ -84,8 +84,8 @@ def process_shard_task(job: ShardJob) -> dict:
     if done is not None:
         return done
     cfg, before = job.config, usage_now()
-    verifier = get_engine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
-    drafter = get_engine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None
+    verifier = LazyEngine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
+    drafter = LazyEngine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None
     res = process_shard(job, IO, verifier=verifier, drafter=drafter)
     out = _finish(res, job, job.output_prefix, before, [verifier, drafter])
     if res.status == "ok":  # drafts an earlier disaggregated attempt left for this shard
@@ -105,7 +105,7 @@ def draft_shard_task(job: ShardJob) -> dict:
     if drafted is not None:
         return drafted
     cfg, before = job.config, usage_now()
-    drafter = get_engine(cfg.drafter, cfg.seed)
+    drafter = LazyEngine(cfg.drafter, cfg.seed)
     res = draft_shard(job, IO, drafter=drafter)
     return _finish(res, job, job.drafts_prefix, before, [drafter])
 
@@ -121,8 +121,8 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
         return {k: v for k, v in drafted.items() if k != "final"}
     cfg, before = job.config, usage_now()
     wider = cfg.selection.fallback == "wider"  # the wider fallback drafts again on this worker
-    verifier = get_engine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
-    drafter = get_engine(cfg.drafter, cfg.seed) if wider else None
+    verifier = LazyEngine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
+    drafter = LazyEngine(cfg.drafter, cfg.seed) if wider else None
     res = verify_shard(job, IO, verifier=verifier, drafted=drafted, drafter=drafter)
     if res.status != "ok":  # unreadable or mismatched draft shard: drop it, a re-run redrafts
         resume.discard(job.drafts_prefix, drafted["output"])
@@ -157,34 +157,11 @@ def _report(output_uri: str, manifest: dict) -> dict:
         return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
 
 
-def _load_engines(cfg: RunConfig, ex: ExecutionConfig, pending: int) -> float:
-    """Threads runner: load the engines once, before fanning out to threads; seconds taken."""
-    t0 = time.perf_counter()
-    if pending and not ex.distributed:
-        if cfg.mode == "speculative":
-            get_engine(cfg.drafter, cfg.seed)
-        if cfg.uses_verifier:
-            get_engine(cfg.verifier, cfg.seed)
-    return time.perf_counter() - t0
-
-
-def _load_engines_or_release(cfg: RunConfig, ex: ExecutionConfig, pending: int, output_uri: str,
-                             run_id: str, key: dict) -> float:
-    """:func:`_load_engines`; when loading fails or is stopped (any exception, a stop signal
-    included), the run has computed nothing: the ``_run.json`` it wrote (``key``, from
-    :func:`resume.claim_output`, names ``run_id``) is removed while no shard is done
-    (:func:`resume.release_output`), so that a corrected command (another model) is not
-    refused as another config; then the error is raised as it was.
-
-    Raises:
-        whatever the engines raised (``ModelNotInstalledError``, an OSError of a model
-        directory, a vLLM start-up error, ...)."""
-    try:
-        return _load_engines(cfg, ex, pending)
-    except BaseException:
-        if key.get("run_id") == run_id:
-            resume.release_output(output_uri, run_id)
-        raise
+def _engine_failure(results: list[ShardResult]) -> BaseException | None:
+    """The error of an engine that failed to start during this run (:class:`LazyEngine`), when
+    no shard finished: the run computed nothing and the error is the run's, not a shard's."""
+    errors = list(LazyEngine.failures().values())
+    return errors[0] if errors and not any(r.status == "ok" for r in results) else None
 
 
 def _run_shards(jobs: list[ShardJob], ex: ExecutionConfig) -> list[ShardResult]:
@@ -253,8 +230,10 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     are wrong, or that is not Parquet, fails then, before the engines load; the query ids decide
     which shard answers each id (:func:`run.plan_ids`). An input without shards raises
     :class:`run.NoShardsError` unless ``allow_empty``. The config's model names are checked
-    before the output is claimed (:func:`models.check_config_models`); when the engines fail
-    to load (or a signal stops the load), or when every shard failed (a schema error in each,
+    before the output is claimed (:func:`models.check_config_models`). The engines start in the
+    shard tasks, once a shard has a valid row (:class:`engines.LazyEngine`): a run whose every
+    row is invalid starts none. When the engines fail to start (the error is raised once the
+    shards are through), a signal stops the run, or when every shard failed (a schema error in each,
     say), the ``_run.json`` this run wrote is removed again while no shard is done
     (:func:`resume.release_output`), so a corrected command is not refused as another config.
 
@@ -287,10 +266,21 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
              cfg.mode, ex.stages, ex.task_runner, cfg.config_hash())
     for idle in cfg.idle_settings():
         log.warning("config: %s", idle)
-    before = usage_now()
-    engine_load = _load_engines_or_release(cfg, ex, pending, output_uri, run_id, key)
-    ran = iter(_run_shards(jobs, ex) if jobs else [])
-    results = [failed[s] if s in failed else next(ran) for s in shards]
+    before, engines_before = usage_now(), loaded_engines()
+    LazyEngine.forget_failures()  # a start that failed in an earlier run of this process may work now
+    try:
+        ran = iter(_run_shards(jobs, ex) if jobs else [])
+        results = [failed[s] if s in failed else next(ran) for s in shards]
+    except BaseException:  # a stop signal while the engines start or shards run
+        if key.get("run_id") == run_id:
+            resume.release_output(output_uri, run_id)  # removed only while no shard is done
+        raise
+    engine_error = _engine_failure(results)
+    if engine_error is not None:  # the engines could not start: nothing was computed
+        if key.get("run_id") == run_id:
+            resume.release_output(output_uri, run_id)
+        raise engine_error
+    engine_load = 0.0 if ex.distributed else loaded_since(engines_before)  # engines start in the shards
     count_failed_rows(shards, results, ids)
     usage = (EngineUsage.total([computed_part(r.as_dict())[1] for r in results]) if ex.distributed
              else usage_now().since(before))  # this invocation's, not the resumed shards

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from . import intermediate, resume, storage
 from .config import RunConfig
+from .engines import load_needed
 from .evaluation import summarize
 from .pipeline import RunInfo, StageTimer, draft_stage, process_rows, verify_stage
 from .planning import draft_output_uri, file_error, read_validated, shard_output_uri
@@ -223,11 +224,13 @@ def _write_output(job: ShardJob, io: ShardIO, rows_in: int, records: list[dict],
 def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResult:
     """Fused: stages 1-5 over one shard, output written atomically to ``job.output_file``.
 
-    ``drafter``/``verifier``: :class:`engines.Engine` (drafter None in standard mode).
+    ``drafter``/``verifier``: :class:`engines.Engine` or :class:`engines.LazyEngine` (drafter
+    None in standard mode); lazy engines start only when a row passed validation.
     Never raises for a file-level problem (status ``failed``, the cause naming the file)."""
     def body() -> ShardResult:
         cfg = job.config
         rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
+        load_needed(rows, drafter, verifier)
         timer = StageTimer()
         records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
                                info=RunInfo(job.run_id, job.shard_file), timer=timer)
@@ -242,6 +245,7 @@ def draft_shard(job: ShardJob, io: ShardIO, *, drafter) -> ShardResult:
     def body() -> ShardResult:
         cfg = job.config
         rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
+        load_needed(rows, drafter)
         timer = StageTimer()
         table = intermediate.to_table(rows, draft_stage(rows, cfg, drafter=drafter, timer=timer))
         io.write_table(job.draft_file, table)
@@ -281,6 +285,7 @@ def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict, drafter
         if cfg.selection.fallback != "none":
             for row, source in zip(rows, _reading(job.shard_file, read_input)):
                 row.documents = source.documents
+        load_needed(rows, verifier, drafter)
         timer = StageTimer()
         records = verify_stage(rows, drafts, cfg, verifier=verifier, drafter=drafter,
                                info=RunInfo(job.run_id, job.shard_file), timer=timer)

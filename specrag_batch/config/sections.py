@@ -201,8 +201,23 @@ class RetrievalConfig(_Strict):
 
     top_n: int = Field(10, ge=1, description="N: documents per query kept for sampling")
     index: str | None = Field(
-        None, min_length=1, description="URI of a FAISS index built by `specrag-batch index build`; used "
+        None, min_length=1, description="URI of an index built by `specrag-batch index build`; used "
         "for rows without pre-retrieved `documents`")
+    method: Literal["dense", "bm25", "hybrid"] = Field(
+        "dense", description="how rows are searched in the index (docs/retrieval.md): dense = "
+        "cosine similarity of sentence embeddings (FAISS); bm25 = BM25 over title and text "
+        "(bm25s); hybrid = reciprocal-rank fusion of the two. bm25 and hybrid need an index built "
+        "with its BM25 part (the default of `index build`)")
+    nprobe: int = Field(
+        64, ge=1, description="IVF indexes: inverted lists probed per query (more = closer to "
+        "exact search, slower); ignored by Flat and HNSW")
+    ef_search: int = Field(
+        128, ge=1, description="HNSW indexes: candidate list size of a search (efSearch; more = "
+        "closer to exact search, slower); ignored by Flat and IVF with a flat quantizer")
+    rrf_k: int = Field(60, ge=1, description="hybrid: the constant k of reciprocal-rank fusion, a "
+                       "passage scoring the sum of 1 / (k + rank) over the two lists")
+    hybrid_candidates: int = Field(50, ge=1, description="hybrid: passages taken from each of the dense "
+                                   "and BM25 lists before fusion (at least top_n)")
     embedding_model: str = Field(
         "all-MiniLM-L6-v2",
         description="sentence-transformers model: the packaged name 'all-MiniLM-L6-v2' "

@@ -1,4 +1,5 @@
-"""Stage 1, retrieval: each row's top-N documents, given or from the FAISS index."""
+"""Stage 1, retrieval: each row's top-N documents, given or searched in the index (dense, BM25 or
+hybrid: ``retrieval.method``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Sequence
 
 from ..config import RunConfig
 from ..records import Document, ErrorReason, Flag, QueryRow, add_flag, visible_text
-from ..index import get_retriever
+from ..index import retriever_for
 from .base import Stage
 
 
@@ -32,8 +33,8 @@ def prepare_documents(row: QueryRow, documents: list[Document] | None, top_n: in
 
 
 class Retrieval(Stage):
-    """Rows without documents are searched in the FAISS index (``retrieval.index``, one
-    batched search per chunk); every row keeps its top-N (``retrieval.top_n``) non-empty,
+    """Rows without documents are searched in the index (``retrieval.index``, by
+    ``retrieval.method``, one batched search per chunk); every row keeps its top-N (``retrieval.top_n``) non-empty,
     distinct documents. A row left with none gets an error on field ``documents`` and flag
     ``no_documents``."""
 
@@ -49,7 +50,7 @@ class Retrieval(Stage):
         retrieval = self.config.retrieval
         need = [row for row in rows if row.error is None and row.documents is None]
         if need and retrieval.index:
-            found = get_retriever(retrieval.index).search([row.query for row in need], retrieval.top_n)
+            found = retriever_for(retrieval).search([row.query for row in need], retrieval.top_n)
             for row, documents in zip(need, found):
                 row.documents = documents
 
@@ -90,7 +91,7 @@ class WiderRetrieval(Retrieval):
         # N' more than the longest own list: the index's hits that repeat a row's own
         # documents still leave N' distinct documents where the index has them
         k = self.config.retrieval.top_n + max(len(row.documents or []) for row in active)
-        found = get_retriever(self.config.retrieval.index).search([row.query for row in active], k)
+        found = retriever_for(self.config.retrieval).search([row.query for row in active], k)
         for row, documents in zip(active, found):
             own = list(row.documents or [])
             seen = {visible_text(d.text) for d in own}

@@ -120,11 +120,12 @@ def test_index_build_refuses_a_bad_corpus_naming_file_row_and_field(tmp_path, ta
     assert not (tmp_path / "index").exists()
 
 
-def test_index_build_on_a_directory_says_it_wants_one_file(tmp_path):
+def test_index_build_on_a_directory_without_shards_says_so(tmp_path):
+    """A directory is a corpus of .parquet shards (docs/retrieval.md); one without any is refused."""
     (tmp_path / "corpus").mkdir()
-    pq.write_table(pa.table({"doc_id": ["a"], "text": ["x"]}), tmp_path / "corpus" / "p0.parquet")
+    (tmp_path / "corpus" / "p0.csv").write_text("doc_id,text\na,x\n")
     result = _invoke("index", "build", "--corpus", str(tmp_path / "corpus"), "-o", str(tmp_path / "index"))
-    assert result.exit_code == 2 and "one Parquet file" in result.output, result.output
+    assert result.exit_code == 2 and "no .parquet file under this prefix" in result.output, result.output
 
 
 @pytest.mark.parametrize("case", ["negative_limit", "missing_data", "output_is_a_file"])
@@ -183,12 +184,12 @@ def test_calibrate_snippet_does_not_carry_a_url_password(tmp_path):
 def test_index_build_refuses_an_output_that_is_a_file_before_embedding(tmp_path, monkeypatch):
     """An ``--output`` that is a file is refused up front, not after the corpus is embedded
     (hours for a large corpus)."""
-    from specrag_batch import index
+    from specrag_batch.index import shards
 
     def embed(*args, **kwargs):
         raise AssertionError("the corpus was embedded before the output was checked")
 
-    monkeypatch.setattr(index, "embed", embed)
+    monkeypatch.setattr(shards, "embed", embed)
     pq.write_table(pa.table({"doc_id": ["a"], "text": ["x"]}), tmp_path / "corpus.parquet")
     (tmp_path / "index").write_text("a file")
     result = _invoke("index", "build", "--corpus", str(tmp_path / "corpus.parquet"), "-o", str(tmp_path / "index"))

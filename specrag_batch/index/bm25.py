@@ -1,0 +1,139 @@
+"""The lexical part of an index: BM25 (Lucene's variant, k1 = 1.5, b = 0.75) with bm25s, which
+scores a query as a sum of columns of a sparse (CSC) document x term matrix.
+
+bm25s builds that matrix from every document's token list held in memory; here it is built in
+two streaming passes so memory stays bounded by a batch and the index itself: the first
+tokenises the passages batch by batch (bm25s's tokenizer: lower case, English stop words, no
+stemming), counts document frequencies and spills each (document, term, frequency) triple to
+a scratch file; the second writes each triple's score into its column of memory-mapped CSC
+arrays. The files are the ones ``bm25s.BM25.save`` writes, so ``bm25s.BM25.load(mmap=True)``
+serves them; ``tests/unit/test_index_bm25.py`` checks the scores equal bm25s's own index.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+K1, B = 1.5, 0.75
+_TRIPLE = np.dtype([("doc", np.int32), ("term", np.int32), ("tf", np.float32)])
+_PASS2_BLOCK = 4_000_000
+
+
+def new_tokenizer():
+    """bm25s's tokenizer as the index uses it: lower case, words of 2+ word characters, English
+    stop words removed, no stemming."""
+    import bm25s
+
+    return bm25s.tokenization.Tokenizer(lower=True, stopwords="en", stemmer=None)
+
+
+class BM25Builder:
+    """Streams passages into a BM25 index: :meth:`add` batches in index order, then
+    :meth:`finish` into a directory. ``scratch`` holds the spilled triples (12 bytes per
+    distinct term of a passage)."""
+
+    def __init__(self, scratch: Path):
+        self.tokenizer = new_tokenizer()
+        self._spill_path = Path(scratch) / "bm25-triples.bin"
+        self._spill = open(self._spill_path, "wb")
+        self._df = np.zeros(0, np.int64)
+        self._lengths: list[np.ndarray] = []
+        self.documents = 0
+
+    def add(self, texts: Sequence[str]) -> None:
+        """Tokenise the next passages (their order is their row in the index)."""
+        ids = list(self.tokenizer.streaming_tokenize(list(texts), update_vocab=True, allow_empty=True))
+        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(lengths.sum()))
+        vocab = len(self.tokenizer.get_vocab_dict())
+        doc = np.repeat(np.arange(len(ids), dtype=np.int64), lengths)
+        keys, tf = np.unique(doc * vocab + flat, return_counts=True)
+        terms = keys % vocab
+        triples = np.empty(len(keys), _TRIPLE)
+        triples["doc"], triples["term"], triples["tf"] = keys // vocab + self.documents, terms, tf
+        triples.tofile(self._spill)
+        if len(self._df) < vocab:
+            self._df = np.concatenate([self._df, np.zeros(vocab - len(self._df), np.int64)])
+        self._df += np.bincount(terms, minlength=vocab)[:vocab]
+        self._lengths.append(lengths.astype(np.int32))
+        self.documents += len(ids)
+
+    def finish(self, out: Path) -> dict:
+        """Write the index into directory ``out`` (bm25s's file names) and remove the scratch
+        file; returns its summary (documents, vocabulary, non-zero scores)."""
+        import bm25s
+
+        self._spill.close()
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        vocab = len(self.tokenizer.get_vocab_dict())
+        df = np.concatenate([self._df, np.zeros(vocab - len(self._df), np.int64)])
+        n = self.documents
+        doc_len = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
+        avg = float(doc_len.mean()) if n else 1.0
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)  # Lucene's idf, as bm25s
+        indptr = np.zeros(vocab + 1, np.int64)
+        np.cumsum(df, out=indptr[1:])
+        nnz = int(indptr[-1])
+        data = np.lib.format.open_memmap(out / "data.csc.index.npy", "w+", np.float32, (nnz,))
+        indices = np.lib.format.open_memmap(out / "indices.csc.index.npy", "w+", np.int32, (nnz,))
+        cursor = indptr[:-1].copy()
+        triples = np.memmap(self._spill_path, _TRIPLE, "r") if nnz else np.zeros(0, _TRIPLE)
+        for start in range(0, nnz, _PASS2_BLOCK):
+            part = np.asarray(triples[start:start + _PASS2_BLOCK])
+            order = np.argsort(part["term"], kind="stable")  # within a term, documents stay ascending
+            terms, docs, tf = part["term"][order].astype(np.int64), part["doc"][order], part["tf"][order]
+            new = np.flatnonzero(np.diff(terms)) + 1
+            starts = np.repeat(np.r_[0, new], np.diff(np.r_[0, new, len(terms)]))
+            pos = cursor[terms] + (np.arange(len(terms)) - starts)
+            norm = K1 * ((1 - B) + B * doc_len[docs] / avg)
+            data[pos] = idf[terms] * (tf / (norm + tf))
+            indices[pos] = docs
+            cursor += np.bincount(terms, minlength=vocab)
+        data.flush()
+        indices.flush()
+        del data, indices, triples
+        np.save(out / "indptr.csc.index.npy", indptr)
+        word_to_id = self.tokenizer.get_vocab_dict()
+        (out / "vocab.index.json").write_text(json.dumps(word_to_id, ensure_ascii=False), encoding="utf-8")
+        params = {"k1": K1, "b": B, "delta": 0.5, "method": "lucene", "idf_method": "lucene", "dtype": "float32",
+                  "int_dtype": "int32", "num_docs": n, "version": bm25s.__version__, "backend": "numpy"}
+        (out / "params.index.json").write_text(json.dumps(params, indent=2))
+        self.tokenizer.save_vocab(str(out))
+        self.tokenizer.save_stopwords(str(out))
+        self._spill_path.unlink(missing_ok=True)
+        return {"documents": n, "vocabulary": vocab, "nonzero": nnz}
+
+
+class BM25Index:
+    """A BM25 index written by :class:`BM25Builder`, memory-mapped (``bm25s.BM25.load``)."""
+
+    def __init__(self, directory: Path):
+        import bm25s
+
+        self.tokenizer = new_tokenizer()
+        self.tokenizer.load_vocab(str(directory))
+        self.tokenizer.load_stopwords(str(directory))
+        self.retriever = bm25s.BM25.load(str(directory), mmap=True, load_vocab=True)
+        self.documents = int(self.retriever.scores["num_docs"])
+
+    def search(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` (scores, row ids) of each query, best first, as arrays (q, k); rows whose
+        score is 0 (no query term in the passage) are -1, and so are all of a query sharing no
+        term with the corpus (bm25s would match it to the passages without terms)."""
+        k = max(1, min(k, self.documents))
+        if not queries:
+            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
+        ids = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
+        docs, scores = self.retriever.retrieve(ids, k=k, show_progress=False, n_threads=0)
+        docs = np.asarray(docs, dtype=np.int64).reshape(len(queries), k)
+        scores = np.asarray(scores, dtype=np.float32).reshape(len(queries), k)
+        empty = self.tokenizer.get_vocab_dict().get("")
+        nothing = np.array([all(t == empty for t in q) for q in ids])  # no query term in the vocabulary
+        docs[(scores <= 0) | nothing[:, None]] = -1
+        return scores, docs

@@ -1,0 +1,216 @@
+"""Searching an index (``retrieval.index``) by the config's ``retrieval.method``:
+
+* ``dense``: the queries embedded with the index's embedding model, searched in its FAISS
+  index (``retrieval.nprobe``, ``retrieval.ef_search``);
+* ``bm25``: BM25 over the passages' title and text (bm25s);
+* ``hybrid``: reciprocal-rank fusion (Cormack et al. 2009) of the two: each retriever's top
+  ``retrieval.hybrid_candidates`` passages, a passage scoring the sum of 1 / (``rrf_k`` + rank)
+  over the lists it is in (rank from 1), best first; ties go to the better dense rank.
+
+Every search takes all the queries of a chunk at once (one embedding call, FAISS calls of
+1024 queries) and reads from the passage store only the passages it returns.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from functools import lru_cache
+from typing import Protocol, Sequence
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from .. import storage
+from ..embeddings import embed
+from ..records import Document
+from . import dense as dense_mod
+from .bm25 import BM25Index
+from .layout import (BM25_DIR, DENSE_FILE, LEGACY_FILES, PASSAGES_FILE, IndexFormatError, is_legacy,
+                     local_data_dir, read_meta)
+from .store import PassageStore
+
+METHODS = ("dense", "bm25", "hybrid")
+
+
+class OpenIndex:
+    """An index directory opened for searching: its ``meta.json`` and passage store, its FAISS
+    and BM25 parts loaded on first use (once per process, :func:`open_index`).
+
+    Raises (constructor):
+        IndexFormatError: no index at ``index_uri`` (:func:`layout.read_meta`).
+        FileNotFoundError: a file the index's meta names is missing."""
+
+    def __init__(self, index_uri: str):
+        self.uri = index_uri
+        self.meta = read_meta(index_uri)
+        self.legacy = is_legacy(self.meta)
+        self._lock = threading.Lock()
+        self._dense = self._bm25 = None
+        if self.legacy:  # first layout: index.faiss + docs.parquet, dense only, read whole
+            docs = pq.read_table(io.BytesIO(storage.read_bytes(storage.join(index_uri, LEGACY_FILES[1]))))
+            self.store = PassageStore.from_table(docs)
+            self.local = None
+        else:
+            self.local = local_data_dir(index_uri, self.meta)
+            self.store = PassageStore.open(self.local / PASSAGES_FILE)
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The retrieval methods this index serves."""
+        return METHODS if (not self.legacy and self.meta.get("bm25")) else ("dense",)
+
+    def dense(self):
+        """The FAISS index (on the GPU where faiss-gpu has one)."""
+        import faiss
+
+        with self._lock:
+            if self._dense is None:
+                if self.legacy:
+                    raw = np.frombuffer(storage.read_bytes(storage.join(self.uri, LEGACY_FILES[0])), dtype=np.uint8)
+                    index = faiss.deserialize_index(raw)
+                else:
+                    index = faiss.read_index(str(self.local / DENSE_FILE))
+                self._dense = dense_mod.to_gpu(index)
+            return self._dense
+
+    def bm25(self) -> BM25Index:
+        """The BM25 part.
+
+        Raises:
+            IndexFormatError: the index was built without one (``--no-bm25``, or the first
+                layout), saying to rebuild it."""
+        with self._lock:
+            if self._bm25 is None:
+                if "bm25" not in self.methods:
+                    how = ("an index of the first layout (index.faiss + docs.parquet)" if self.legacy
+                           else "built with --no-bm25")
+                    raise IndexFormatError(f"{self.uri}: {how} has no BM25 part for retrieval.method "
+                                           "bm25 or hybrid; rebuild it with `specrag-batch index build`")
+                self._bm25 = BM25Index(self.local / BM25_DIR)
+            return self._bm25
+
+
+@lru_cache(maxsize=4)
+def open_index(index_uri: str) -> OpenIndex:
+    """Process-wide cached :class:`OpenIndex` (one per URI)."""
+    return OpenIndex(index_uri)
+
+
+class Retriever(Protocol):
+    """What the retrieval stages call: top-N passages per query, best first."""
+
+    def search(self, queries: Sequence[str], top_n: int) -> list[list[Document]]:
+        """For each query (in order) at most ``top_n`` passages, best first."""
+
+
+class _Base:
+    def __init__(self, index: OpenIndex):
+        self.index = index
+
+    def rows(self, queries: Sequence[str], k: int) -> np.ndarray:
+        """Row numbers (q, k) of each query's top-``k``, best first, -1 past the last hit."""
+        raise NotImplementedError
+
+    def search(self, queries: Sequence[str], top_n: int) -> list[list[Document]]:
+        """For each query (in order) at most ``top_n`` passages, best first (fewer when the
+        index holds fewer, or, for BM25, when fewer share a term with the query). One store
+        lookup for the whole batch."""
+        if not queries:
+            return []
+        ids = self.rows(queries, top_n)
+        hits = [[int(j) for j in row if j >= 0] for row in ids]
+        docs = iter(self.index.store.get([j for row in hits for j in row]))
+        return [[next(docs) for _ in row] for row in hits]
+
+
+class DenseRetriever(_Base):
+    """Dense retrieval: cosine similarity of the query's embedding (the index's
+    ``embedding_model``) to the passages'."""
+
+    def __init__(self, index: OpenIndex, nprobe: int | None = None, ef_search: int | None = None):
+        super().__init__(index)
+        self.nprobe, self.ef_search = nprobe, ef_search
+
+    def embed(self, queries: Sequence[str]) -> np.ndarray:
+        """The queries' L2-normalised embeddings, float32 (q, d)."""
+        return embed(self.index.meta["embedding_model"], list(queries))
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, row ids) of the top-``k`` of each query vector (float32 (q, d), normalised)."""
+        return dense_mod.search(self.index.dense(), vectors, k, nprobe=self.nprobe, ef_search=self.ef_search)
+
+    def rows(self, queries: Sequence[str], k: int) -> np.ndarray:
+        """See :meth:`_Base.rows`."""
+        return self.search_vectors(self.embed(queries), k)[1]
+
+
+class BM25Retriever(_Base):
+    """Lexical retrieval: BM25 over the passages' title and text."""
+
+    def rows(self, queries: Sequence[str], k: int) -> np.ndarray:
+        """See :meth:`_Base.rows`."""
+        return self.index.bm25().search(queries, k)[1]
+
+
+def rrf(lists: Sequence[np.ndarray], k: int, top_n: int) -> np.ndarray:
+    """Reciprocal-rank fusion of ranked row-id lists (each (q, depth), -1 = no hit): per query,
+    every row scores the sum of 1 / (``k`` + rank) over the lists holding it (rank from 1); the
+    ``top_n`` best, ties broken by the earliest list's rank, then the row id. -1 pads."""
+    q = lists[0].shape[0]
+    out = np.full((q, top_n), -1, np.int64)
+    for i in range(q):
+        score: dict[int, float] = {}
+        first: dict[int, tuple] = {}
+        for li, ids in enumerate(lists):
+            for rank, j in enumerate(ids[i], 1):
+                if j < 0:
+                    continue
+                j = int(j)
+                score[j] = score.get(j, 0.0) + 1.0 / (k + rank)
+                first.setdefault(j, (li, rank))
+        best = sorted(score, key=lambda j: (-score[j], first[j], j))[:top_n]
+        out[i, :len(best)] = best
+    return out
+
+
+class HybridRetriever(_Base):
+    """Reciprocal-rank fusion of dense and BM25 retrieval (:func:`rrf`)."""
+
+    def __init__(self, index: OpenIndex, dense: DenseRetriever, rrf_k: int = 60, candidates: int = 50):
+        super().__init__(index)
+        self.dense, self.bm25 = dense, BM25Retriever(index)
+        self.rrf_k, self.candidates = rrf_k, candidates
+
+    def rows(self, queries: Sequence[str], k: int) -> np.ndarray:
+        """See :meth:`_Base.rows`: each retriever's top max(``candidates``, ``k``), fused."""
+        depth = max(self.candidates, k)
+        return rrf([self.dense.rows(queries, depth), self.bm25.rows(queries, depth)], self.rrf_k, k)
+
+
+def get_retriever(index_uri: str, method: str = "dense", *, nprobe: int | None = None,
+                  ef_search: int | None = None, rrf_k: int = 60, candidates: int = 50) -> _Base:
+    """A retriever of ``method`` (:data:`METHODS`) over the index at ``index_uri`` (opened once
+    per process, :func:`open_index`).
+
+    Raises:
+        ValueError: an unknown method.
+        IndexFormatError: no index there; bm25 or hybrid over an index without a BM25 part."""
+    if method not in METHODS:
+        raise ValueError(f"unknown retrieval method {method!r}; known: {', '.join(METHODS)}")
+    index = open_index(index_uri)
+    if method != "dense" and method not in index.methods:
+        index.bm25()  # raises, saying to rebuild
+    dense = DenseRetriever(index, nprobe, ef_search)
+    if method == "dense":
+        return dense
+    if method == "bm25":
+        return BM25Retriever(index)
+    return HybridRetriever(index, dense, rrf_k, candidates)
+
+
+def retriever_for(retrieval) -> _Base:
+    """The retriever a run's ``retrieval`` config section
+    (:class:`~specrag_batch.config.sections.RetrievalConfig`) asks for (``index`` must be set)."""
+    return get_retriever(retrieval.index, retrieval.method, nprobe=retrieval.nprobe, ef_search=retrieval.ef_search,
+                         rrf_k=retrieval.rrf_k, candidates=retrieval.hybrid_candidates)

@@ -1,0 +1,128 @@
+"""``index build`` on bad input (docs/retrieval.md, "Bad input"): one line naming the file and
+what is wrong, exit 2, no traceback, and nothing written in place of an index: no
+``meta.json`` appears, and an index already at the output is left as it was and still serves."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from specrag_batch.cli import app
+from specrag_batch.index import get_retriever, open_index
+
+from .index_fakes import DIM, passages, patch_embedder, write_shards
+
+_BAD_UTF8 = pa.array([b"fine", b"caf\xe9"], pa.binary()).view(pa.string())
+
+
+@pytest.fixture(autouse=True)
+def _fake_encoder(monkeypatch):
+    patch_embedder(monkeypatch)
+    open_index.cache_clear()
+    yield
+    open_index.cache_clear()
+
+
+def _build(*args: str):
+    result = CliRunner().invoke(app, ["index", "build", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def _one_error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]
+
+
+def _vectors(n: int, width: int) -> pa.Array:
+    vecs = np.random.default_rng(0).normal(size=(n, width)).astype(np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel()), width)
+
+
+def _corpus(tmp_path, case: str) -> tuple[str, list[str]]:
+    """A corpus prefix with the bad input ``case``; the extra build flags it needs."""
+    root = write_shards(tmp_path / "corpus", [6, 6], nested=False)
+    second = root / "p1.parquet"
+    flags: list[str] = []
+    if case == "doc_id_type":  # integer ids in one shard, strings in the other
+        pq.write_table(pa.table({"doc_id": list(range(100, 106)), "title": ["t"] * 6, "text": ["x"] * 6}), second)
+    elif case == "title_missing":
+        pq.write_table(passages(6, 6).drop_columns(["title"]), second)
+    elif case == "duplicate_across":
+        pq.write_table(passages(3, 6), second)  # d3..d8: d3 is in p0 too
+    elif case == "not_parquet":
+        second.write_bytes(b"doc_id,text\na,b\n")
+    elif case == "bad_utf8":  # found by the check's streamed read of the shard (so is a null vector)
+        pq.write_table(pa.table({"doc_id": ["u0", "u1"], "title": ["t", "t"], "text": _BAD_UTF8}), second)
+    elif case in ("wrong_width", "not_fixed_size", "null_vector"):
+        for k, start in enumerate((0, 6)):
+            emb = _vectors(6, DIM + 3 if case == "wrong_width" else DIM)
+            if case == "not_fixed_size":
+                emb = pa.array([list(v) for v in emb.to_pylist()], pa.list_(pa.float32()))
+            if case == "null_vector" and k == 1:
+                emb = pa.array(emb.to_pylist()[:4] + [None] + emb.to_pylist()[5:], emb.type)
+            pq.write_table(passages(start, 6).append_column("emb", emb), root / f"p{k}.parquet")
+        flags = ["--embedding-column", "emb"]
+    elif case == "faiss_refuses":
+        flags = ["--index-type", "IVF4,PQ7"]
+    elif case == "too_few_to_train":
+        flags = ["--index-type", "IVF64,Flat"]
+    return str(root), flags
+
+
+CASES = {
+    "doc_id_type": "p1.parquet: schema differs from the corpus's first shard {root}/p0.parquet: column 'doc_id' "
+                   "is integer here, string there",
+    "title_missing": "p1.parquet: schema differs from the corpus's first shard {root}/p0.parquet: column 'title' "
+                     "missing (the first shard has it: string)",
+    "duplicate_across": "p1.parquet: column 'doc_id': duplicate doc_id 'd3' (row 0; also {root}/p0.parquet row 3)",
+    "not_parquet": "p1.parquet: not a Parquet file",
+    "bad_utf8": "p1.parquet: column 'text': row 1: not valid UTF-8",
+    "wrong_width": f"p0.parquet: column 'emb': vectors of width {DIM + 3}; the embedding model makes {DIM}",
+    "not_fixed_size": "p0.parquet: column 'emb': got list<",  # then: embeddings need a fixed_size_list of floats
+    "null_vector": "p1.parquet: column 'emb': row 4: null; every passage needs a vector",
+    "faiss_refuses": f"--index-type 'IVF4,PQ7': FAISS refuses it for {DIM}-dimensional vectors: The dimension of "
+                     "the vector (d) should be a multiple of the number of subquantizers (M)",
+    "too_few_to_train": "--index-type 'IVF64,Flat' needs at least 64 passages to train; the corpus has 12",
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_and_writes_no_index(tmp_path, case):
+    corpus, flags = _corpus(tmp_path, case)
+    line = _one_error_line(_build("--corpus", corpus, "-o", str(tmp_path / "index"), *flags))
+    assert CASES[case].format(root=corpus) in line, line
+    assert not (tmp_path / "index" / "meta.json").exists()
+    assert not (tmp_path / "index").exists()  # refused by the checks before anything is embedded or created
+
+
+@pytest.mark.parametrize("case", ["duplicate_across", "bad_utf8", "faiss_refuses"])
+def test_a_failed_build_leaves_the_index_already_there_serving(tmp_path, case):
+    good = write_shards(tmp_path / "good", [10])
+    assert _build("--corpus", str(good), "-o", str(tmp_path / "index")).exit_code == 0
+    meta = (tmp_path / "index" / "meta.json").read_bytes()
+    before = get_retriever(str(tmp_path / "index"), "hybrid").search(["glacier"], 2)
+    open_index.cache_clear()
+    corpus, flags = _corpus(tmp_path, case)
+    _one_error_line(_build("--corpus", corpus, "-o", str(tmp_path / "index"), *flags))
+    assert (tmp_path / "index" / "meta.json").read_bytes() == meta
+    assert get_retriever(str(tmp_path / "index"), "hybrid").search(["glacier"], 2) == before
+    assert json.loads(meta)["data"] in {p.name for p in (tmp_path / "index").iterdir()}
+
+
+def test_a_missing_corpus_and_an_empty_prefix(tmp_path):
+    line = _one_error_line(_build("--corpus", str(tmp_path / "none"), "-o", str(tmp_path / "index")))
+    assert f"corpus '{tmp_path / 'none'}' does not exist" in line
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("x")
+    line = _one_error_line(_build("--corpus", str(tmp_path / "empty"), "-o", str(tmp_path / "index")))
+    assert f"{tmp_path / 'empty'}: no .parquet file under this prefix" in line

@@ -1,7 +1,7 @@
 """Adaptive drafting and the fallback pass in real flow runs (Prefect, real vLLM with
 SmolLM2-135M, real Parquet). The bookkeeping (same drafts, call counts, disaggregated runs,
-the wider pass) is tested on the fake engine in tests/unit/test_adaptive_drafting.py and
-tests/unit/test_fallback.py; here the real model's drafts and scores go through them."""
+the wider pass) is tested on the fake engine in tests/integration/test_adaptive_drafting.py and
+tests/integration/test_fallback.py; here the real model's drafts and scores go through them."""
 
 from __future__ import annotations
 

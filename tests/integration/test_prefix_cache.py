@@ -80,7 +80,8 @@ def test_question_first_keeps_data_out_of_special_tokens():
 
 
 # the config hash, the drafter-training data step and training's tokenisation carry the layout
-# as they carry drafter.rationale_style: tests/unit/test_rationale_style.py (both options)
+# as they carry drafter.rationale_style: tests/unit/test_config_drafter_prompt.py and
+# tests/integration/test_rationale_style.py (both options)
 
 
 # --- bookkeeping -------------------------------------------------------------------------

@@ -455,9 +455,9 @@ def archive_machines(archive: Path) -> set[str]:
 
 def _shards(cell) -> tuple[str, str, list[tuple[str, str]]]:
     """(input URI, output URI, [(input shard URI, output shard URI)] sorted), by the product's
-    rules (``run.plan_shards``, ``run.shard_output_uri``)."""
+    rules (``planning.plan_shards``, ``planning.shard_output_uri``)."""
     from specrag_batch import storage
-    from specrag_batch.run import plan_shards, shard_output_uri
+    from specrag_batch.planning import plan_shards, shard_output_uri
 
     inp, out = storage.normalize_uri(str(cell.input_dir)), storage.normalize_uri(str(cell.output_dir))
     shards, _ = plan_shards(inp)

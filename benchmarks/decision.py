@@ -108,7 +108,7 @@ Cells run in this order: standard and speculative for every dataset, then the tu
 per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first
 :data:`TUNING_ROWS` rows of each file are the tuning split (prompt work may look at them; never reported); reported rows start
 at :data:`REPORT_START` and stay inside the first ``BENCHMARK_RESERVE`` (300) rows of each file,
-which drafter training never reads (``drafter_training/sources.py``). Arm ``tuning-selection``
+which drafter training never reads (``specrag_batch/datasets.py``). Arm ``tuning-selection``
 (named in ``--arms``, run last) is the speculative config on a second tuning split of 100 rows
 right after the reported ones (:data:`SELECTION_TUNING_START`; Climate-FEVER, HotpotQA,
 NQ-open): its rows join the tuning cells' in choosing the selection variants, never τ_min.
@@ -157,7 +157,8 @@ sys.path.insert(0, str(ROOT))
 import cell_archive  # noqa: E402
 import decision_stats  # noqa: E402
 from specrag_batch.config import RunConfig, load_config  # noqa: E402
-from specrag_batch.drafter_training.sources import BENCHMARK_RESERVE, benchmark_converters  # noqa: E402
+from specrag_batch.datasets import BENCHMARK_RESERVE  # noqa: E402
+from specrag_batch.datasets import DATASETS as CONVERTERS  # noqa: E402
 
 DATASETS = ("climate_fever", "hotpotqa", "nq_open", "popqa", "arc_challenge")
 ARCHIVE_DIR = cell_archive.ARCHIVE_DIR
@@ -364,7 +365,7 @@ never flagged, are more than half)."""
 
 def tuning_rows(name: str, shared: Path) -> list[dict]:
     """The tuning split of a dataset: its first :data:`TUNING_ROWS` rows (input-schema dicts)."""
-    return list(benchmark_converters()[name](shared))[:TUNING_ROWS]
+    return list(CONVERTERS[name](shared))[:TUNING_ROWS]
 
 
 def extra_tuning_rows(arm: str, name: str, shared: Path) -> list[dict]:
@@ -380,7 +381,7 @@ def extra_tuning_rows(arm: str, name: str, shared: Path) -> list[dict]:
         return []
     later = [s[name] for s in EXTRA_TUNING_SPLITS.values() if s.get(name, -1) > starts[name]]
     end = min([*later, BENCHMARK_RESERVE])
-    return list(benchmark_converters()[name](shared))[starts[name]:end]
+    return list(CONVERTERS[name](shared))[starts[name]:end]
 
 
 def selection_tuning_rows(name: str, shared: Path) -> list[dict]:
@@ -407,7 +408,7 @@ def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
     if name in SELECTION_TUNING_START and start + rows > SELECTION_TUNING_START[name]:
         raise ValueError(f"--rows {rows}: {name} rows {start}..{start + rows - 1} would reach its selection-tuning "
                          f"rows (from {SELECTION_TUNING_START[name]}), which choose defaults and are never reported")
-    return list(benchmark_converters()[name](shared))[start:start + rows]
+    return list(CONVERTERS[name](shared))[start:start + rows]
 
 
 def parse_tuned_drafters(spec: str | None) -> dict[str, str]:
@@ -533,7 +534,8 @@ def untuned_arm(model: str, base: RunConfig) -> str | None:
     (``drafter_training.train.drafter_identity``): ``speculative`` when that is the config's
     drafter, ``speculative-smol`` when it is :data:`SMOL_DRAFTER`; None when the base is
     unknown (no manifest) or another model."""
-    from specrag_batch.drafter_training.train import MANIFEST, drafter_identity
+    from specrag_batch.drafter_training.train import MANIFEST
+    from specrag_batch.identity import drafter_identity
 
     if not (Path(model) / MANIFEST).is_file():  # (drafter_identity would hash its weights)
         return None
@@ -715,9 +717,8 @@ def write_shards(rows: list[dict], directory: Path, shard_rows: int) -> list[Pat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specrag_batch.drafter_training.sources import make_samples
+    from specrag_batch.datasets import INPUT_SCHEMA as schema
 
-    schema = make_samples().INPUT_SCHEMA
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(0, len(rows), shard_rows):
@@ -735,9 +736,9 @@ def write_shards(rows: list[dict], directory: Path, shard_rows: int) -> list[Pat
 
 def cell_shards(cell: Cell) -> list[tuple[str, str, dict | None]]:
     """(input shard URI, output URI, done marker or None) for every input shard of the cell,
-    by the product's own rules (``run.plan_shards``, ``resume.completed_shard``)."""
+    by the product's own rules (``planning.plan_shards``, ``resume.completed_shard``)."""
     from specrag_batch import resume, storage
-    from specrag_batch.run import plan_shards, shard_output_uri
+    from specrag_batch.planning import plan_shards, shard_output_uri
 
     inp, out = storage.normalize_uri(str(cell.input_dir)), storage.normalize_uri(str(cell.output_dir))
     shards, _ = plan_shards(inp)

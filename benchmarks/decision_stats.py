@@ -28,7 +28,7 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   the difference); shards without the field (older markers) are unknown, never flagged;
 * the fast-path share;
 * Table 3 selection ablations re-selected from the speculative cell's scored drafts with the
-  product's :func:`specrag_batch.selection.select` (no engine run: the drafts are the same);
+  product's :func:`specrag_batch.stages.selection.select` (no engine run: the drafts are the same);
 * tuned vs untuned drafters (issue 12, :func:`tuned_table`): per tuned arm and baseline,
   paired accuracy, parse share, drafter tokens per row, seconds per row and their ratio;
 * ablations on other drafters (:func:`composed_table`): each composed arm
@@ -48,7 +48,7 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   accuracy before/after with a paired bootstrap and McNemar, and the added cost vs speculative;
   the whole cell is compared with ``speculative`` and with ``standard`` (:data:`ARM_BASELINES`);
 * post-hoc selection variants (:data:`POST_HOC`, :func:`variant_split`), each a re-selection
-  of the stored drafts by the product's :func:`specrag_batch.selection.select` (no engine
+  of the stored drafts by the product's :func:`specrag_batch.stages.selection.select` (no engine
   run) compared with its baseline: selection accuracy paired with a bootstrap interval and
   McNemar, the rows where the picks differ, and the share of oracle rows answered right;
   chosen on the tuning cells only (:func:`verdict_variant_line`), the reported speculative
@@ -76,12 +76,12 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.stats import binomtest
 
-from specrag_batch.engines import EngineUsage, prefix_cache_hit_rate
+from specrag_batch.engine_usage import EngineUsage, prefix_cache_hit_rate
 from specrag_batch.evaluation import score_row, token_f1
 from specrag_batch.records import Draft, Flag, is_valid_draft
-from specrag_batch.sampling import row_seed
-from specrag_batch.selection import RULES, consensus, select
-from specrag_batch.verification import SELF_REFLECTION_MODES, self_reflection_score
+from specrag_batch.stages.sampling import row_seed
+from specrag_batch.stages.selection import RULES, consensus, select
+from specrag_batch.stages.verification import SELF_REFLECTION_MODES, self_reflection_score
 
 PARSE_FLAGS = frozenset({Flag.NO_ANSWER_FIELD, Flag.EMPTY_DRAFT, Flag.EMPTY_ANSWER,
                          Flag.EMPTY_RATIONALE, Flag.TRUNCATED_AT_MAX_TOKENS, Flag.REPETITION,
@@ -98,7 +98,7 @@ SELECTION_ABLATIONS = {
     "without_self_reflection": {"use_sr": False},
     "random_selection": {"random": True},
 }
-"""Paper Table 3 selection ablations: switches of :func:`specrag_batch.selection.select`."""
+"""Paper Table 3 selection ablations: switches of :func:`specrag_batch.stages.selection.select`."""
 
 REPS = 2000
 
@@ -328,20 +328,20 @@ def reselect_index(row: dict, *, seed: int, use_draft: bool = True, use_sc: bool
                    rule: str = "argmax", consensus_min: int | None = None) -> int | None:
     """Index into ``row["drafts"]`` of the draft the product's selection picks when the row's
     scored drafts are selected again with other switches (paper Table 3: w/o ρ_draft, w/o
-    ρ_SC, w/o ρ_SR, random; :func:`~specrag_batch.selection.select` with the seed rule of its
+    ρ_SC, w/o ρ_SR, random; :func:`~specrag_batch.stages.selection.select` with the seed rule of its
     selection stage, ``row_seed(seed + 1, query_id)``), with the other self-reflection
     variant, or with another selection ``rule`` (``selection.rule``,
-    :data:`~specrag_batch.selection.RULES`; argmax is the paper's).
+    :data:`~specrag_batch.stages.selection.RULES`; argmax is the paper's).
 
     ``self_reflection``: ``paper`` | ``contrast`` recomputes each draft's log ρ_SR from its
     stored ``logprob_yes`` / ``logprob_no`` by the product's
-    :func:`~specrag_batch.verification.self_reflection_score` before selecting, which is what
+    :func:`~specrag_batch.stages.verification.self_reflection_score` before selecting, which is what
     the verification stage stores under ``selection.self_reflection`` (the selection stage
     only reads that score); a draft missing either log-prob gets no ρ_SR and ranks after
     every fully scored draft, as in a run. None keeps the stored scores.
 
     ``consensus_min``: a lower ``selection.consensus_min`` c than the run's: when
-    :func:`~specrag_batch.selection.consensus` finds at least c' valid drafts with one
+    :func:`~specrag_batch.stages.selection.consensus` finds at least c' valid drafts with one
     normalised answer, the row takes the fast path (that answer's draft with the highest
     log ρ_draft, no verifier term), as a run with that c would; otherwise it is selected as
     the other switches say.
@@ -431,7 +431,7 @@ def self_reflection_rows(rows: Sequence[dict], choices: dict, labels: Sequence[s
     each unit with ``"drafts"``: [(log ρ_SR per mode in :data:`SELF_REFLECTION_MODES` order,
     right)] for each *verified* valid draft (valid by its flags and holding both
     ``logprob_yes`` and ``logprob_no``; log ρ_SR in nats by
-    :func:`~specrag_batch.verification.self_reflection_score`; right by
+    :func:`~specrag_batch.stages.verification.self_reflection_score`; right by
     :func:`draft_correct`), for :func:`self_reflection_auroc`."""
     units = variant_rows(rows, choices, labels, seed=seed, variants=SELF_REFLECTION_VARIANTS)
     by_id = {r["query_id"]: r for r in rows}
@@ -598,7 +598,7 @@ def nested_pick(row: dict, *, num_drafts: int, first_round: int | None = None,
     would select, from the stored drafts of a run with more, with no engine run.
 
     The same choice as such a run, up to the engine's batch invariance: the j subsets of such a
-    run are the first j of the longer run (:func:`specrag_batch.sampling.sample_subsets` draws
+    run are the first j of the longer run (:func:`specrag_batch.stages.sampling.sample_subsets` draws
     them one by one from the row's seeded generator, so a shorter draw is a prefix:
     ``benchmarks/tests/test_decision_nested.py``), each draft comes from its own greedy prompt, and
     the verifier scores each draft alone (paper §3.3). An engine that is not batch-invariant
@@ -613,7 +613,7 @@ def nested_pick(row: dict, *, num_drafts: int, first_round: int | None = None,
 
     Returns:
         (index into ``row["drafts"]`` of the selected draft (when none of the drafts used is
-        valid, the best invalid one, as :func:`~specrag_batch.selection.select` returns it);
+        valid, the best invalid one, as :func:`~specrag_batch.stages.selection.select` returns it);
         drafts written; verifier passes: the distinct valid (α, β) of the row, 0 on the fast
         path).
 
@@ -829,7 +829,7 @@ DIAGNOSIS_VARIANTS = {
     "consensus_min_3": {"consensus_min": 3},
 }
 """Post-hoc selections of :func:`selection_diagnosis_rows` as :func:`reselect_index`
-switches, each the product's :func:`~specrag_batch.selection.select` over the stored drafts:
+switches, each the product's :func:`~specrag_batch.stages.selection.select` over the stored drafts:
 ``paper`` (argmax of log ρ = log ρ_draft + log ρ_SC + log ρ_SR, §3.3) is the baseline; one
 term or two terms of log ρ (argmax); one term per token (``rule: length_normalised`` with
 the other terms off: log ρ_draft / drafter tokens, log ρ_SC / verifier tokens of α and β);
@@ -859,14 +859,14 @@ def draft_measures(d: dict, query: str) -> tuple[float, ...] | None:
     natural log-probs: log ρ_draft, log ρ_SC, log ρ_SR (``paper``: log P(Yes)), log ρ_SR
     (``contrast``), log ρ_draft per drafter token (``tokens_draft``), log ρ_SC per verifier
     token of α and β (``tokens_answer + tokens_rationale``), the three sums of two terms, log ρ
-    (all three, paper §3.3), :func:`~specrag_batch.selection.mean_logprob` (each term per
+    (all three, paper §3.3), :func:`~specrag_batch.stages.selection.mean_logprob` (each term per
     token), ``shorter`` = -(verifier tokens of α and β), the length alone, and
     ``rationale_not_query`` = 1 - token F1 of β with ``query`` (the row's query; 0: β
     restates it).
 
     Returns None for a draft that was not fully verified (a score, log P(Yes), log P(No) or a
     token count missing or zero)."""
-    from specrag_batch.selection import mean_logprob
+    from specrag_batch.stages.selection import mean_logprob
 
     keys = ("score_draft", "score_self_consistency", "logprob_yes", "logprob_no", "tokens_draft",
             "tokens_answer", "tokens_rationale")

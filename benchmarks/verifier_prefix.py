@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from specrag_batch.config import load_config  # noqa: E402
 from specrag_batch.prompts import Question, verifier_prompt  # noqa: E402
 from specrag_batch.records import Draft  # noqa: E402
-from specrag_batch.verification import TOP_K  # noqa: E402
+from specrag_batch.stages.verification import word_token_ids  # noqa: E402
 
 
 def verifier_prompts(cfg, tok, runs: Path, dataset: str, arm: str, rows: int) -> list:
@@ -91,7 +91,9 @@ def score(llm, prompts, read_cache: bool) -> tuple[float, list]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, logprobs=TOP_K,
+    tok = llm.get_tokenizer()
+    ids = sorted(word_token_ids(tok, "yes") | word_token_ids(tok, "no"))  # as the product reads them
+    sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, logprob_token_ids=ids,
                         skip_reading_prefix_cache=not read_cache)
     llm.reset_prefix_cache()
     t0 = time.perf_counter()

@@ -11,9 +11,9 @@ wrong drafts (AUROC near 0.5). That note's "What to measure next" asks for this 
 
 Each valid, verified draft of the tuning cells (``climate_fever/tuning``, ``hotpotqa/tuning``
 under ``--runs``) is scored in one forward pass per variant (prompt log-probs and the next
-token's top-k, as :func:`specrag_batch.verification.verify`), with inputs built by the
+token's top-k, as :func:`specrag_batch.stages.verification.verify`), with inputs built by the
 product's :func:`specrag_batch.prompts.verifier_prompt` (data text stays plain text, never a
-special token) and terms read by :func:`specrag_batch.verification.prompt_scores`:
+special token) and terms read by :func:`specrag_batch.stages.verification.prompt_scores`:
 
 * ``paper``: the product's verifier input [Q, α, β, R] (``Answer: α\\nRationale: β``, the
   config's R). Reproduces the stored log ρ_SC and log ρ_SR; the largest absolute
@@ -33,7 +33,7 @@ changes) to its own log ρ_SC and log ρ_SR. Output: the within-row AUROC (right
 of the same row, ties 1/2; :func:`decision_stats.selection_diagnosis_auroc`) and the pooled
 AUROC of each term and of log ρ, per dataset and pooled (bootstrap over rows, stratified by
 dataset), and the selection accuracy when each variant's log ρ picks by argmax
-(:func:`specrag_batch.selection.select`) against the stored pick (the run's paper argmax;
+(:func:`specrag_batch.stages.selection.select`) against the stored pick (the run's paper argmax;
 consensus fast-path rows keep their outcome), with a paired bootstrap interval and McNemar's
 exact p (:func:`decision_stats.variant_figures`). Markdown on stdout and in
 ``<out>/verifier_variants.md``, figures in ``<out>/verifier_variants.json``.
@@ -61,8 +61,8 @@ import decision_stats as ds  # noqa: E402
 
 from specrag_batch.prompts import Question, verifier_prompt  # noqa: E402
 from specrag_batch.records import Draft  # noqa: E402
-from specrag_batch.selection import select  # noqa: E402
-from specrag_batch.verification import TOP_K, prompt_scores, word_token_ids  # noqa: E402
+from specrag_batch.stages.selection import select  # noqa: E402
+from specrag_batch.stages.verification import prompt_scores, word_token_ids  # noqa: E402
 
 CELLS = ("climate_fever/tuning", "hotpotqa/tuning")
 """The decision benchmark's tuning cells (choices are made on them only)."""
@@ -134,7 +134,7 @@ def build_jobs(units_by_cell: dict[str, list[dict]], rows_by_cell: dict[str, lis
 def score_jobs(engine, jobs: list[dict], batch: int = BATCH) -> None:
     """Fill each job's ``answer``, ``rationale`` (summed log-probs of α's / β's tokens),
     ``self_reflection`` (log P(Yes), ``paper`` mode), ``logprob_no`` and ``flags`` from one
-    forward pass per job (:func:`~specrag_batch.verification.prompt_scores`), ``batch``
+    forward pass per job (:func:`~specrag_batch.stages.verification.prompt_scores`), ``batch``
     prompts per engine call, with a progress bar."""
     from tqdm import tqdm
 
@@ -142,7 +142,7 @@ def score_jobs(engine, jobs: list[dict], batch: int = BATCH) -> None:
     with tqdm(total=len(jobs), desc="verifier passes") as bar:
         for s in range(0, len(jobs), batch):
             chunk = jobs[s:s + batch]
-            outs = engine.prompt_and_next_logprobs([j["prompt"].token_ids for j in chunk], TOP_K,
+            outs = engine.prompt_and_next_logprobs([j["prompt"].token_ids for j in chunk], sorted(yes_ids | no_ids),
                                                    desc="verifier variants")
             for j, (lps, top) in zip(chunk, outs):
                 a, b, sr, _, no, flags = prompt_scores(j["prompt"], lps, top, yes_ids, no_ids, "paper")
@@ -170,7 +170,7 @@ def variant_units(units: list[dict], rows: list[dict], scored: dict[tuple, dict[
     answer, index)] of the drafts scored under every variant) and for
     :func:`decision_stats.variant_figures` (``stored``: the row's outcome under its stored
     pick; per :data:`SELECTIONS` name: correctness of the draft the variant's log ρ picks by
-    :func:`~specrag_batch.selection.select`, argmax; drafts without that variant's scores rank
+    :func:`~specrag_batch.stages.selection.select`, argmax; drafts without that variant's scores rank
     after scored ones, as in a run; rows not selected again keep their outcome)."""
     by_id = {r["query_id"]: r for r in rows}
     out = []

@@ -17,7 +17,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
 def test_reported_rows_are_reserved_and_disjoint_from_tuning_and_training():
-    from specrag_batch.drafter_training.sources import benchmark_rows, training_rows
+    from specrag_batch.datasets import benchmark_rows, training_rows
 
     reserve = {name: [r["query_id"] for r in rows] for name, rows in benchmark_rows(SHARED).items()}
     train = {r["query_id"] for rows in training_rows(SHARED).values() for r in rows}
@@ -54,7 +54,7 @@ def test_reported_rows_are_reserved_and_disjoint_from_tuning_and_training():
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
 def test_nq_open_rows_have_ten_passages_from_reserved_questions_only():
     nq = decision.reported_rows("nq_open", SHARED, 100)
-    reserved = {r["query_id"] for r in decision.benchmark_converters()["nq_open"](SHARED)}
+    reserved = {r["query_id"] for r in decision.CONVERTERS["nq_open"](SHARED)}
     positions = set()
     for r in nq:
         ids = [d["doc_id"] for d in r["documents"]]

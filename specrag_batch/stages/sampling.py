@@ -7,22 +7,23 @@ The query part of each text is budgeted in encoder tokens (:func:`conditioned_te
 query cannot push the documents out of the encoder's window.
 
 The stage class :class:`MultiPerspectiveSampling` embeds every row of a chunk in one encoder
-call and draws each row's subsets.
+call, clusters every row of the chunk in one batched K-Means (:func:`cluster_rows`, the
+partitions of scikit-learn's per-row ``KMeans``: :mod:`specrag_batch.stages.kmeans`) and draws
+each row's subsets.
 """
 
 from __future__ import annotations
 
 import hashlib
-import warnings
 from typing import Literal, Sequence
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 from ..config import RunConfig
 from ..embeddings import embed, load_embedder
 from ..records import Flag, QueryRow, add_flag
 from .base import Stage
+from .kmeans import kmeans_labels, sklearn_labels
 
 Subset = tuple[int, ...]
 
@@ -95,12 +96,26 @@ def row_seed(seed: int, query_id: str) -> int:
 
 
 def _distinct_rows(embeddings: np.ndarray) -> int:
-    return len(np.unique(np.round(embeddings, 6), axis=0))
+    """Distinct rows after rounding to 6 decimals (compared by value, -0.0 == 0.0)."""
+    return len({row.tobytes() for row in np.round(embeddings, 6) + 0.0})
+
+
+def _k_eff(embeddings: np.ndarray, k: int) -> int:
+    return max(1, min(k, embeddings.shape[0], _distinct_rows(embeddings)))
+
+
+def _first_appearance(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered 0..k-1 in order of first appearance (independent of K-Means' ids)."""
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=int)
+    rank[np.argsort(first)] = np.arange(len(first))
+    return rank[inverse.ravel()]
 
 
 def cluster_documents(embeddings: np.ndarray, k: int, seed: int, n_init: int = 10) -> np.ndarray:
     """K-Means labels for the query-conditioned document embeddings of one row (paper §3.2:
-    the top-N documents are clustered into k groups by K-Means).
+    the top-N documents are clustered into k groups by K-Means), with scikit-learn's per-row
+    ``KMeans``: the reference :func:`cluster_rows` reproduces (tests, benchmarks).
 
     Args:
         embeddings: float array, shape (N, d) (:func:`specrag_batch.embeddings.embed` of
@@ -115,17 +130,38 @@ def cluster_documents(embeddings: np.ndarray, k: int, seed: int, n_init: int = 1
         order of first appearance (so they do not depend on K-Means' label ids).
     """
     n = embeddings.shape[0]
-    k_eff = max(1, min(k, n, _distinct_rows(embeddings)))
+    k_eff = _k_eff(embeddings, k)
     if k_eff == 1:
         return np.zeros(n, dtype=int)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ConvergenceWarning on near-duplicate points
-        km = KMeans(n_clusters=k_eff, random_state=seed, n_init=n_init)
-        labels = km.fit_predict(np.asarray(embeddings, dtype=np.float64))
-    # relabel 0..k-1 in order of first appearance so results do not depend on label ids
-    _, first = np.unique(labels, return_index=True)
-    order = {lab: i for i, lab in enumerate(labels[np.sort(first)])}
-    return np.array([order[x] for x in labels], dtype=int)
+    return _first_appearance(sklearn_labels(embeddings, k_eff, seed, n_init))
+
+
+def cluster_rows(blocks: Sequence[np.ndarray], k: int, seeds: Sequence[int],
+                 n_init: int = 10) -> list[np.ndarray]:
+    """:func:`cluster_documents` of many rows in one batched K-Means
+    (:func:`specrag_batch.stages.kmeans.kmeans_labels`): the same labels, row by row, as
+    scikit-learn's per-row ``KMeans`` gives (a row whose arithmetic comes within rounding of a
+    tie is clustered by scikit-learn itself), at a small part of the cost.
+
+    Args:
+        blocks: one (N_i, d) embedding array per row (N_i = 0 allowed).
+        k: requested clusters (``sampling.num_clusters``), clamped per row as in
+            :func:`cluster_documents`.
+        seeds: the K-Means ``random_state`` of each row (:func:`row_seed`).
+        n_init: K-Means restarts (``sampling.kmeans_n_init``).
+
+    Returns:
+        one label array per row, as :func:`cluster_documents` returns it.
+    """
+    out = [np.zeros(len(x), dtype=int) for x in blocks]
+    ks = [_k_eff(x, k) for x in blocks]
+    todo = [i for i, k_eff in enumerate(ks) if k_eff > 1]
+    if todo:
+        labels, _ = kmeans_labels([np.asarray(blocks[i], dtype=np.float64) for i in todo],
+                                  [ks[i] for i in todo], [seeds[i] for i in todo], n_init)
+        for i, row_labels in zip(todo, labels):
+            out[i] = _first_appearance(row_labels)
+    return out
 
 
 def _distinct_subset_count(sizes: Sequence[int], cap: int) -> int:
@@ -225,12 +261,32 @@ def sample_subsets(
 
 
 
+def conditioned_vectors(rows: Sequence[QueryRow], config: RunConfig) -> np.ndarray:
+    """The query-conditioned embeddings of every top document of ``rows``, in row order, from
+    one encoder call (:func:`conditioned_texts`; its flags are added to the rows): shape
+    (sum of the rows' N, d). The encoder runs where sentence-transformers puts it (a GPU when
+    there is one, :func:`specrag_batch.embeddings.load_embedder`)."""
+    sampling = config.sampling
+    encoder = load_embedder(config.retrieval.embedding_model)
+    texts = []
+    for row in rows:
+        row_texts, flags = conditioned_texts(
+            row.query, [f"{d.title}\n{d.text}".strip() for d in row.top_documents],
+            sampling.query_instruction, encoder.tokenizer, encoder.max_seq_length)
+        texts += row_texts
+        for flag in flags:
+            add_flag(row.flags, flag)
+    return embed(config.retrieval.embedding_model, texts)
+
+
 class MultiPerspectiveSampling(Stage):
     """Query-conditioned embeddings of every (query, document) pair of the chunk in one
-    encoder call, K-Means per row (k = ``sampling.num_clusters``), m = ``sampling.num_drafts``
-    subsets of one document per cluster (paper §3.2). The query is budgeted in encoder tokens
-    so every document reaches the encoder (:func:`~specrag_batch.stages.sampling.conditioned_texts`;
-    cuts are flagged on the row). ``sampling.strategy: random`` needs no embeddings."""
+    encoder call (:func:`conditioned_vectors`), K-Means of every row of the chunk in one batched
+    call (k = ``sampling.num_clusters``; :func:`cluster_rows`, scikit-learn's per-row
+    partitions), m = ``sampling.num_drafts`` subsets of one document per cluster (paper §3.2).
+    The query is budgeted in encoder tokens so every document reaches the encoder
+    (:func:`~specrag_batch.stages.sampling.conditioned_texts`; cuts are flagged on the row).
+    ``sampling.strategy: random`` needs no embeddings."""
 
     name = "multi_perspective_sampling"
     timer_name = "sampling"
@@ -243,29 +299,16 @@ class MultiPerspectiveSampling(Stage):
     def __call__(self, rows: Sequence[QueryRow]) -> None:
         config, sampling = self.config, self.config.sampling
         active = [row for row in rows if row.error is None]
-        vectors = None
+        seeds = [row_seed(config.seed, row.query_id) for row in active]
+        sizes = [len(row.top_documents) for row in active]
         if sampling.strategy != "random":  # random subsets need no embeddings
-            encoder = load_embedder(config.retrieval.embedding_model)
-            texts = []
-            for row in active:
-                row_texts, flags = conditioned_texts(
-                    row.query, [f"{d.title}\n{d.text}".strip() for d in row.top_documents],
-                    sampling.query_instruction, encoder.tokenizer, encoder.max_seq_length)
-                texts += row_texts
-                for flag in flags:
-                    add_flag(row.flags, flag)
-            vectors = embed(config.retrieval.embedding_model, texts)
-        position = 0
-        for row in active:
-            n = len(row.top_documents)
-            seed = row_seed(config.seed, row.query_id)
+            vectors = conditioned_vectors(active, config)
+            blocks = np.split(vectors, np.cumsum(sizes)[:-1]) if active else []
+            labels = cluster_rows(blocks, sampling.num_clusters, seeds, sampling.kmeans_n_init)
+        else:  # random subsets: no clustering needed
+            labels = [np.zeros(n, dtype=int) for n in sizes]
+        for row, seed, n, row_labels in zip(active, seeds, sizes, labels):
             if n < sampling.num_clusters:
                 row.flags.append(Flag.FEWER_DOCUMENTS_THAN_K)
-            if vectors is not None:
-                labels = cluster_documents(vectors[position:position + n], sampling.num_clusters,
-                                           seed, sampling.kmeans_n_init)
-            else:  # random subsets: no clustering needed
-                labels = np.zeros(n, dtype=int)
-            position += n
-            row.subsets = sample_subsets(labels, sampling.num_drafts, seed, sampling.strategy,
+            row.subsets = sample_subsets(row_labels, sampling.num_drafts, seed, sampling.strategy,
                                          k=sampling.num_clusters)

@@ -282,3 +282,6 @@ class SelectedAnswer:
     low_confidence: bool
     fast_path: bool
     flags: list[str] = field(default_factory=list)
+    confidence: float | None = None
+    """The calibrated probability of being right (``selection.confidence: calibrated``,
+    :mod:`specrag_batch.confidence`), in [0, 1]; None under the other measures."""

@@ -322,7 +322,8 @@ the draft takes part in selection; the output keeps only its flags)."""
 
 OUTPUT_SCHEMA = pa.schema([
     *[(name, pa.string()) for name in ("query_id", "task", "query", "answer", "rationale")],
-    *_SCORES, ("low_confidence", pa.bool_()), ("fast_path", pa.bool_()), ("num_documents", pa.int32()),
+    *_SCORES, ("low_confidence", pa.bool_()), ("confidence", pa.float64()), ("fast_path", pa.bool_()),
+    ("num_documents", pa.int32()),
     ("drafts", pa.list_(DRAFT_TYPE)), ("flags", pa.list_(pa.string())), ("error", pa.string()),
     ("error_reason", pa.string()),
     ("gold", pa.list_(pa.string())), ("correct", pa.bool_()), ("exact_match", pa.bool_()),
@@ -333,6 +334,9 @@ OUTPUT_SCHEMA = pa.schema([
 ])
 """Output schema: one row per input row. ``score*`` are natural-log probabilities
 (log ρ, log ρ_draft, log ρ_SC, log ρ_SR); a term that was switched off or skipped is null.
+``confidence``: the calibrated probability that the answer is right (``selection.confidence:
+calibrated``, :mod:`specrag_batch.confidence`; of the first pass on a row the fallback answered),
+null under the other measures.
 ``correct`` is the paper's metric (match for QA, accuracy for claim/choice) where gold exists.
 ``error_reason``: the :class:`~specrag_batch.records.ErrorReason` code of ``error`` (null when
 the row has none).

@@ -51,7 +51,8 @@ def config_differences(stored: dict, current: dict, limit: int = 8) -> list[str]
     return lines + ([f"... and {len(keys) - limit} more"] if len(keys) > limit else [])
 
 
-ADDED_FIELDS = (("selection", "confidence", "score"), ("sampling", "adaptive", False),
+ADDED_FIELDS = (("selection", "confidence", "score"), ("selection", "calibration", None),
+                ("sampling", "adaptive", False),
                 ("sampling", "first_round", 2), ("selection", "fallback", "none"),
                 ("retrieval", "fallback_top_n", 20), ("drafter", "prompt_layout", "documents_first"),
                 ("drafter", "rationale_style", "one_or_two_sentences"), ("selection", "rule", "argmax"),

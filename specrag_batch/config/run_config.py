@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from .calibration_model import SCORING_EXCLUDED
 from .identity import hashed_view
 from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
                        RetrievalConfig, SamplingConfig, SelectionConfig, VerifierConfig, _Strict)
@@ -87,6 +88,14 @@ class RunConfig(_Strict):
         taus = sel.tau_min.values() if isinstance(sel.tau_min, dict) else [sel.tau_min]
         if any(t is not None and not math.isfinite(t) for t in taus):
             raise ValueError("selection.tau_min must be finite or null")
+        if sel.confidence == "calibrated" and not sel.calibration:
+            raise ValueError("selection.confidence 'calibrated' needs selection.calibration (a model "
+                             "per task; `specrag-batch calibrate --confidence calibrated` writes it)")
+        for task, model in (sel.calibration or {}).items():
+            if model.config_hash != (own := self.scoring_hash()):
+                raise ValueError(f"selection.calibration.{task} was fitted on a run of scoring hash "
+                                 f"{model.config_hash}, but this config's scoring hash is {own} "
+                                 "(drafts and scores differ): calibrate on a labelled run of this config")
         if self.sampling.adaptive and not sel.consensus_enabled:
             raise ValueError("sampling.adaptive stops a row on the consensus rule; it needs "
                              "selection.consensus_enabled: true")
@@ -182,6 +191,16 @@ class RunConfig(_Strict):
         while their switch is on."""
         blob = json.dumps(hashed_view(self.model_dump(mode="json")), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def scoring_hash(self) -> str:
+        """:meth:`config_hash` without the keys that only flag or re-answer rows
+        (:data:`SCORING_EXCLUDED`: ``selection.tau_min``, ``confidence``, ``calibration``,
+        ``fallback``, ``retrieval.fallback_top_n``, ``chunk_rows``): equal for the labelled run
+        a calibrated confidence was fitted on and a run that applies it."""
+        data = hashed_view(self.model_dump(mode="json"))
+        for section, key in SCORING_EXCLUDED:
+            (data if section is None else data.get(section) or {}).pop(key, None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _flags_given(overrides: dict[str, Any] | None, flags: dict[str, str] | None) -> dict[str, str]:

@@ -16,7 +16,9 @@ import types
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from .calibration_model import CalibrationModel, check_tau
 
 Mode = Literal["speculative", "standard"]
 TauTask = Literal["qa", "claim", "choice"]
@@ -311,6 +313,16 @@ class SelectionConfig(_Strict):
         "this product's extensions; the selected draft's log ρ stays the row's score. The "
         "paper's rule is the default (docs/results.md, \"Settings measured and kept\")")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
+    confidence: Literal["score", "mean_logprob", "calibrated"] = Field(
+        "score", description="measure ``tau_min`` is compared with: score = log ρ (paper "
+        "§3.3); mean_logprob = each enabled term per token (log ρ_draft / drafter tokens of "
+        "β+α, log ρ_SC / verifier tokens of α+β, plus log ρ_SR), which does not fall with "
+        "draft length (:func:`specrag_batch.stages.selection.mean_logprob`); calibrated = the "
+        "probability of being right from ``calibration`` (tau_min then in [0, 1])")
+    calibration: dict[TauTask, CalibrationModel] | None = Field(
+        None, description="task -> fitted model of the calibrated confidence (`specrag-batch "
+        "calibrate --confidence calibrated` writes it; :mod:`specrag_batch.confidence`); its rows' "
+        "output column `confidence`; a task without one gets none and is never flagged")
     tau_min: float | dict[TauTask, float] | None = Field(
         None, description="threshold on the selected draft's confidence (``confidence``); "
         "below it the row is flagged `low_confidence`. One value for every task or a mapping "
@@ -324,7 +336,7 @@ class SelectionConfig(_Strict):
 
     @field_validator("tau_min", mode="before")
     @classmethod
-    def _tau_tasks_known(cls, v: Any) -> Any:
+    def _tau_tasks_known(cls, v: Any, info: ValidationInfo) -> Any:
         """Name an unknown task of a per-task ``tau_min`` mapping in one line (pydantic listed
         one error per member of the union, ``tau_min.dict[literal[...],float].bogus.[key]``).
 
@@ -350,9 +362,8 @@ class SelectionConfig(_Strict):
                     problems.append(f"a number is needed for task {k!r}, got {x!r}")
                 elif not math.isfinite(x):
                     problems.append(f"task {k!r}: must be finite, got {x}")
-                elif x > 0:
-                    problems.append(f"task {k!r}: {x} is positive, but the confidence it is compared "
-                                    "with is a log-probability (<= 0)")
+                elif why := check_tau(x, info.data.get("confidence"), f"task {k!r}: "):
+                    problems.append(why)
             if problems:
                 raise ValueError("; ".join(problems))
         elif v is not None and not number(v):
@@ -362,18 +373,14 @@ class SelectionConfig(_Strict):
 
     @field_validator("tau_min")
     @classmethod
-    def _tau_is_log(cls, v: float | dict | None) -> float | dict | None:
-        """Raises ValueError for a positive value: both measures are log-probabilities (<= 0),
-        so a positive threshold would flag every row."""
-        if any(0 < x < math.inf for x in ([] if v is None else v.values() if isinstance(v, dict) else [v])):
-            raise ValueError(f"tau_min {v} is positive, but the confidence it is compared with is a "
-                             "log-probability (<= 0): every row would be flagged low_confidence")
+    def _tau_is_log(cls, v: float | dict | None, info: ValidationInfo) -> float | dict | None:
+        """Raises ValueError for a positive value on a log-probability measure (every row would be
+        flagged), or one outside [0, 1] on the calibrated probability."""
+        for x in [] if v is None else v.values() if isinstance(v, dict) else [v]:
+            if why := check_tau(x, info.data.get("confidence"), "tau_min "):
+                raise ValueError(why + ("" if info.data.get("confidence") == "calibrated"
+                                        else ": every row would be flagged low_confidence"))
         return v
-    confidence: Literal["score", "mean_logprob"] = Field(
-        "score", description="measure ``tau_min`` is compared with: score = log ρ (paper "
-        "§3.3); mean_logprob = each enabled term per token (log ρ_draft / drafter tokens of "
-        "β+α, log ρ_SC / verifier tokens of α+β, plus log ρ_SR), which does not fall with "
-        "draft length (:func:`specrag_batch.stages.selection.mean_logprob`)")
     consensus_min: int | None = Field(
         None, ge=1, description="c: when at least c' = max(2, min(c, valid drafts of the row)) "
         "drafts give the same normalised answer the verifier is skipped for that row (fast "

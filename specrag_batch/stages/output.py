@@ -25,7 +25,7 @@ def output_row(row: QueryRow, result: tuple[list[Draft], SelectedAnswer] | None,
     (drafts, selection), None when the row has none (it has an error, or was not selected)."""
     record = {"query_id": row.query_id, "task": row.task, "query": row.query, "answer": None,
               "rationale": None, "score": None, "score_draft": None, "score_self_consistency": None,
-              "score_self_reflection": None, "low_confidence": None, "fast_path": None,
+              "score_self_reflection": None, "low_confidence": None, "confidence": None, "fast_path": None,
               "num_documents": row.num_documents, "drafts": [], "flags": list(row.flags),
               "error": row.error, "error_reason": row.error_reason, "gold": row.gold, "correct": None, "exact_match": None,
               "f1": None, "draft_rounds": row.draft_rounds, "answer_source": None,
@@ -40,6 +40,7 @@ def output_row(row: QueryRow, result: tuple[list[Draft], SelectedAnswer] | None,
         record["drafts"] = [{k: v for k, v in d.to_record().items() if k in _DRAFT_FIELDS}
                             for d in drafts]
         record["low_confidence"] = selection.low_confidence
+        record["confidence"] = selection.confidence
         record["fast_path"] = selection.fast_path
         record["answer_source"] = "first"
         _add_flags(record["flags"], selection.flags)

@@ -12,13 +12,14 @@ The stage class :class:`Selection` applies :func:`select` to every row of a chun
 from __future__ import annotations
 
 import math
+import dataclasses
 from collections import Counter
 from typing import Sequence
 
 import numpy as np
 
 from ..config import RunConfig
-from ..parsing import normalize_answer, normalize_answer_keep_articles
+from ..confidence import answer_key, features, probability
 from ..records import Draft, Flag, QueryRow, SelectedAnswer, add_flag
 from .base import Stage
 from .sampling import row_seed
@@ -80,14 +81,6 @@ def mean_logprob(d: Draft, use_draft: bool, use_sc: bool, use_sr: bool) -> float
             return None
         total += value / tokens
     return float(total)
-
-
-def answer_key(answer: str) -> str:
-    """The key :func:`select`'s ``answer_vote`` groups drafts by: the SQuAD-normalised answer
-    (:func:`~specrag_batch.parsing.normalize_answer`, the paper's ``match`` normalisation),
-    or, when that is empty (``"A"``, ``"The"``), the same text with its articles kept, so
-    such answers do not all fall into one group."""
-    return normalize_answer(answer) or normalize_answer_keep_articles(answer)
 
 
 def _rule_keys(drafts: list[Draft], pool: list[int], rule: str, use_draft: bool, use_sc: bool,
@@ -245,13 +238,29 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
 
 
 
+def calibrated(drafts: list[Draft], selected: SelectedAnswer, model, tau_min: float | None) -> SelectedAnswer:
+    """``selected`` with its ``confidence``: the probability of being right of ``model`` (a
+    :class:`~specrag_batch.config.sections.CalibrationModel`, :mod:`specrag_batch.confidence`) from
+    the row's drafts (their ``score`` set) and the selection, fast path included; the row is
+    ``low_confidence`` when it has a forcing flag (no valid or fully scored draft) or its
+    probability is below ``tau_min`` (in [0, 1]). No model or no selected draft: unchanged
+    (confidence None, flagged only by its flags)."""
+    if model is None or selected.index is None:
+        return selected
+    p = float(probability(features(drafts, selected.index, selected.fast_path), model.features,
+                          model.coefficients, model.intercept, model.fill))
+    return dataclasses.replace(selected, confidence=p,
+                               low_confidence=bool(selected.flags) or (tau_min is not None and p < tau_min))
+
+
 class Selection(Stage):
     """Each row's drafts get their log ρ ``score`` (natural log; ρ = ρ_draft·ρ_SC·ρ_SR, paper
     §3.3, over the enabled terms of ``selection.use_*``) and the row its
     :class:`~specrag_batch.records.SelectedAnswer` (the paper's argmax, or this product's
     ``selection.rule`` extensions: answer vote, length-normalised), flagged low-confidence
     below the row task's ``selection.tau_min`` (:meth:`SelectionConfig.tau_for`;
-    :func:`specrag_batch.stages.selection.select`).
+    :func:`specrag_batch.stages.selection.select`), or, under ``selection.confidence:
+    calibrated``, its probability of being right below it (:func:`calibrated`).
 
     Args:
         config: the run's configuration.
@@ -268,17 +277,22 @@ class Selection(Stage):
 
     def __call__(self, rows: Sequence[QueryRow]) -> None:
         config, selection = self.config, self.config.selection
+        model_of = (selection.calibration or {}).get if selection.confidence == "calibrated" else None
+        measure = "score" if model_of else selection.confidence
         for row in rows:
             if row.error is not None or row.drafts is None:
                 continue
             tau_min = selection.tau_for(row.task)
+            on_log = None if model_of else tau_min  # the calibrated threshold is a probability
             if self.standard:
                 row.selection = select(row.drafts, use_draft=True, use_sc=False, use_sr=False,
-                                       tau_min=tau_min, confidence=selection.confidence)
-                continue
-            seed = row_seed(config.seed + 1, row.query_id) if selection.random_selection else None
-            row.selection = select(row.drafts, use_draft=selection.use_draft_score,
-                                   use_sc=selection.use_self_consistency,
-                                   use_sr=selection.use_self_reflection, tau_min=tau_min,
-                                   fast_path=row.consensus, random_seed=seed,
-                                   confidence=selection.confidence, rule=selection.rule)
+                                       tau_min=on_log, confidence=measure)
+            else:
+                seed = row_seed(config.seed + 1, row.query_id) if selection.random_selection else None
+                row.selection = select(row.drafts, use_draft=selection.use_draft_score,
+                                       use_sc=selection.use_self_consistency,
+                                       use_sr=selection.use_self_reflection, tau_min=on_log,
+                                       fast_path=row.consensus, random_seed=seed,
+                                       confidence=measure, rule=selection.rule)
+            if model_of:
+                row.selection = calibrated(row.drafts, row.selection, model_of(row.task), tau_min)

@@ -1,0 +1,141 @@
+"""Fitting the calibrated confidence (:mod:`specrag_batch.confidence`) per task on a labelled
+run, with the checks that refuse data no model should be fitted on, and the config snippet it
+goes into (``selection.confidence: calibrated``, ``selection.calibration``).
+
+The model is scikit-learn's L2 logistic regression (``C`` = :data:`C`) on standardised
+features; the standardisation is folded back into the coefficients, so the config holds one
+weight per feature in the feature's own unit, an intercept, and the NaN fill values (the
+training medians). Features that are NaN on more than half the rows of the task (a term
+switched off) or constant on them are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from .confidence import FEATURES, probability, row_features
+
+C = 1.0
+"""Inverse L2 strength of the logistic regression (scikit-learn's default)."""
+MIN_ROWS = 30
+"""Least graded rows per task a model is fitted on."""
+MIN_CLASS = 5
+"""Least right and least wrong rows per task a model is fitted on."""
+
+
+class CalibrationInputError(ValueError):
+    """Data no model can be fitted on (no gold, one class, too few rows, constant signals);
+    the message is one line naming the task and what is missing."""
+
+
+@dataclass
+class TaskModel:
+    """A fitted model of one task: ``features`` (names of :data:`FEATURES`), ``coefficients``
+    (log-odds per unit of each), ``intercept`` (log-odds), ``fill`` (value of a NaN feature),
+    ``rows`` it was fitted on and their share right (``accuracy``), ``config_hash``: the
+    scoring hash of the run (:meth:`RunConfig.scoring_hash`)."""
+
+    task: str
+    features: list[str]
+    coefficients: list[float]
+    intercept: float
+    fill: list[float]
+    rows: int
+    accuracy: float
+    config_hash: str
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Probabilities of being right, (rows,), for ``x`` (rows, len(FEATURES))."""
+        return probability(x, self.features, self.coefficients, self.intercept, self.fill)
+
+    def config(self) -> dict:
+        """The ``selection.calibration.<task>`` mapping."""
+        return {"features": self.features, "coefficients": [round(c, 6) for c in self.coefficients],
+                "intercept": round(self.intercept, 6), "fill": [round(f, 6) for f in self.fill],
+                "config_hash": self.config_hash, "rows": self.rows}
+
+
+def feature_matrix(rows: pl.DataFrame) -> np.ndarray:
+    """(rows, len(FEATURES)) float array of :func:`~specrag_batch.confidence.row_features`."""
+    cols = [c for c in ("drafts", "answer", "score", "fast_path") if c in rows.columns]
+    return np.array([row_features(r) for r in rows.select(cols).iter_rows(named=True)]).reshape(-1, len(FEATURES))
+
+
+def fit_task(x: np.ndarray, correct: np.ndarray, *, task: str = "", config_hash: str = "") -> TaskModel:
+    """Fit one task's model on ``x`` (rows, len(FEATURES)) and ``correct`` (rows,) bool.
+
+    Raises:
+        CalibrationInputError: fewer than :data:`MIN_ROWS` rows, fewer than :data:`MIN_CLASS`
+            right or wrong rows, or no usable feature (every signal NaN or equal on every row)."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = np.asarray(x, float), np.asarray(correct, bool)
+    n, right = len(y), int(y.sum())
+    where = f"task {task!r}: " if task else ""
+    if n < MIN_ROWS:
+        raise CalibrationInputError(f"{where}{n} graded rows, fewer than the {MIN_ROWS} a calibrated "
+                                    "confidence is fitted on; calibrate on a larger labelled run")
+    if min(right, n - right) < MIN_CLASS:
+        one = "right" if right < MIN_CLASS else "wrong"
+        raise CalibrationInputError(f"{where}{min(right, n - right)} {one} row(s) of {n}: a model of being "
+                                    f"right needs at least {MIN_CLASS} right and {MIN_CLASS} wrong rows")
+    keep, fill = [], []
+    for j, name in enumerate(FEATURES):
+        col = x[:, j]
+        ok = np.isfinite(col)
+        if ok.sum() * 2 > n and np.ptp(col[ok]) > 1e-12:
+            keep.append(j)
+            fill.append(float(np.median(col[ok])))
+    if not keep:
+        raise CalibrationInputError(f"{where}every signal (score, agreement, margin, ...) is equal or "
+                                    f"missing on all {n} rows: nothing tells right from wrong rows")
+    sub = np.where(np.isfinite(x[:, keep]), x[:, keep], np.array(fill))
+    mu, sd = sub.mean(axis=0), sub.std(axis=0)
+    sd[sd == 0] = 1.0
+    lr = LogisticRegression(C=C, max_iter=2000).fit((sub - mu) / sd, y)
+    w = lr.coef_[0] / sd
+    b = float(lr.intercept_[0] - np.sum(lr.coef_[0] * mu / sd))
+    return TaskModel(task, [FEATURES[j] for j in keep], [float(v) for v in w], b, fill, n,
+                     right / n, config_hash)
+
+
+def labelled(df: pl.DataFrame) -> pl.DataFrame:
+    """Answered rows with a gold verdict; raises :class:`CalibrationInputError` when there
+    are none (a run without gold)."""
+    if "correct" not in df.columns or "answer" not in df.columns:
+        raise CalibrationInputError("the run has no gold answers (no `correct` column): calibration "
+                                    "needs a labelled run")
+    g = df.filter(pl.col("answer").is_not_null() & pl.col("correct").is_not_null()
+                  & (pl.col("error").is_null() if "error" in df.columns else pl.lit(True)))
+    if g.height == 0:
+        raise CalibrationInputError("no answered row has a gold answer: calibration needs a labelled run")
+    return g
+
+
+def fit(df: pl.DataFrame, config_hash: str) -> dict[str, TaskModel]:
+    """One model per task of the labelled output rows ``df`` (report rows), fitted on all of
+    them. Checks every task before fitting any (nothing is half-written).
+
+    Raises:
+        CalibrationInputError: see :func:`labelled` and :func:`fit_task`."""
+    g = labelled(df)
+    if g["task"].null_count():
+        raise CalibrationInputError("a graded row has no task: a model is fitted per task (qa, claim, choice)")
+    return {task: fit_task(feature_matrix(t), t["correct"].to_numpy(), task=task, config_hash=config_hash)
+            for task in sorted(g["task"].unique().to_list())
+            for t in [g.filter(pl.col("task") == task)]}
+
+
+def out_of_fold(x: np.ndarray, correct: np.ndarray, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Probabilities of every row from a model fitted on the other folds (stratified K-fold by
+    row): what the confidence says of rows it was not fitted on. (rows,) float."""
+    from sklearn.model_selection import StratifiedKFold
+
+    y = np.asarray(correct, bool)
+    p = np.full(len(y), np.nan)
+    for tr, te in StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, y):
+        p[te] = fit_task(x[tr], y[tr]).predict(x[te])
+    return p

@@ -259,8 +259,8 @@ def calibrate(
                                                     "(confidence >= τ_min) reach this accuracy."),
     target_coverage: Optional[float] = typer.Option(None, "--target-coverage", help="Share of "
                                                     "graded rows kept at τ_min."),
-    confidence: str = typer.Option("score", "--confidence", help="Measure: score (log ρ) or "
-                                   "mean_logprob (per token)."),
+    confidence: str = typer.Option("score", "--confidence", help="Measure: score (log ρ), "
+                                   "mean_logprob (per token), or calibrated (fit a model per task)."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=1, help="Bootstrap resamples."),
     out: Path = typer.Option(Path("tau_min.yaml"), "--out", help="Config snippet to write (YAML); "
                              "default tau_min.yaml in the current directory."),
@@ -284,11 +284,16 @@ def calibrate(
               else f"coverage >= {target_coverage}")
     with _offline_errors():
         data = load_rows(output)
+        head = f"specrag-batch calibrate {redact_text(output)} ({target}, measure {confidence})"
+        if confidence == "calibrated":  # a model per task (specrag_batch.confidence_fit)
+            from .confidence_fit import calibrate_run
+            text, lines = calibrate_run(data.rows, data.config, target_accuracy=target_accuracy,
+                                        target_coverage=target_coverage, header=head)
+            out.write_text(text)
+            return console.print("\n".join([*lines, f"config snippet -> {out}"]))
         res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
                              target_coverage=target_coverage, n_boot=bootstrap)
-        snippet = config_snippet(res, f"specrag-batch calibrate {redact_text(output)} ({target}, "
-                                      f"measure {confidence}, {bootstrap} bootstrap resamples)")
-        out.write_text(snippet)  # before the table: a bad --out exits 2 with nothing half-printed
+        out.write_text(config_snippet(res, f"{head}, {bootstrap} bootstrap resamples"))
     t = Table(title=f"τ_min ({confidence}) for {target}")
     for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", "AUROC score",
                 "AUROC mean_logprob"):

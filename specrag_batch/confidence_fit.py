@@ -139,3 +139,51 @@ def out_of_fold(x: np.ndarray, correct: np.ndarray, folds: int = 5, seed: int = 
     for tr, te in StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, y):
         p[te] = fit_task(x[tr], y[tr]).predict(x[te])
     return p
+
+
+def calibrate_run(df: pl.DataFrame, config: dict, *, target_accuracy: float | None = None,
+                  target_coverage: float | None = None, header: str = "") -> tuple[str, list[str]]:
+    """Models per task for a labelled run, τ_min on their probability for the target, and the
+    config snippet (``selection.confidence: calibrated``, ``calibration``, ``tau_min``).
+
+    Args:
+        df: the run's output rows (:func:`specrag_batch.report.load_rows`).
+        config: the run's config dump (its manifest's ``config``): the models carry its
+            :meth:`~specrag_batch.config.RunConfig.scoring_hash`.
+
+    Returns:
+        (the YAML snippet, one line per task: rows, accuracy, and τ_min with the coverage and
+        accuracy it gives on the fitted probabilities, or that the target is not met).
+
+    Raises:
+        CalibrationInputError: see :func:`fit`; ValueError: bad targets."""
+    import yaml
+
+    from .calibration import calibrate_task, choose_tau, Curve
+    from .config import RunConfig
+
+    choose_tau(Curve(np.array([]), np.array([]), np.array([]), 0), target_accuracy, target_coverage)
+    try:
+        scoring = RunConfig.model_validate(config).scoring_hash()
+    except ValueError as e:
+        raise CalibrationInputError(f"the run's config (its manifest) cannot be read: {str(e).splitlines()[0]}") from None
+    models = fit(df, scoring)
+    g = labelled(df)
+    taus: dict[str, tuple[float, float, float] | None] = {}
+    for task, m in models.items():
+        t = g.filter(pl.col("task") == task)
+        p = m.predict(feature_matrix(t))
+        tau, cov, acc, _, _ = calibrate_task(p, t["correct"].to_numpy(), np.zeros(len(p), bool),
+                                             target_accuracy=target_accuracy,
+                                             target_coverage=target_coverage, n_boot=1)
+        taus[task] = None if tau is None else (tau, cov, acc)
+    body = {"selection": {"confidence": "calibrated",
+                          "calibration": {k: m.config() for k, m in models.items()},
+                          "tau_min": {k: round(v[0], 6) for k, v in taus.items() if v} or None}}
+    notes = "".join(f"# {k}: target not met on the fitted probabilities; left out, never flagged\n"
+                    for k, v in taus.items() if v is None)
+    text = "".join(f"# {line}\n" for line in header.splitlines()) + notes + yaml.safe_dump(body, sort_keys=False)
+    lines = [f"{k}: {m.rows} rows, accuracy {m.accuracy:.3f}; " + (
+        f"τ_min {taus[k][0]:.3f} keeps {taus[k][1]:.3f} of the rows at accuracy {taus[k][2]:.3f}"
+        if taus[k] else "target not met") for k, m in models.items()]
+    return text, lines

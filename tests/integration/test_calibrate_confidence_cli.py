@@ -1,0 +1,67 @@
+"""``specrag-batch calibrate --confidence calibrated`` (issue 39 item 2): a labelled run gives a
+snippet that a run config loads (a model per task, τ_min a probability); bad input gets one
+line, exit 2, and no snippet."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from specrag_batch.cli import app
+from specrag_batch.config import RunConfig, load_config
+from specrag_batch.schema import OUTPUT_SCHEMA
+
+
+def _draft(answer, score):
+    return {"answer": answer, "written_answer": answer, "rationale": "r", "score": score, "score_draft": score,
+            "tokens_draft": 12, "flags": []}
+
+
+def _run_dir(out, n=60, gold=True, right=None):
+    """n qa rows: a right row's drafts agree (3 of 3), a wrong row's split (1 of 3), scores noisy."""
+    rng = np.random.default_rng(0)
+    out.mkdir(parents=True)
+    rows = []
+    for i in range(n):
+        ok = (i % 2 == 0) if right is None else right
+        s = float(rng.normal(-5, 1))
+        answers = ["x", "x", "x"] if ok else ["x", "y", "z"]
+        rows.append({"query_id": f"q{i}", "task": "qa", "answer": "x", "score": s, "score_draft": s,
+                     "low_confidence": False, "fast_path": False, "mode": "speculative", "flags": [],
+                     "drafts": [_draft(a, s - j) for j, a in enumerate(answers)],
+                     "correct": ok if gold else None})
+    pq.write_table(pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA), out / "a.parquet")
+    (out / "_manifest.json").write_text(json.dumps({"shards": [{"status": "ok", "output": str(out / "a.parquet")}],
+                                                    "config": RunConfig().model_dump(mode="json")}))
+    return str(out)
+
+
+def test_calibrated_snippet_loads_as_a_config_and_flags_by_probability(tmp_path):
+    out = tmp_path / "cal.yaml"
+    r = CliRunner().invoke(app, ["calibrate", _run_dir(tmp_path / "run"), "--confidence", "calibrated",
+                                 "--target-accuracy", "0.9", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    cfg = load_config(out)
+    model = cfg.selection.calibration["qa"]
+    assert cfg.selection.confidence == "calibrated" and model.config_hash == RunConfig().scoring_hash()
+    assert "agreement" in model.features and 0 <= cfg.selection.tau_for("qa") <= 1
+    assert "qa: 60 rows, accuracy 0.500" in r.output and f"config snippet -> {out}" in r.output
+
+
+@pytest.mark.parametrize("kind, line", [
+    ("no_gold", "no answered row has a gold answer: calibration needs a labelled run"),
+    ("one_class", "task 'qa': 0 wrong row(s) of 60"),
+    ("few", "task 'qa': 12 graded rows, fewer than the 30"),
+])
+def test_bad_input_gets_one_line_exit_2_and_no_snippet(tmp_path, kind, line):
+    prefix = _run_dir(tmp_path / "run", n=12 if kind == "few" else 60, gold=kind != "no_gold",
+                      right=True if kind == "one_class" else None)
+    out = tmp_path / "cal.yaml"
+    r = CliRunner().invoke(app, ["calibrate", prefix, "--confidence", "calibrated",
+                                 "--target-accuracy", "0.9", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert line in r.output and "Traceback" not in r.output
+    assert not out.exists()

@@ -22,6 +22,10 @@ A done marker that is not one the pipeline writes (not a JSON object, or its ``r
 A ``_run.json`` that is not a JSON object cannot be checked against this run: refused like a
 conflict (``overwrite`` replaces it).
 
+The key is claimed by exclusive create (:func:`claim_output`), so that of two runs started
+into one prefix at once exactly one writes it; the other is refused unless it is the same run
+(same input and config).
+
 A run that fails before computing anything leaves no key behind: the config's model names are
 checked before ``_run.json`` is written (:func:`models.check_config_models`), and when the
 engines then fail to load, the run removes the ``_run.json`` it wrote while no done marker
@@ -196,22 +200,48 @@ def claim_output(output_uri: str, input_uri: str, config_hash: str, config: dict
     Returns the (possibly pre-existing) ``_run.json`` content, as written: secret-looking
     config values and URL passwords replaced by their hash (:func:`redaction.redact`).
 
+    The key is created exclusively (:func:`storage.create_exclusive`: a hard link locally, a
+    conditional PUT on S3), never check-then-write: of two runs claiming one output at once,
+    exactly one creates it; the other reads it and goes on when it is the same input and
+    config (as a resumed run does), else is refused, ``overwrite`` or not (the other run is
+    writing its results now).
+
     Raises:
         RunConflictError: the prefix holds results of another input or config (or a
-            ``_run.json`` that is not a JSON object) and ``overwrite`` is false; or
-            ``output_uri`` is a file (:func:`check_output`).
+            ``_run.json`` that is not a JSON object) and ``overwrite`` is false; another run
+            with another input or config claimed the prefix while this one was claiming it;
+            or ``output_uri`` is a file (:func:`check_output`).
     """
     uri = storage.join(output_uri, RUN_FILE)
     existing = check_output(output_uri, input_uri, config_hash, overwrite, config)
     if existing is not None and _conflicts(existing, input_uri, config_hash):
         clear_previous(output_uri)
         existing = None
-    if existing is None:  # secrets in the config are written as hashes (see redaction)
-        existing = redact({"input": input_uri, "output": output_uri, "config_hash": config_hash,
-                           "run_id": run_id, "created": dt.datetime.now(dt.timezone.utc).isoformat(),
-                           "config": config})
-        storage.write_bytes_atomic(uri, json.dumps(existing, indent=2).encode())
-    return existing
+    if existing is not None:
+        return existing
+    # secrets in the config are written as hashes (see redaction)
+    key = redact({"input": input_uri, "output": output_uri, "config_hash": config_hash,
+                  "run_id": run_id, "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                  "config": config})
+    for _ in range(3):  # exclusive create: of two runs claiming at once, exactly one writes it
+        if storage.create_exclusive(uri, json.dumps(key, indent=2).encode()):
+            return key
+        try:
+            other = storage.read_json_object(uri)
+        except ValueError:
+            other = {}
+        if other is None:  # removed again meanwhile (a run that failed to start): claim again
+            continue
+        if not _conflicts(other, input_uri, config_hash):
+            return other  # the same input and config: the runs share the key, as a resume does
+        raise RunConflictError(
+            f"output {redact_text(output_uri)!r} was claimed by another run (run "
+            f"{other.get('run_id')}, input {redact_text(str(other.get('input')))!r}, config "
+            f"{other.get('config_hash')}) while this run (input {redact_text(input_uri)!r}, "
+            f"config {config_hash}) was starting: two runs into one output at once. Use another "
+            "output URI, or wait for that run to end (--overwrite then replaces its results).")
+    raise RunConflictError(f"output {redact_text(output_uri)!r}: its run key was claimed and "
+                           "removed again three times while this run was starting; try again")
 
 
 def clear_previous(output_uri: str) -> None:

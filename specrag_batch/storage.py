@@ -9,10 +9,12 @@ partial file. S3 endpoint and credentials come from the usual AWS variables or f
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
 import re
+import time
 import uuid
 
 import fsspec
@@ -210,6 +212,76 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
     else:
         fs.pipe_file(path, data)
         fs.invalidate_cache(path)
+
+
+def create_exclusive(uri: str, data: bytes) -> bool:
+    """Create the object at ``uri`` holding ``data`` unless something is there already, in one
+    step that two writers cannot both win (a run claiming its output's key). Returns True when
+    this call created it, False when an object already existed (left as it was). Readers see
+    nothing or the whole object, as with :func:`write_bytes_atomic`.
+
+    Local: the bytes go to a temporary file (``.<hex>.claim``), then ``os.link`` gives it the
+    name, which fails when the name exists (atomic on POSIX file systems, NFS included); where
+    hard links are not supported, ``O_CREAT | O_EXCL``. S3: a conditional PUT
+    (``If-None-Match: *``, s3fs' ``mode="create"``; AWS S3, MinIO and moto 5 honour it),
+    refused with 412 when the key exists; a 409 (another conditional write to the key in
+    flight) is retried. A store that ignores the condition overwrites: check-then-write again.
+
+    Raises:
+        OSError: the object cannot be written (as :func:`write_bytes_atomic`)."""
+    fs, path = filesystem(uri)
+    if "file" not in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        for attempt in range(5):
+            try:
+                fs.pipe_file(path, data, mode="create")
+                return True
+            except FileExistsError:
+                return False
+            except OSError as e:  # 409 ConditionalRequestConflict: s3fs maps it to EBUSY
+                conflict = "ConditionalRequestConflict" in str(e) or e.errno == errno.EBUSY
+                if not conflict or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+            finally:
+                fs.invalidate_cache(path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    # not ``.tmp``: a run starting beside this one removes stale ``.tmp`` files of its output
+    tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex}.claim")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            return _create_excl_open(path, data)
+        return True
+    except OSError as e:
+        if e.filename != tmp:
+            raise
+        raise type(e)(e.errno, e.strerror, path) from None
+    finally:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+
+
+def _create_excl_open(path: str, data: bytes) -> bool:
+    """:func:`create_exclusive` on a local file system without hard links: ``O_EXCL`` create,
+    then the bytes (a reader may see the file empty for that moment)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
 
 
 NAME_MAX_BYTES = 255

@@ -371,7 +371,8 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
         pydantic.ValidationError: the config is invalid (a field unknown or out of range);
             a YAML path: also :func:`config.load_config`'s errors (missing file, bad YAML).
         resume.RunConflictError: ``output_uri`` holds results of another input/config and
-            ``overwrite`` is false, or is a file.
+            ``overwrite`` is false, or is a file; or a run of another input/config claimed it
+            at the same moment (:func:`resume.claim_output`, whatever ``overwrite``).
         models.ModelNameError: a model of the config is not a packaged name, an existing
             local directory or a hub id reachable from here (checked first: nothing written).
         FileNotFoundError: ``input_uri`` does not exist.
@@ -393,4 +394,14 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     require_shards(input_uri, shards, skipped, allow_empty)
     check_layout(storage.normalize_uri(input_uri), storage.normalize_uri(output_uri), shards)
     check_foreign_outputs(storage.normalize_uri(input_uri), storage.normalize_uri(output_uri), shards)
-    return run_flow(input_uri, output_uri, config, run_id, overwrite, execution, allow_empty)
+    # claimed here (exclusive create; the flow finds its own key): of two runs started into one
+    # output at once, the one refused stops with one line, not a failed flow run's traceback
+    run_id, out = run_id or new_run_id(), storage.normalize_uri(output_uri)
+    key = resume.claim_output(out, storage.normalize_uri(input_uri), cfg.config_hash(),
+                              cfg.model_dump(mode="json"), run_id, overwrite)
+    try:
+        return run_flow(input_uri, output_uri, config, run_id, overwrite, execution, allow_empty)
+    except BaseException:  # the flow did not start, or stopped: no key of a run that computed nothing
+        if key.get("run_id") == run_id:
+            resume.release_output(out, run_id)
+        raise

@@ -117,6 +117,7 @@ DATASETS = {"climate_fever": climate_fever, "popqa": popqa, "arc_challenge": arc
 
 
 def take(rows: Iterator[dict], n: int, skip: int = 0) -> list[dict]:
+    """The ``n`` rows of ``rows`` after the first ``skip`` (fewer when it runs out), in order."""
     out = []
     for i, r in enumerate(rows):
         if i < skip:
@@ -128,6 +129,10 @@ def take(rows: Iterator[dict], n: int, skip: int = 0) -> list[dict]:
 
 
 def write(rows: list[dict], path: Path) -> None:
+    """Write input-schema dicts as one Parquet file (:data:`INPUT_SCHEMA`), creating its folder.
+
+    Raises:
+        pyarrow.ArrowInvalid: a row that does not fit the input schema."""
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=INPUT_SCHEMA), path)
 

@@ -45,16 +45,16 @@ def test_engine_usage_difference_and_sum():
 
 def test_usage_counts_every_engine_of_a_model(monkeypatch):
     """One model loaded twice in a process (another seed or engine setting: two engines under
-    one name): the default snapshot sums them, so a shard's usage counts the engine it used
+    one name): the snapshot of the loaded engines (engines.usage_now) sums them, so a shard's usage counts the engine it used
     whichever was loaded last (before, the last one loaded hid the other: calls read 0)."""
     from specrag_batch import engines
 
     a = SimpleNamespace(name="m", stats=engines.EngineStats(seconds=1.0, generated_tokens=5, calls=1))
     b = SimpleNamespace(name="m", stats=engines.EngineStats(seconds=0.0, generated_tokens=0, calls=0))
     monkeypatch.setattr(engines, "_ENGINES", {("m", 1): a, ("m", 2): b})
-    before = EngineUsage.snapshot()
+    before = engines.usage_now()
     a.stats.calls, a.stats.generated_tokens = 2, 9  # the first engine does the shard's work
-    usage = EngineUsage.snapshot().since(before).as_dict()["m"]
+    usage = engines.usage_now().since(before).as_dict()["m"]
     assert usage["calls"] == 1 and usage["generated_tokens"] == 4
 
 
@@ -66,9 +66,9 @@ def test_usage_names_only_the_engines_called_in_between(monkeypatch):
     used = SimpleNamespace(name="used", stats=engines.EngineStats(calls=1))
     idle = SimpleNamespace(name="idle", stats=engines.EngineStats(seconds=4.0, calls=3))
     monkeypatch.setattr(engines, "_ENGINES", {("used",): used, ("idle",): idle})
-    before = EngineUsage.snapshot()
+    before = engines.usage_now()
     used.stats.calls = 2
-    assert set(EngineUsage.snapshot().since(before).as_dict()) == {"used"}
+    assert set(engines.usage_now().since(before).as_dict()) == {"used"}
 
 
 @pytest.mark.parametrize("run", ["process", "draft"])

@@ -87,7 +87,9 @@ def kmeans_labels(blocks: Sequence[np.ndarray], ks: Sequence[int], seeds: Sequen
     """scikit-learn's K-Means labels for many rows at once (module docstring).
 
     Args:
-        blocks: one float array (N_i, d) per row, N_i >= k_i (the same d for all rows).
+        blocks: one float array (N_i, d) per row, N_i >= k_i (the same d for all rows). A row
+            with fewer distinct points than k_i is clustered by scikit-learn (an empty cluster);
+            :func:`specrag_batch.stages.sampling.cluster_rows` clamps k_i before.
         ks: clusters per row, k_i >= 1.
         seeds: ``random_state`` per row (an int for ``numpy.random.RandomState``).
         n_init, max_iter, tol: as scikit-learn's ``KMeans``.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from specrag_batch import cli, engines, orchestration
+from specrag_batch import cli, engines
 
 from .fakes import FakeEngine
 
@@ -23,6 +23,8 @@ DELAY = float(os.environ.get("SPECRAG_TEST_ENGINE_DELAY", "0"))
 class SlowFakeEngine(FakeEngine):
     """:class:`FakeEngine` whose calls each take at least ``DELAY`` seconds (a sleep, which
     like a model's compute in a worker thread leaves the main thread free to take a signal)."""
+
+    load_seconds = 0.0  # as engines.Engine records its start (a fake starts in no time)
 
     def generate(self, prompts, **kw):
         time.sleep(DELAY)
@@ -45,7 +47,7 @@ def fake_get_engine(cfg, seed: int = 0) -> SlowFakeEngine:
     return _ENGINES.setdefault((cfg.model, seed), SlowFakeEngine())
 
 
-orchestration.get_engine = fake_get_engine
+engines.get_engine = fake_get_engine  # what the shard tasks' LazyEngine handles start
 engines.loaded_engines = lambda: list(_ENGINES.values())  # usage snapshots see the fakes' counters
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Answer recovery after a budget cut (``drafter.answer_on_truncation``) on the FAKE engine
 (tests/fakes.py) with the real SmolLM2 tokenizer: a draft that stops at ``drafter.max_tokens``
-before its ``Answer:`` line is continued after a forced ``"\nAnswer:"`` in one more batched
+before its ``Answer:`` line is continued after a forced ``"\\nAnswer:"`` in one more batched
 call; log ρ_draft is the sampled log-probs of β and α only; off, drafting is unchanged. The
 switch and the config hash: tests/unit/test_answer_on_truncation.py."""
 
@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from specrag_batch.stages.drafting import (ANSWER_MARKER, DraftRequest, answer_marker_ids, force_answers, max_prompt_tokens, run_drafts, score_generation, token_char_spans)
+from specrag_batch.stages.drafting import (ANSWER_MARKER, DraftRequest, answer_marker_ids, force_answers,
+                                          max_prompt_tokens, run_drafts, score_generation, token_char_spans)
 from specrag_batch.engines import GenerationResult
 from specrag_batch.parsing import ANSWER_FORCED, NO_ANSWER_FIELD, TRUNCATED, parse_draft
 from specrag_batch.prompts import drafter_prompt_ids
@@ -20,7 +21,6 @@ from ..conftest import sample_rows, small_config
 from ..fakes import FakeEngine, prompt_task, real_tokenizer, token_logprob
 
 pytestmark = pytest.mark.integration
-
 
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]

@@ -367,8 +367,13 @@ class LazyEngine:
     _failed: dict[tuple, BaseException] = {}
 
     def __init__(self, cfg: ModelConfig, seed: int = 0):
-        self.cfg, self.seed, self.name = cfg, seed, cfg.model
+        self.cfg, self.seed = cfg, seed
         self._engine: Engine | None = None
+
+    @property
+    def name(self) -> str:
+        """The started engine's name (the key of its usage), else the configured model."""
+        return self._engine.name if self._engine is not None else self.cfg.model
 
     def _key(self) -> tuple:
         return (self.cfg.model_dump_json(), self.seed)
@@ -414,7 +419,7 @@ class LazyEngine:
         return self.load().prompt_and_next_logprobs(prompts, next_ids, **kw) if prompts else []
 
     def __getattr__(self, attr: str):
-        if attr.startswith("_") or attr in ("cfg", "seed", "name"):
+        if attr.startswith("_") or attr in ("cfg", "seed"):
             raise AttributeError(attr)
         return getattr(self.load(), attr)
 

@@ -139,6 +139,7 @@ class FakeEngine:
     calls: list[FakeCall] = field(default_factory=list)
     stats: EngineStats = field(default_factory=EngineStats)
     dtype: str | None = "float32"  # as engines.engine_dtype names it; None: unknown
+    load_seconds: float = 0.0  # a fake starts at once
 
     def __post_init__(self):
         if self.tokenizer is None:

@@ -48,14 +48,14 @@ def _run_counted(inp, out, cfg, execution=None):
     import flows.speculative_rag as fsr
 
     counters: dict[int, CountingEngine] = {}
-    import specrag_batch.orchestration as orchestration
-    real = orchestration.get_engine
+    from specrag_batch import engines
+    real = engines.get_engine
 
     def counted(model_cfg, seed=0):
         e = real(model_cfg, seed)
         return counters.setdefault(id(e), CountingEngine(e))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(orchestration, "get_engine", counted)
+        mp.setattr(engines, "get_engine", counted)
         m = fsr.run_flow(inp, out, cfg.model_dump(mode="json"), execution=execution)
     [engine] = counters.values()  # SmolLM2 serves drafter and verifier: one engine
     return m, engine
@@ -249,14 +249,14 @@ def test_truncated_drafts_no_valid_draft_and_non_finite_logprob(prefect_harness,
     write_inputs(inp, {"a.parquet": sample_rows("popqa", 2, skip=14)})
     cfg = small_config(**{"sampling.num_drafts": 2, "drafter.max_tokens": 6})
     fakes = {}
-    import specrag_batch.orchestration as orchestration
-    real = orchestration.get_engine
+    from specrag_batch import engines
+    real = engines.get_engine
 
     def with_fake(model_cfg, seed=0):
         e = real(model_cfg, seed)
         return fakes.setdefault(id(e), dataclasses.replace(e, llm=NonFiniteFirstToken(e.llm)))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(orchestration, "get_engine", with_fake)
+        mp.setattr(engines, "get_engine", with_fake)
         m = fsr.run_flow(inp, out, cfg.model_dump(mode="json"))
     [fake] = fakes.values()
     assert fake.llm.injected == 1  # one drafting call (one chunk), first request

@@ -32,7 +32,7 @@ def flow_parts(tmp_path, monkeypatch):
     """The flow's shard tasks on local storage: ``get_engine`` hands out ``current["engine"]``
     (a FakeEngine; usage snapshots see it), Prefect's logger and retrying I/O replaced."""
     current: dict = {}
-    monkeypatch.setattr(orchestration, "get_engine", lambda cfg, seed=0: current["engine"])
+    monkeypatch.setattr(engines, "get_engine", lambda cfg, seed=0: current["engine"])
     monkeypatch.setattr(engines, "loaded_engines", lambda: [current["engine"]])
     monkeypatch.setattr(orchestration, "get_run_logger", lambda: logging.getLogger("test"))
     monkeypatch.setattr(orchestration, "IO", StorageIO())

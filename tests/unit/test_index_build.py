@@ -131,7 +131,8 @@ def test_a_corpus_with_its_own_vectors_is_not_embedded(tmp_path, monkeypatch):
 def test_default_index_type_follows_corpus_size():
     assert default_index_type(50_000, 384) == "Flat"
     assert default_index_type(1_000_000, 384) == "IVF4096,Flat"
-    assert default_index_type(21_000_000, 384) == "IVF65536,PQ96"
+    assert default_index_type(21_000_000, 384) == "IVF65536,PQ48"
+    assert default_index_type(21_000_000, 100) == "IVF65536,PQ10"
     for n in (200_000, 1_000_000, 20_000_000):
         check_buildable(default_index_type(n, 384), 384, n)
 

@@ -40,12 +40,14 @@ def test_manifest_report_and_summary_label_output_and_invocation_costs(tmp_path)
     assert t["engines"]["m"]["prompt_tokens"] == 600 and t["seconds"] == 130.0 and t["engine_load_seconds"] == 20.0
     assert sum(t["stage_seconds"].values()) + t["engine_load_seconds"] <= t["seconds"]
     assert cost_of(m) == m["cost"]
+    from specrag_batch import console
+
     buf = io.StringIO()
-    cli.console = cli.make_console(buf)  # restored below
+    console.console = console.make_console(buf)  # the summary's console; restored below
     try:
         cli.print_summary({**m, "metrics": {"answered": 20, "errors": 0, "low_confidence": 0, "fast_path": 0}})
     finally:
-        cli.console = cli.make_console()
+        console.console = console.make_console()
     text = buf.getvalue()
     assert "output cost" in text and "2 finished shards, 20 rows, computed by 2 run(s)" in text
     assert "tokens / row m" in text and "prompt 80, generated 1" in text  # 1600 / 20 rows

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import small_config  # noqa: F401 (the product tests' config, re-exported)
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -31,19 +33,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.bench)
 
 
-def small_config(**over):
-    """configs/test-smollm2.yaml (SmolLM2-135M in both roles) with ``over`` (dotted keys) set."""
-    from specrag_batch.config import load_config
-
-    cfg = load_config(ROOT / "configs" / "test-smollm2.yaml")
-    data = cfg.model_dump()
-    for k, v in over.items():
-        node = data
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node[p]
-        node[parts[-1]] = v
-    return type(cfg).model_validate(data)
 
 
 @pytest.fixture(autouse=True)

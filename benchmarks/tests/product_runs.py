@@ -14,6 +14,8 @@ import pyarrow as pa
 
 import decision
 
+from tests.shard_inputs import planned_run as product_run  # noqa: F401 (the product's own run)
+
 
 def input_rows(n: int, prefix: str = "q", docs: int = 10) -> list[dict]:
     """``n`` QA rows in the input schema, ``docs`` documents each."""
@@ -95,35 +97,3 @@ def verify_and_select(rows: list, config, verifier) -> tuple[list[int | None], l
     stored = pa.Table.from_pylist([output_row(r, (r.drafts, r.selection), config, RunInfo("t", "f")) for r in rows],
                                   schema=OUTPUT_SCHEMA).to_pylist()
     return [r.selection.index for r in rows], stored
-
-
-def product_run(inp: Path, out: Path, config, verifier) -> dict[str, tuple[str, str | None]]:
-    """One product run of ``config`` (a standard-mode config: no drafter) over the input shards
-    in ``inp`` into ``out``, as the flow plans and runs it (``planning.plan_shards``,
-    ``planning.plan_run``, ``shard.process_shard``, ``resume.mark_done``), with ``verifier`` (e.g.
-    ``tests.fakes.FakeEngine``): {shard name: (status, error)}, status ``done`` for a shard the
-    plan skips."""
-    from specrag_batch import resume
-    from specrag_batch.planning import plan_run, plan_shards, read_all_ids, require_shards
-    from specrag_batch.shard import ShardJob, StorageIO, process_shard
-
-    inp, out = str(inp), str(out)
-    shards, skipped = plan_shards(inp)
-    require_shards(inp, shards, skipped, False)
-    ids = read_all_ids(shards, config.task)
-    fps = [resume.input_fingerprint(s) for s in shards]
-    status = {}
-    for p, fp in zip(plan_run(inp, out, config.config_hash(), shards, ids, fps), fps):
-        name = p.shard.rsplit("/", 1)[-1]
-        if p.error is not None:
-            status[name] = ("failed at planning", p.error)
-            continue
-        if p.done:
-            status[name] = ("done", None)
-            continue
-        job = ShardJob(inp, out, p.shard, config.model_dump_json(), "run", fp, p.seen_before, p.recompute)
-        res = process_shard(job, StorageIO(), drafter=None, verifier=verifier)
-        if res.status == "ok":
-            resume.mark_done(out, res.output, config.config_hash(), fp, "run", res.as_dict())
-        status[name] = (res.status, res.error)
-    return status

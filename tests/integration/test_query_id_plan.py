@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from specrag_batch import resume, storage
-from specrag_batch.planning import plan_run, plan_shards, read_all_ids, require_shards, shard_output_uri
+from specrag_batch.planning import plan_shards, shard_output_uri
 from specrag_batch.shard import ShardJob, StorageIO, draft_shard, process_shard
 
 from ..conftest import small_config
 from ..fakes import FakeEngine
-from ..shard_inputs import CFG, shard, write
+from ..shard_inputs import CFG, planned_run, shard, write
 from ..unit.test_schema_invalid_utf8 import _strings
 
 pytestmark = pytest.mark.integration
@@ -31,26 +31,7 @@ def verifier():
 
 def run(inp, out, verifier) -> dict[str, tuple[str, str | None]]:
     """One run, as the flow plans and runs it: {shard name: (status, error)}."""
-    inp, out = str(inp), str(out)
-    shards, skipped = plan_shards(inp)
-    require_shards(inp, shards, skipped, False)
-    ids = read_all_ids(shards, CFG.task)
-    fps = [resume.input_fingerprint(s) for s in shards]
-    status = {}
-    for p, fp in zip(plan_run(inp, out, CFG.config_hash(), shards, ids, fps), fps):
-        name = p.shard.rsplit("/", 1)[-1]
-        if p.error is not None:
-            status[name] = ("failed at planning", p.error)
-            continue
-        if p.done:
-            status[name] = ("done", None)
-            continue
-        job = ShardJob(inp, out, p.shard, CFG.model_dump_json(), "run", fp, p.seen_before, p.recompute)
-        res = process_shard(job, StorageIO(), drafter=None, verifier=verifier)
-        if res.status == "ok":
-            resume.mark_done(out, res.output, CFG.config_hash(), fp, "run", res.as_dict())
-        status[name] = (res.status, res.error)
-    return status
+    return planned_run(inp, out, CFG, verifier)
 
 
 def outcomes(inp, out) -> dict[str, list[tuple[str, str | None]]]:

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from . import intermediate, resume, storage
 from .config import RunConfig
-from .engines import load_needed
+from .lazy_engine import load_needed
 from .evaluation import summarize
 from .pipeline import RunInfo, StageTimer, draft_stage, process_rows, verify_stage
 from .planning import draft_output_uri, file_error, read_validated, shard_output_uri
@@ -224,7 +224,7 @@ def _write_output(job: ShardJob, io: ShardIO, rows_in: int, records: list[dict],
 def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResult:
     """Fused: stages 1-5 over one shard, output written atomically to ``job.output_file``.
 
-    ``drafter``/``verifier``: :class:`engines.Engine` or :class:`engines.LazyEngine` (drafter
+    ``drafter``/``verifier``: :class:`engines.Engine` or :class:`lazy_engine.LazyEngine` (drafter
     None in standard mode); lazy engines start only when a row passed validation.
     Never raises for a file-level problem (status ``failed``, the cause naming the file)."""
     def body() -> ShardResult:

@@ -1,0 +1,97 @@
+"""Engines started only when work reaches them (:class:`LazyEngine`): the shard tasks' handles on
+the drafter and the verifier, so a shard whose every row is invalid starts none."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import engines
+from .config import ModelConfig
+from .engines import Engine, loaded_engines
+
+
+class LazyEngine:
+    """An engine started only when work reaches it: :meth:`load` (or any attribute of the engine
+    other than ``name``) calls :func:`get_engine`. A shard whose every row is invalid never
+    starts one (the shard job loads its engines after validation, when a row is valid).
+
+    A failed start is remembered for this process (per model, settings and seed), so the other
+    shards of the run fail at once with the same error instead of starting again.
+
+    Raises (from :meth:`load` and attribute access): whatever :func:`get_engine` raised."""
+
+    _failed: dict[tuple, BaseException] = {}
+
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
+        self.cfg, self.seed = cfg, seed
+        self._engine: Engine | None = None
+
+    @property
+    def name(self) -> str:
+        """The started engine's name (the key of its usage), else the configured model."""
+        return self._engine.name if self._engine is not None else self.cfg.model
+
+    def _key(self) -> tuple:
+        return (self.cfg.model_dump_json(), self.seed)
+
+    @classmethod
+    def failures(cls) -> dict[tuple, BaseException]:
+        """Starts that failed in this process: (settings, seed) -> the error (a copy)."""
+        return dict(cls._failed)
+
+    @classmethod
+    def forget_failures(cls) -> None:
+        """Let the next :meth:`load` try again (a new run: memory or files may have changed)."""
+        cls._failed.clear()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the engine has been started."""
+        return self._engine is not None
+
+    def load(self) -> Engine:
+        """The engine, started on the first call (seconds to minutes)."""
+        if self._engine is None:
+            failed = LazyEngine._failed.get(self._key())
+            if failed is not None:
+                raise failed
+            try:
+                self._engine = engines.get_engine(self.cfg, self.seed)
+            except Exception as e:  # not a stop signal: a retry in this process would fail alike
+                LazyEngine._failed[self._key()] = e
+                raise
+        return self._engine
+
+    def generate(self, prompts, **kw):
+        """:meth:`Engine.generate`; no prompts: ``[]`` without starting the engine."""
+        return self.load().generate(prompts, **kw) if prompts else []
+
+    def prompt_logprobs(self, prompts, **kw):
+        """:meth:`Engine.prompt_logprobs`; no prompts: ``[]`` without starting the engine."""
+        return self.load().prompt_logprobs(prompts, **kw) if prompts else []
+
+    def prompt_and_next_logprobs(self, prompts, next_ids, **kw):
+        """:meth:`Engine.prompt_and_next_logprobs`; no prompts: ``[]`` without starting the engine."""
+        return self.load().prompt_and_next_logprobs(prompts, next_ids, **kw) if prompts else []
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("_") or attr in ("cfg", "seed"):
+            raise AttributeError(attr)
+        return getattr(self.load(), attr)
+
+
+def load_needed(rows, *handles) -> None:
+    """Start the lazy ``handles`` (:class:`LazyEngine`; None and started engines are skipped)
+    when some row of ``rows`` has no ``error``: a stage will need them. Called by the shard job
+    after validation, outside the stage timers, so a start is not counted as a stage's time."""
+    if any(getattr(row, "error", None) is None for row in rows):
+        for handle in handles:
+            if isinstance(handle, LazyEngine):
+                handle.load()
+
+
+def loaded_since(before: Sequence[Engine]) -> float:
+    """Seconds spent starting the engines loaded in this process since ``before`` (a
+    :func:`loaded_engines` list)."""
+    seen = {id(e) for e in before}
+    return round(sum(e.load_seconds for e in loaded_engines() if id(e) not in seen), 3)

@@ -2,7 +2,7 @@
 (docs/operations.md, "Stopping a run").
 
 Why ``specrag-batch run`` did not stop on SIGTERM before (a fresh-clone trial needed SIGKILL;
-reproduced with tests/unit/test_stop_signals.py, Prefect 3.7):
+reproduced with tests/integration/test_stop_signals.py, Prefect 3.7):
 
 * During a flow run Prefect owns SIGTERM (``prefect.utilities.engine.capture_sigterm``): its
   handler raises ``TerminationSignal`` in the main thread. On the way out Prefect's

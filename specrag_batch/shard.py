@@ -186,16 +186,18 @@ def _reading(file: str, read, *args):
 
 
 def _run_guarded(file: str, body) -> ShardResult:
-    """``body()`` timed; a :class:`ShardFileError` becomes a ``failed`` result naming the file
-    (the one place where file-level errors turn into results). Other errors (a write that
-    failed after its retries) raise: the flow reports them as the shard's failure."""
-    t0 = time.perf_counter()
+    """``body(loading)`` timed; a :class:`ShardFileError` becomes a ``failed`` result naming
+    the file (the one place where file-level errors turn into results). Other errors (a write
+    that failed after its retries) raise: the flow reports them as the shard's failure.
+    ``loading``: a one-item list where the body adds the seconds its engines took to start
+    (:func:`~specrag_batch.lazy_engine.load_needed`), left out of the shard's seconds."""
+    t0, loading = time.perf_counter(), [0.0]
     try:
-        res = body()
+        res = body(loading)
     except ShardFileError as e:
         return ShardResult(file, None, "failed", error=file_error(e.file, e.cause),
-                           seconds=time.perf_counter() - t0)
-    res.seconds = time.perf_counter() - t0
+                           seconds=time.perf_counter() - t0 - loading[0])
+    res.seconds = time.perf_counter() - t0 - loading[0]
     return res
 
 
@@ -227,10 +229,10 @@ def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResu
     ``drafter``/``verifier``: :class:`engines.Engine` or :class:`lazy_engine.LazyEngine` (drafter
     None in standard mode); lazy engines start only when a row passed validation.
     Never raises for a file-level problem (status ``failed``, the cause naming the file)."""
-    def body() -> ShardResult:
+    def body(loading: list[float]) -> ShardResult:
         cfg = job.config
         rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
-        load_needed(rows, drafter, verifier)
+        loading[0] += load_needed(rows, drafter, verifier)
         timer = StageTimer()
         records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
                                info=RunInfo(job.run_id, job.shard_file), timer=timer)
@@ -242,10 +244,10 @@ def draft_shard(job: ShardJob, io: ShardIO, *, drafter) -> ShardResult:
     """Disaggregated, drafter side: stages 1-3 of one shard, written whole to
     ``job.draft_file`` as intermediate draft Parquet (:mod:`intermediate`). Every input row is
     in it (failing rows with their ``error``). File-level problems: status ``failed``."""
-    def body() -> ShardResult:
+    def body(loading: list[float]) -> ShardResult:
         cfg = job.config
         rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
-        load_needed(rows, drafter)
+        loading[0] += load_needed(rows, drafter)
         timer = StageTimer()
         table = intermediate.to_table(rows, draft_stage(rows, cfg, drafter=drafter, timer=timer))
         io.write_table(job.draft_file, table)
@@ -279,13 +281,13 @@ def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict, drafter
         intermediate.check_matches(given, drafted, job.shard_file)
         return given
 
-    def body() -> ShardResult:
+    def body(loading: list[float]) -> ShardResult:
         cfg = job.config
         rows, drafts = _reading(draft_file, read)
         if cfg.selection.fallback != "none":
             for row, source in zip(rows, _reading(job.shard_file, read_input)):
                 row.documents = source.documents
-        load_needed(rows, verifier, drafter)
+        loading[0] += load_needed(rows, verifier, drafter)
         timer = StageTimer()
         records = verify_stage(rows, drafts, cfg, verifier=verifier, drafter=drafter,
                                info=RunInfo(job.run_id, job.shard_file), timer=timer)

@@ -58,3 +58,33 @@ def test_an_engine_that_cannot_start_is_the_runs_error_and_leaves_no_run_key(pre
     assert not (tmp_path / "out" / resume.RUN_FILE).exists()
     other = cfg.model_copy(update={"seed": 7})
     assert resume.check_output(out, inp, other.config_hash()) is None  # not refused
+
+
+def test_a_shard_leaves_its_engines_start_out_of_its_seconds(tmp_path, monkeypatch):
+    """The shard starts its lazy engines after validation; the start is the run's engine load,
+    not the shard's task time (which the output cost sums), so it is not counted twice."""
+    import time
+
+    from specrag_batch.lazy_engine import LazyEngine
+    from specrag_batch.resume import input_fingerprint
+    from specrag_batch.shard import ShardJob, StorageIO, process_shard
+
+    from ..fakes import FakeEngine
+    from ..shard_inputs import CFG, shard, write
+
+    fake = FakeEngine()
+
+    def slow_start(cfg, seed=0):
+        time.sleep(2.0)  # stands in for a model's start
+        return fake
+
+    monkeypatch.setattr(engines, "get_engine", slow_start)
+    inp, out = tmp_path / "in", tmp_path / "out"
+    write(inp, "a.parquet", shard("q1", "q2"))
+    path = str(inp / "a.parquet")
+    job = ShardJob(str(inp), str(out), path, CFG.model_dump_json(), "run", input_fingerprint(path), {}, False)
+    t0 = time.perf_counter()
+    res = process_shard(job, StorageIO(), drafter=None, verifier=LazyEngine(CFG.verifier, CFG.seed))
+    elapsed = time.perf_counter() - t0
+    assert res.status == "ok" and res.rows_out == 2
+    assert elapsed - res.seconds >= 2.0  # the start is left out of the shard's seconds

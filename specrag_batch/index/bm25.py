@@ -24,10 +24,28 @@ _TRIPLE = np.dtype([("doc", np.int32), ("term", np.int32), ("tf", np.float32)])
 _PASS2_BLOCK = 4_000_000
 
 
+def _bm25s():
+    """The bm25s module, imported with numba hidden so that it takes its numpy backend: bm25s
+    imports numba when it can, and a process where numba's llvmlite is loaded cannot start a
+    vLLM CPU engine afterwards (vLLM's kernel registration trips over llvmlite's wrappers)."""
+    import sys
+
+    if "bm25s" in sys.modules or "numba" in sys.modules:
+        import bm25s
+
+        return bm25s
+    sys.modules["numba"] = None  # `import numba` raises ImportError while bm25s is imported
+    try:
+        import bm25s
+    finally:
+        del sys.modules["numba"]
+    return bm25s
+
+
 def new_tokenizer():
     """bm25s's tokenizer as the index uses it: lower case, words of 2+ word characters, English
     stop words removed, no stemming."""
-    import bm25s
+    bm25s = _bm25s()
 
     return bm25s.tokenization.Tokenizer(lower=True, stopwords="en", stemmer=None)
 
@@ -66,7 +84,7 @@ class BM25Builder:
     def finish(self, out: Path) -> dict:
         """Write the index into directory ``out`` (bm25s's file names) and remove the scratch
         file; returns its summary (documents, vocabulary, non-zero scores)."""
-        import bm25s
+        bm25s = _bm25s()
 
         self._spill.close()
         out = Path(out)
@@ -114,7 +132,7 @@ class BM25Index:
     """A BM25 index written by :class:`BM25Builder`, memory-mapped (``bm25s.BM25.load``)."""
 
     def __init__(self, directory: Path):
-        import bm25s
+        bm25s = _bm25s()
 
         self.tokenizer = new_tokenizer()
         self.tokenizer.load_vocab(str(directory))

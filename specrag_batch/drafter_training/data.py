@@ -49,7 +49,7 @@ from .teacher import TEACHER_SYSTEM, teacher_prompt_hash, teacher_prompt_ids
 
 __all__ = ["DATA_SCHEMA", "DataOptions", "DropReason", "TEACHER_SYSTEM", "answer_text", "build_training_data",
            "check_rationale", "completion_text", "evidence_words", "generate_examples", "load_tokenizer",
-           "read_training_data", "teacher_prompt_ids"]
+           "read_training_data", "read_training_examples", "teacher_prompt_ids"]
 
 DOC_TYPE = pa.struct([("doc_id", pa.string()), ("title", pa.string()), ("text", pa.string())])
 DATA_SCHEMA = pa.schema([
@@ -300,14 +300,38 @@ def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
     return manifest
 
 
-def read_training_data(data_uri: str) -> list[dict]:
-    """All kept examples (``drop_reason`` null) of a data prefix, in shard then row order.
+DROPPED_FIELDS = ("query_id", "subset_index", "source_file", "source_row")
+"""What names a data row that gives no training example (with its ``reason``): the training
+manifest's ``dropped`` list."""
+
+
+def read_training_examples(data_uri: str) -> tuple[list[dict], list[dict]]:
+    """(kept examples, dropped rows) of a data prefix, in shard then row order: the kept ones
+    (``drop_reason`` null) as whole records, each dropped one named by :data:`DROPPED_FIELDS`
+    and its ``reason`` (``drop_reason``), with ``stage`` ``"data"``.
 
     Raises:
         FileNotFoundError: nothing at ``data_uri``.
         ValueError: no kept example."""
     shards, _ = plan_shards(storage.normalize_uri(data_uri))
-    rows = [r for s in shards for r in storage.read_parquet(s).to_pylist() if r["drop_reason"] is None]
+    rows, dropped = [], []
+    for s in shards:
+        for r in storage.read_parquet(s).to_pylist():
+            if r["drop_reason"] is None:
+                rows.append(r)
+            else:
+                dropped.append({**{k: r.get(k) for k in DROPPED_FIELDS}, "reason": r["drop_reason"],
+                                "stage": "data"})
     if not rows:
         raise ValueError(f"{data_uri}: no training examples (all dropped, or an empty prefix)")
-    return rows
+    return rows, dropped
+
+
+def read_training_data(data_uri: str) -> list[dict]:
+    """All kept examples (``drop_reason`` null) of a data prefix, in shard then row order
+    (:func:`read_training_examples` without the dropped rows).
+
+    Raises:
+        FileNotFoundError: nothing at ``data_uri``.
+        ValueError: no kept example."""
+    return read_training_examples(data_uri)[0]

@@ -20,12 +20,15 @@ Layout of the output directory::
     <dir>/_checkpoints/checkpoint-<step>/                   Trainer checkpoints (resume after a kill)
 
 Re-running the same command after a kill resumes from the last checkpoint (optimizer,
-scheduler, RNG and data order restored by the Trainer).
+scheduler, RNG and data order restored by the Trainer); the manifest then describes the whole
+training (loss over every step, time per step over the steps run, TRL's token count carried
+across, ``resumed_from_step``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -102,20 +105,28 @@ def tokenize_example(tokenizer, ex: dict, max_length: int, opts: TrainOptions) -
     return {"input_ids": prompt + comp, "completion_mask": [0] * len(prompt) + [1] * len(comp)}
 
 
-def build_datasets(rows: list[dict], tokenizer, opts: TrainOptions):
+def build_datasets(rows: list[dict], tokenizer, opts: TrainOptions, dropped: list[dict] | None = None):
     """(train, held-out or None) ``datasets.Dataset`` of tokenised examples (:func:`tokenize_example`),
     and counts (examples train / held_out / too_long; train tokens, train completion tokens).
+
+    Each example keeps ``example_index``, its index in ``rows``, so that the rows TRL's
+    preparation drops can be named (:func:`trl_dropped`); the Trainer removes the column
+    before batching. A row that does not fit ``opts.max_length`` is appended to ``dropped``
+    (when given) as :func:`dropped_row` with reason ``too_long``.
 
     Raises:
         ValueError: no example fits ``opts.max_length`` tokens."""
     from datasets import Dataset
 
     train, held, too_long = [], [], 0
-    for r in rows:
+    for i, r in enumerate(rows):
         t = tokenize_example(tokenizer, r, opts.max_length, opts)
         if t is None:
             too_long += 1
+            if dropped is not None:
+                dropped.append(dropped_row(r, "too_long"))
             continue
+        t["example_index"] = i
         (held if is_held_out(r["query_id"], opts.eval_fraction) else train).append(t)
     if not train:
         raise ValueError("no training example fits max_length")
@@ -123,6 +134,26 @@ def build_datasets(rows: list[dict], tokenizer, opts: TrainOptions):
               "train_tokens": sum(len(t["input_ids"]) for t in train),
               "train_completion_tokens": sum(sum(t["completion_mask"]) for t in train)}
     return Dataset.from_list(train), (Dataset.from_list(held) if held else None), counts
+
+
+def dropped_row(row: dict, reason: str) -> dict:
+    """A data row training did not use, named for the training manifest's ``dropped`` list
+    (:data:`~.data.DROPPED_FIELDS`, ``reason``, ``stage`` ``"training"``)."""
+    from .data import DROPPED_FIELDS
+
+    return {**{k: row.get(k) for k in DROPPED_FIELDS}, "reason": reason, "stage": "training"}
+
+
+def trl_dropped(before, after) -> list[int] | None:
+    """``example_index`` values of ``before`` (a dataset given to the trainer) missing from
+    ``after`` (the trainer's prepared dataset): TRL drops examples whose labels are all -100
+    after truncation ("fully masked"). None when ``after`` lost the column (then only the
+    count is known)."""
+    if before is None:
+        return []
+    if after is None or "example_index" not in (after.column_names or []):
+        return None
+    return sorted(set(before["example_index"]) - set(after["example_index"]))
 
 
 def _versions() -> dict:
@@ -137,10 +168,12 @@ def _versions() -> dict:
     return out
 
 
-def make_trainer(base_path: str, train_ds, eval_ds, out_dir: Path, opts: TrainOptions, tokenizer):
+def make_trainer(base_path: str, train_ds, eval_ds, out_dir: Path, opts: TrainOptions, tokenizer,
+                 callbacks: list | None = None):
     """TRL ``SFTTrainer`` (completion-only loss: -log P(A, E | Q, D) over the completion tokens,
     paper §3.1) on the base at ``base_path``, LoRA unless ``opts.full``. Uses bf16 and 4x the
-    batch on a CUDA GPU, fp32 on CPU."""
+    batch on a CUDA GPU, fp32 on CPU. ``callbacks``: Trainer callbacks (``train_drafter``
+    passes :func:`_progress_class`'s)."""
     import torch
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM
@@ -160,7 +193,77 @@ def make_trainer(base_path: str, train_ds, eval_ds, out_dir: Path, opts: TrainOp
         r=opts.lora_r, lora_alpha=opts.lora_alpha, lora_dropout=opts.lora_dropout,
         target_modules="all-linear", task_type="CAUSAL_LM")
     return SFTTrainer(model=model, args=cfg, train_dataset=train_ds, eval_dataset=eval_ds,
-                      processing_class=tokenizer, peft_config=peft_cfg)
+                      processing_class=tokenizer, peft_config=peft_cfg, callbacks=callbacks)
+
+
+@functools.cache
+def _progress_class():
+    """:class:`TrainingProgress`'s class, built on first use (transformers imports late)."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import ExportableState
+
+    class TrainingProgress(TrainerCallback, ExportableState):
+        """Makes a checkpoint describe the training up to it, so a resumed run's manifest can
+        describe the whole training: the loss is logged at every checkpoint and at the last
+        step (the log history, saved in the checkpoint, then covers every step: the loss
+        curve of a 1-step run is not empty), and the training sessions so far (``sessions``:
+        ``from_step``, ``to_step``, ``train_seconds``, the session up to the checkpoint)
+        are saved in its ``trainer_state.json`` (``stateful_callbacks``)."""
+
+        def __init__(self, sessions: list[dict] | None = None):
+            self.sessions = list(sessions or [])
+            self.t0, self.from_step, self.step = None, 0, 0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.t0, self.from_step = time.perf_counter(), state.global_step
+            self.step = state.global_step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.step = state.global_step
+            if control.should_save or state.global_step >= state.max_steps:
+                control.should_log = True
+
+        def current(self) -> dict:
+            """This session so far."""
+            return {"from_step": self.from_step, "to_step": self.step,
+                    "train_seconds": round(time.perf_counter() - self.t0, 3) if self.t0 else 0.0}
+
+        def all_sessions(self) -> list[dict]:
+            return self.sessions + ([self.current()] if self.t0 is not None else [])
+
+        def state(self) -> dict:  # written into each checkpoint
+            return {"args": {"sessions": self.all_sessions()}, "attributes": {}}
+
+    return TrainingProgress
+
+
+def resumed_state(checkpoint: str | None) -> dict:
+    """What a checkpoint says of the training before it (``trainer_state.json``): ``step``,
+    ``sessions`` (:func:`_progress_class`; ``[]`` for a checkpoint written without them) and
+    ``num_tokens`` (TRL's count of tokens trained on, its last logged value; 0 when none)."""
+    if checkpoint is None:
+        return {"step": 0, "sessions": [], "num_tokens": 0}
+    st = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    progress = (st.get("stateful_callbacks") or {}).get("TrainingProgress") or {}
+    tokens = [h["num_tokens"] for h in st.get("log_history", []) if "num_tokens" in h]
+    return {"step": int(st.get("global_step", 0)), "sessions": (progress.get("args") or {}).get("sessions") or [],
+            "num_tokens": int(tokens[-1]) if tokens else 0}
+
+
+def whole_loss(log_history: list[dict], session_starts: list[int]) -> tuple[float | None, int]:
+    """(mean loss per optimizer step, steps covered) over the whole training, from the
+    Trainer's ``log_history`` (restored from the checkpoint on a resume, so it spans every
+    session): each ``loss`` entry is the mean over the steps since the previous entry, or
+    since its session began (``session_starts``: the steps sessions began at), whichever is
+    later. Steps no entry covers (a checkpoint written without a log at its step) are left
+    out and not counted."""
+    total = covered = prev = 0
+    for h in sorted((h for h in log_history if "loss" in h), key=lambda h: h["step"]):
+        start = max([prev] + [s for s in session_starts if s < h["step"]])
+        total += h["loss"] * (h["step"] - start)
+        covered += h["step"] - start
+        prev = h["step"]
+    return (total / covered if covered else None), covered
 
 
 def last_checkpoint(out_dir: Path) -> str | None:
@@ -191,13 +294,13 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
     from transformers import AutoTokenizer
 
     from ..models import resolve_model
-    from .data import read_training_data
+    from .data import read_training_examples
 
     opts = opts or TrainOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    rows = read_training_data(data_uri)
+    rows, dropped = read_training_examples(data_uri)
     from ..planning import plan_shards
 
     shards, _ = plan_shards(storage.normalize_uri(data_uri))
@@ -217,10 +320,21 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
         opts.rationale_style = dcfg.drafter.rationale_style
     base_path = resolve_model(base)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    train_ds, eval_ds, counts = build_datasets(rows, tokenizer, opts)
-    trainer = make_trainer(base_path, train_ds, eval_ds, out, opts, tokenizer)
+    train_ds, eval_ds, counts = build_datasets(rows, tokenizer, opts, dropped)
     resume_from = last_checkpoint(out)
+    before = resumed_state(resume_from)
+    progress = _progress_class()(before["sessions"])
+    trainer = make_trainer(base_path, train_ds, eval_ds, out, opts, tokenizer, callbacks=[progress])
+    masked = 0
+    for ds, prepared in ((train_ds, trainer.train_dataset), (eval_ds, trainer.eval_dataset)):
+        lost = trl_dropped(ds, prepared)
+        masked += (len(ds) - len(prepared)) if lost is None else len(lost)
+        dropped += [dropped_row(rows[i], "fully_masked") for i in lost or []]
+    counts["fully_masked"] = masked
+    if resume_from and hasattr(trainer, "_total_train_tokens"):
+        trainer._total_train_tokens = before["num_tokens"]  # TRL's num_tokens restarts at 0 otherwise
     result = trainer.train(resume_from_checkpoint=resume_from)
+    sessions = progress.all_sessions()
     eval_loss = trainer.evaluate()["eval_loss"] if eval_ds is not None else None
     model = trainer.model
     if not opts.full:
@@ -233,17 +347,25 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
         f.replace(out / f.name)
     tmp.rmdir()
     steps = trainer.state.global_step
+    history = trainer.state.log_history
+    train_loss, loss_steps = whole_loss(history, [x["from_step"] for x in sessions])
+    train_seconds = sum(x["train_seconds"] for x in sessions)
+    run_steps = sum(x["to_step"] - x["from_step"] for x in sessions)
+    tokens = [h["num_tokens"] for h in history if "num_tokens" in h]
     manifest = {
         "kind": "drafter_training", "created": dt.datetime.now(dt.UTC).isoformat(),
         "base_model": base, "base_path": base_path, "base_weights_sha256": weights_hash(base_path),
         "data": storage.normalize_uri(data_uri), "data_sha256": data_hash, "data_shards": shards,
         "options": asdict(opts), "method": "full" if opts.full else "lora (merged)",
-        "counts": counts, "global_step": steps, "resumed_from": resume_from,
-        "train_loss": result.training_loss, "eval_loss": eval_loss,
-        "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h],
-        "seconds": round(time.perf_counter() - t0, 1),
-        "train_seconds": round(result.metrics.get("train_runtime", 0.0), 1),
-        "seconds_per_step": round(result.metrics.get("train_runtime", 0.0) / max(1, steps), 3),
+        "counts": {**counts, "dropped_in_data": sum(d["stage"] == "data" for d in dropped)},
+        "dropped": dropped, "global_step": steps,
+        "resumed_from": resume_from, "resumed_from_step": before["step"] if resume_from else None,
+        "sessions": sessions, "train_loss": train_loss if train_loss is not None else result.training_loss,
+        "loss_steps": loss_steps, "eval_loss": eval_loss,
+        "num_tokens": tokens[-1] if tokens else None,
+        "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in history if "loss" in h],
+        "seconds": round(time.perf_counter() - t0, 1), "train_seconds": round(train_seconds, 1),
+        "seconds_per_step": round(train_seconds / max(1, run_steps), 3),
         "device": "cuda" if torch.cuda.is_available() else "cpu", "threads": torch.get_num_threads(),
         "weights_sha256": weights_hash(str(out)), "versions": _versions(),
     }

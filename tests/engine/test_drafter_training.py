@@ -1,6 +1,7 @@
 """Specialist drafter (paper §3.1, issue 12): the data step with SmolLM2 as teacher on real
 rows, and SFT of SmolLM2-135M on a tiny fixture (loss, label mask, merged model in vLLM and in
-a pipeline run, resume after a kill)."""
+a pipeline run, resume after a kill; issue 40: the manifest of a resumed run, the rows not
+trained on)."""
 
 from __future__ import annotations
 
@@ -180,20 +181,28 @@ def test_training_loss_merged_model_in_vllm_and_pipeline(tmp_path):
     assert recs[0]["drafter_model"] == str(tmp_path / "model")
 
 
-def test_killed_training_resumes_from_last_checkpoint(tmp_path):
+def train_command(data: Path, out: Path) -> list[str]:
+    return [str(Path(sys.executable).with_name("specrag-batch")), "drafter", "train", "--data", str(data),
+            "--base", "smollm2-135m-instruct", "-o", str(out), "--max-steps", "6", "--save-steps", "2",
+            "--batch-size", "2", "--grad-accum", "1", "--max-length", "256", "--max-doc-tokens", "64"]
+
+
+def test_killed_training_resumes_and_its_manifest_describes_the_whole_training(tmp_path):
+    """Killed after checkpoint-4 of 6 and run again: it resumes there, and the manifest
+    describes the whole training as an uninterrupted run's does (issue 40 item 4: the loss over
+    all 6 steps, not the last 2; time per step over the steps run; TRL's num_tokens carried
+    across; resumed_from_step)."""
     data = tiny_training_data(tmp_path / "data")
     out = tmp_path / "model"
-    cmd = [str(Path(sys.executable).with_name("specrag-batch")), "drafter", "train", "--data", str(data),
-           "--base", "smollm2-135m-instruct", "-o", str(out), "--max-steps", "6", "--save-steps", "2",
-           "--batch-size", "2", "--grad-accum", "1", "--max-length", "256", "--max-doc-tokens", "64"]
+    cmd = train_command(data, out)
     env = subprocess_env(tmp_path)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        deadline = time.time() + 600
-        while not list((out / "_checkpoints").glob("checkpoint-2/trainer_state.json")) and time.time() < deadline:
+        deadline = time.time() + 900
+        while not list((out / "_checkpoints").glob("checkpoint-4/trainer_state.json")) and time.time() < deadline:
             assert proc.poll() is None, "training ended before it could be killed"
-            time.sleep(1)
+            time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
     finally:
@@ -203,5 +212,52 @@ def test_killed_training_resumes_from_last_checkpoint(tmp_path):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     m = json.loads((out / "training_manifest.json").read_text())
-    assert m["resumed_from"] and int(m["resumed_from"].rsplit("-", 1)[1]) >= 2
+    assert m["resumed_from"].endswith("checkpoint-4") and m["resumed_from_step"] == 4
     assert m["global_step"] == 6
+
+    r = subprocess.run(train_command(data, tmp_path / "whole"), env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    whole = json.loads((tmp_path / "whole" / "training_manifest.json").read_text())
+    assert whole["resumed_from_step"] is None and whole["loss_steps"] == 6
+    assert m["loss_steps"] == 6 and m["train_loss"] == pytest.approx(whole["train_loss"], abs=1e-3)
+    assert m["num_tokens"] == whole["num_tokens"] > 0
+    assert [h["step"] for h in m["loss_curve"]] == [h["step"] for h in whole["loss_curve"]] == [2, 4, 5, 6]
+    assert [h["loss"] for h in m["loss_curve"]] == pytest.approx([h["loss"] for h in whole["loss_curve"]], abs=1e-3)
+    # the sessions: steps 1-4 before the kill (time up to the checkpoint), 5-6 after it
+    assert [(x["from_step"], x["to_step"]) for x in m["sessions"]] == [(0, 4), (4, 6)]
+    assert m["train_seconds"] == pytest.approx(sum(x["train_seconds"] for x in m["sessions"]), abs=0.1)
+    assert m["seconds_per_step"] == pytest.approx(m["train_seconds"] / 6, rel=0.02)
+
+
+def test_one_step_run_has_a_loss_curve_and_its_manifest_names_every_dropped_row(tmp_path, monkeypatch):
+    """Issue 40 item 10: a 1-step run logs its step (logging every 5 steps left the curve
+    empty); the rows training did not use are named with their reason: dropped by the data
+    step, too long for max_length, and fully masked (TRL drops an example whose labels are all
+    -100; counted as ``fully_masked``)."""
+    from specrag_batch.drafter_training import train
+    from specrag_batch.drafter_training.data import DATA_SCHEMA
+
+    data = tiny_training_data(tmp_path / "data", n=6)
+    rows = pq.read_table(data / "tiny.parquet").to_pylist()
+    dropped = {**rows[0], "query_id": "dropped-in-data", "drop_reason": "no_evidence", "source_row": 7}
+    long = {**rows[1], "query_id": "too-long", "query": "word " * 400, "source_row": 8}
+    pq.write_table(pa.Table.from_pylist(rows + [dropped, long], schema=DATA_SCHEMA), data / "tiny.parquet")
+
+    real = train.build_datasets
+
+    def one_fully_masked(*args, **kw):  # as if truncation had cut the completion of example 0
+        tr, held, counts = real(*args, **kw)
+        masked = tr.map(lambda r, i: {"completion_mask": [0] * len(r["input_ids"])} if i == 0 else {},
+                        with_indices=True)
+        return masked, held, counts
+
+    monkeypatch.setattr(train, "build_datasets", one_fully_masked)
+    m = train.train_drafter(str(data), "smollm2-135m-instruct", str(tmp_path / "model"),
+                            train.TrainOptions(max_steps=1, save_steps=100, **OPTS))
+    assert m["global_step"] == 1 and [h["step"] for h in m["loss_curve"]] == [1]
+    assert m["loss_curve"][0]["loss"] > 0 and m["train_loss"] == pytest.approx(m["loss_curve"][0]["loss"])
+    named = {(d["query_id"], d["reason"], d["stage"]) for d in m["dropped"]}
+    assert named == {("dropped-in-data", "no_evidence", "data"), ("too-long", "too_long", "training"),
+                     (rows[0]["query_id"], "fully_masked", "training")}
+    assert all(d["source_file"] and d["source_row"] is not None for d in m["dropped"])
+    assert m["counts"]["fully_masked"] == 1 and m["counts"]["too_long"] == 1 and m["counts"]["dropped_in_data"] == 1

@@ -7,6 +7,7 @@ override any of them. On GPU workers nothing is changed.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -131,6 +132,7 @@ class Engine:
     ``"bfloat16"``, ``"float32"``, ...); None when vLLM did not say."""
     load_seconds: float = 0.0
     """Wall seconds :func:`get_engine` took to start it."""
+    lora: Any = None  # LoRARequest of a drafter's ``adapter`` (served unmerged), passed on every call
 
     def generate(self, prompts: Sequence[list[int]], *, max_tokens: int, temperature: float,
                  top_p: float, seed: int, desc: str = "generate") -> list[GenerationResult]:
@@ -220,7 +222,7 @@ class Engine:
                 log.warning("vLLM refused to reset the prefix cache of %s; outputs may depend on "
                             "earlier calls", self.name)
             t0 = time.perf_counter()
-            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, lora_request=self.lora,
                                      use_tqdm=_progress(desc))
             self._account(t0, prompts, outs)
         return outs
@@ -260,7 +262,8 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
     and, unless ``engine_kwargs`` gives a ``dtype``, in :func:`cpu_dtype` (float32 on CPUs
     without native bf16: 4x faster there than the checkpoints' bfloat16).
     """
-    key = (cfg.model, cfg.max_model_len, seed, tuple(sorted((k, repr(v)) for k, v in cfg.engine_kwargs.items())))
+    adapter = getattr(cfg, "adapter", None)  # drafter.adapter: LoRA served unmerged (vLLM LoRA, CPU too)
+    key = (cfg.model, cfg.max_model_len, seed, tuple(sorted((k, repr(v)) for k, v in cfg.engine_kwargs.items())), adapter)
     with _LOCK, _CALL_LOCK:  # never build an engine while another one is stepping
         eng = _ENGINES.get(key)
         if eng is not None:
@@ -268,19 +271,25 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
         configure_cpu_env()
         quiet.demote_benign_vllm()  # before vLLM logs its engine start
         from vllm import LLM
+        from vllm.lora.request import LoRARequest
 
         path = resolve_model(cfg.model)
         kwargs: dict[str, Any] = {"max_model_len": cfg.max_model_len, "seed": seed}
         if _cpu_only():
             kwargs["enforce_eager"] = True  # compile cache did not reload on CPU: 40-70 s/start
             kwargs["dtype"] = cpu_dtype()  # unless engine_kwargs names one (below)
+        if adapter:  # max_lora_rank: the adapter's r rounded up to a rank vLLM accepts
+            with open(os.path.join(adapter, "adapter_config.json"), encoding="utf-8") as f:
+                r = int(json.load(f).get("r", 8))
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=min(x for x in (8, 16, 32, 64, 128, 256, 512) if x >= r))
         kwargs.update(cfg.engine_kwargs)
         t0 = time.perf_counter()
         llm = LLM(model=path, **kwargs)
         seconds = time.perf_counter() - t0
         log.info("engine %s ready in %.1fs", cfg.model, seconds)
         eng = Engine(cfg.model, path, cfg, llm, llm.get_tokenizer(), dtype=engine_dtype(llm),
-                     load_seconds=seconds)
+                     load_seconds=seconds,
+                     lora=LoRARequest("drafter-adapter", 1, os.path.abspath(adapter)) if adapter else None)
         _ENGINES[key] = eng
         return eng
 

@@ -35,11 +35,22 @@ def weights_hash(model_dir: str) -> str:
     return sha256_files(files)
 
 
-def drafter_identity(model: str) -> dict:
+def drafter_identity(model: str, adapter: str | None = None) -> dict:
     """Which drafter a run used, for the run manifest: the name, and for a local directory the
     training manifest id (tuned drafters) or the sha256 of its weights; for packaged models
-    their pinned GGUF sha256. Never raises (unknown -> name only)."""
+    their pinned GGUF sha256; with a LoRA ``adapter`` (``drafter.adapter``) also ``adapter``:
+    its path, the sha256 of its weights and, inside a tuned drafter's directory, that
+    directory's training manifest id. Never raises (unknown -> name only)."""
     out: dict = {"model": model}
+    if adapter:
+        a = Path(adapter)
+        out["adapter"] = {"path": str(a.resolve())}
+        try:
+            out["adapter"]["weights_sha256"] = weights_hash(str(a))
+            if (a.parent / TRAINING_MANIFEST).is_file():
+                out["adapter"]["training_manifest_id"] = json.loads((a.parent / TRAINING_MANIFEST).read_text()).get("manifest_id")
+        except (OSError, ValueError):
+            pass
     if model in PACKAGED_MODELS:
         out["gguf_sha256"] = PACKAGED_MODELS[model].sha256
         return out

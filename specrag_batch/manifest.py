@@ -233,7 +233,7 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         "output": output_uri,
         "mode": cfg.mode,
         # which drafter: packaged pin, or a tuned model's training manifest id / weights sha256
-        "drafter": drafter_identity(cfg.drafter.model) if cfg.mode == "speculative" else None,
+        "drafter": drafter_identity(cfg.drafter.model, cfg.drafter.adapter) if cfg.mode == "speculative" else None,
         "config": cfg.model_dump(mode="json"),
         "config_hash": cfg.config_hash(),
         "shards": shards,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import json
 import os
 import re
 import shutil
@@ -365,7 +366,8 @@ def check_config_models(cfg) -> dict[str, str]:
     ``RunConfig.uses_verifier``, or a config file or flag named it: a typo there is refused even
     in a run that does not load it), and
     ``retrieval.embedding_model`` when multi-perspective sampling embeds documents
-    (speculative mode, ``sampling.strategy`` not ``random``). Returns field -> how found.
+    (speculative mode, ``sampling.strategy`` not ``random``), and ``drafter.adapter`` when set
+    (:func:`check_adapter`). Returns field -> how found.
 
     Raises:
         ModelNameError: every model that cannot be used, one line each (in the order above),
@@ -385,9 +387,30 @@ def check_config_models(cfg) -> dict[str, str]:
     for f, name, kw in fields:
         try:
             found[f] = check_model_name(f, name, **kw)
+            if f == "drafter.model" and getattr(cfg.drafter, "adapter", None):
+                found["drafter.adapter"] = check_adapter(cfg.drafter.adapter, name)
         except ModelNameError as e:
             source = cfg.field_source(f) if hasattr(cfg, "field_source") else None
             errors.append(f"{source}: {e}" if source else str(e))
     if errors:
         raise ModelNameError("\n".join(errors))
     return found
+
+
+def check_adapter(adapter: str, base: str) -> str:
+    """``"local"`` when ``adapter`` (``drafter.adapter``) is a PEFT LoRA directory and, when it
+    sits in a tuned drafter's directory (``training_manifest.json`` beside it), was trained on
+    ``base`` (``drafter.model``; its name or resolved path as training recorded it).
+
+    Raises:
+        ModelNameError: no ``adapter_config.json`` there, or another base."""
+    p = Path(adapter)
+    if not (p / "adapter_config.json").is_file():
+        raise ModelNameError(f"drafter.adapter: {adapter!r} is not a LoRA adapter directory (no adapter_config.json)")
+    trained = p.parent / "training_manifest.json"
+    if trained.is_file():
+        m = json.loads(trained.read_text())
+        if base not in {m.get("base_model"), m.get("base_path")}:
+            raise ModelNameError(f"drafter.adapter: {adapter!r} was trained on {m.get('base_model')!r}, "
+                                 f"not drafter.model {base!r}: set drafter.model: {m.get('base_model')}")
+    return "local"

@@ -148,6 +148,13 @@ class DrafterConfig(ModelConfig):
         16, ge=1, description="generation budget, tokens, of the answer written after a forced "
         "'\\nAnswer:' (answer_on_truncation); the answer is the continuation up to its first "
         "line break")
+    adapter: str | None = Field(
+        None, min_length=1, description="a LoRA adapter directory (PEFT: adapter_config.json and "
+        "adapter_model.safetensors), such as the adapter/ directory `specrag-batch drafter train` "
+        "writes, trained on `model`: vLLM serves `model` with the adapter applied unmerged "
+        "(enable_lora, one LoRARequest per drafter call), so the update is kept whatever dtype "
+        "the engine computes in (merged into bf16 weights it was partly rounded away, issue 40). "
+        "None (default): `model` alone; a config without it hashes as before the key existed")
 
     @model_validator(mode="after")
     def _prompt_room(self) -> "DrafterConfig":

@@ -17,7 +17,7 @@ from ..evaluation import score_row
 from ..records import Flag
 from ..schema import Document
 from .data import read_training_data
-from .train import is_held_out
+from .train import is_held_out, served_as
 
 
 def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eval_fraction: float = 0.05,
@@ -31,7 +31,8 @@ def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eva
         data_uri: prefix written by the data step; its held-out examples
             (:func:`~specrag_batch.drafter_training.train.is_held_out` at ``eval_fraction``),
             at most ``max_rows`` of them, are drafted once each.
-        models: label -> model (packaged name, HF id or path); e.g. ``{"tuned": dir, "base": name}``.
+        models: label -> model (packaged name, HF id or path); e.g. ``{"tuned": dir, "base": name}``;
+            a LoRA-tuned directory is served as its base plus its adapter (:func:`.train.served_as`).
         cfg: run config: drafter generation settings, claim labels, document budget.
 
     Returns:
@@ -48,7 +49,7 @@ def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eva
     d = cfg.drafter
     out = {}
     for label, model in models.items():
-        eng = get_engine(d.model_copy(update={"model": model}), cfg.seed)
+        eng = get_engine(d.model_copy(update=served_as(model)), cfg.seed)  # a tuned dir: base + adapter
         reqs, kept = [], []
         for i, r in enumerate(rows):
             docs = [Document(x["doc_id"], x["title"], x["text"]) for x in r["documents"]]

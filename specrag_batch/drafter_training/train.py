@@ -3,8 +3,9 @@
 The loss is the paper's L = -E[log P_drafter(A, E | Q, D)]: token cross-entropy on the
 completion tokens only (rationale E, the ``Answer:`` line with A, and the end-of-turn token),
 never on the prompt. Training uses TRL's ``SFTTrainer`` with a PEFT LoRA adapter (``full=True``
-fine-tunes every weight instead); the adapter is merged into the base and saved as a standalone
-model directory that vLLM loads by path (``drafter.model: <dir>`` in a run config).
+fine-tunes every weight instead). The adapter is saved as it is (``<dir>/adapter``: a run serves
+it unmerged with ``drafter.model: <base>`` and ``drafter.adapter: <dir>/adapter``) and merged, in
+float32, into a standalone model directory that vLLM loads by path (``drafter.model: <dir>``).
 
 Prompts are rendered again for the base being trained by the inference code
 (:func:`specrag_batch.prompts.fitted_prompt` with the base's tokenizer, from the subset's
@@ -15,7 +16,8 @@ labels of masked positions to -100.
 
 Layout of the output directory::
 
-    <dir>/config.json, model.safetensors, tokenizer files   the merged model (vLLM loads <dir>)
+    <dir>/config.json, model.safetensors, tokenizer files   the merged model, float32 (vLLM loads <dir>)
+    <dir>/adapter/adapter_config.json, adapter_model.safetensors   the LoRA adapter (drafter.adapter)
     <dir>/training_manifest.json                            written last: training is complete
     <dir>/_checkpoints/checkpoint-<step>/                   Trainer checkpoints (resume after a kill)
 
@@ -45,6 +47,8 @@ from ..schema import Document
 
 MANIFEST = TRAINING_MANIFEST
 CHECKPOINTS = "_checkpoints"
+ADAPTER = "adapter"
+"""The LoRA adapter's directory inside a tuned drafter's (``drafter.adapter: <dir>/adapter``)."""
 
 
 @dataclass
@@ -276,6 +280,38 @@ def last_checkpoint(out_dir: Path) -> str | None:
     return str(max(found)[1]) if found else None
 
 
+def save_drafter(model, tokenizer, out: Path, full: bool) -> None:
+    """Write the tuned drafter into ``out``, in float32, never rounded to bf16: a LoRA update
+    is small against the base weights, and bf16 (8 bits of mantissa) rounded 27-38% of it away
+    (issue 40). With LoRA: the adapter itself (``out/adapter/``, PEFT format; served unmerged
+    with ``drafter.adapter``, exact in any engine dtype) and the model merged in float32 (the
+    base upcast first, so a GPU's bf16 base is merged exactly too); ``full``: the model.
+    Files are written to ``out/.merged.tmp`` and moved into place."""
+    import torch
+
+    tmp = out / ".merged.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if not full:
+        model.save_pretrained(str(tmp / ADAPTER), safe_serialization=True)
+        model = model.to(torch.float32).merge_and_unload()
+    model.to(torch.float32).save_pretrained(str(tmp), safe_serialization=True)
+    tokenizer.save_pretrained(str(tmp))
+    shutil.rmtree(out / ADAPTER, ignore_errors=True)
+    for f in tmp.iterdir():
+        f.replace(out / f.name)
+    tmp.rmdir()
+
+
+def served_as(model: str) -> dict:
+    """How a run serves the drafter ``model`` (``{"model": ..., "adapter": ...}``, the
+    ``drafter`` config keys): a directory ``drafter train`` wrote with LoRA as its base plus
+    its ``adapter/`` (unmerged: exact in any engine dtype); anything else as itself."""
+    p = Path(model)
+    if (p / ADAPTER / "adapter_config.json").is_file() and (p / MANIFEST).is_file():
+        return {"model": json.loads((p / MANIFEST).read_text())["base_model"], "adapter": str(p / ADAPTER)}
+    return {"model": model, "adapter": None}
+
+
 def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | None = None) -> dict:
     """The training step (``specrag-batch drafter train``): SFT, merge, save, manifest.
 
@@ -336,16 +372,7 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
     result = trainer.train(resume_from_checkpoint=resume_from)
     sessions = progress.all_sessions()
     eval_loss = trainer.evaluate()["eval_loss"] if eval_ds is not None else None
-    model = trainer.model
-    if not opts.full:
-        model = model.merge_and_unload()
-    tmp = out / ".merged.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.to(torch.bfloat16).save_pretrained(str(tmp), safe_serialization=True)
-    tokenizer.save_pretrained(str(tmp))
-    for f in tmp.iterdir():
-        f.replace(out / f.name)
-    tmp.rmdir()
+    save_drafter(trainer.model, tokenizer, out, opts.full)
     steps = trainer.state.global_step
     history = trainer.state.log_history
     train_loss, loss_steps = whole_loss(history, [x["from_step"] for x in sessions])
@@ -356,7 +383,9 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
         "kind": "drafter_training", "created": dt.datetime.now(dt.UTC).isoformat(),
         "base_model": base, "base_path": base_path, "base_weights_sha256": weights_hash(base_path),
         "data": storage.normalize_uri(data_uri), "data_sha256": data_hash, "data_shards": shards,
-        "options": asdict(opts), "method": "full" if opts.full else "lora (merged)",
+        "options": asdict(opts), "method": "full" if opts.full else "lora (adapter; merged in float32)",
+        "saved_dtype": "float32", "adapter": None if opts.full else ADAPTER,
+        "adapter_sha256": None if opts.full else weights_hash(str(out / ADAPTER)),
         "counts": {**counts, "dropped_in_data": sum(d["stage"] == "data" for d in dropped)},
         "dropped": dropped, "global_step": steps,
         "resumed_from": resume_from, "resumed_from_step": before["step"] if resume_from else None,

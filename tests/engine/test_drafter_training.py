@@ -1,7 +1,7 @@
 """Specialist drafter (paper §3.1, issue 12): the data step with SmolLM2 as teacher on real
 rows, and SFT of SmolLM2-135M on a tiny fixture (loss, label mask, merged model in vLLM and in
 a pipeline run, resume after a kill; issue 40: the manifest of a resumed run, the rows not
-trained on)."""
+trained on, the LoRA update kept in what the engine serves)."""
 
 from __future__ import annotations
 
@@ -261,3 +261,61 @@ def test_one_step_run_has_a_loss_curve_and_its_manifest_names_every_dropped_row(
                      (rows[0]["query_id"], "fully_masked", "training")}
     assert all(d["source_file"] and d["source_row"] is not None for d in m["dropped"])
     assert m["counts"]["fully_masked"] == 1 and m["counts"]["too_long"] == 1 and m["counts"]["dropped_in_data"] == 1
+
+
+def test_lora_update_survives_in_what_the_engine_serves(tmp_path):
+    """Issue 40 item 1: the update a few steps of LoRA make is small against the base weights;
+    merged and saved in bf16 27-38% of it was rounded away. The saved merge must equal the exact
+    float32 update (B·A·alpha/r of the trained adapter, as the last checkpoint holds it), and a
+    run serving the adapter unmerged (``drafter.adapter``, vLLM LoRA on the CPU backend) must
+    draft what the exact float32 merge drafts, with its log-probs."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specrag_batch.drafter_training.data import read_training_data
+    from specrag_batch.drafter_training.train import TrainOptions, build_datasets, train_drafter
+    from specrag_batch.engines import get_engine
+    from specrag_batch.models import resolve_model
+
+    data = tiny_training_data(tmp_path / "data")
+    out = tmp_path / "model"
+    opts = TrainOptions(max_steps=4, save_steps=100, **OPTS)
+    m = train_drafter(str(data), "smollm2-135m-instruct", str(out), opts)
+    base_path = resolve_model("smollm2-135m-instruct")
+    base = load_file(f"{base_path}/model.safetensors")
+    ckpt = out / "_checkpoints" / "checkpoint-4"
+    adapter = load_file(str(ckpt / "adapter_model.safetensors"))
+    lora = json.loads((ckpt / "adapter_config.json").read_text())
+    saved = load_file(str(out / "model.safetensors"))
+    exact, err, size = {}, 0.0, 0.0
+    for key, w in base.items():
+        name = "base_model.model." + key.removesuffix(".weight")
+        if name + ".lora_A.weight" not in adapter:
+            continue
+        exact[key] = adapter[name + ".lora_B.weight"].float() @ adapter[name + ".lora_A.weight"].float() \
+            * lora["lora_alpha"] / lora["r"]
+        err += float((saved[key].float() - w.float() - exact[key]).pow(2).sum())
+        size += float(exact[key].pow(2).sum())
+    assert exact and size > 0
+    assert (err / size) ** 0.5 < 1e-3, f"saved merge off the exact update by {(err / size) ** 0.5:.1%}"
+    assert m["saved_dtype"] == "float32" and (out / "adapter" / "adapter_model.safetensors").is_file()
+
+    # served unmerged: the drafter's engine applies the adapter on every call
+    tok = AutoTokenizer.from_pretrained(base_path)
+    train_ds, _, _ = build_datasets(read_training_data(str(data)), tok, opts)
+    prompts = [ex["input_ids"][:ex["completion_mask"].index(1)] for ex in train_ds.select(range(3))]
+    cfg = small_config(**{"drafter.adapter": str(out / "adapter")})
+    kw = dict(max_tokens=24, temperature=0.0, top_p=1.0, seed=0)
+    served = get_engine(cfg.drafter, cfg.seed).generate(prompts, **kw)
+    untuned = get_engine(small_config().drafter, cfg.seed).generate(prompts, **kw)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32).eval()
+    model.load_state_dict({k: v.float() + exact.get(k, 0.0) for k, v in base.items()}, strict=False)
+    for p, g in zip(prompts, served):
+        with torch.no_grad():
+            lp = torch.log_softmax(model(torch.tensor([p + g.token_ids])).logits[0].float(), -1)
+        rows = lp[len(p) - 1:len(p) - 1 + len(g.token_ids)]
+        assert g.token_ids == rows.argmax(-1).tolist()  # the exact merge's greedy draft
+        ref = [float(rows[i, t]) for i, t in enumerate(g.token_ids)]
+        assert g.logprobs == pytest.approx(ref, abs=2e-3)
+    assert [g.token_ids for g in served] != [g.token_ids for g in untuned]  # the update is served

@@ -58,7 +58,7 @@ ADDED_FIELDS = (("selection", "confidence", "score"), ("selection", "calibration
                 ("drafter", "rationale_style", "one_or_two_sentences"), ("selection", "rule", "argmax"),
                 ("verifier", "deduplicate_drafts", False), ("drafter", "answer_on_truncation", False),
                 ("drafter", "answer_max_tokens", 16), ("retrieval", "method", "dense"),
-                ("retrieval", "nprobe", 64), ("retrieval", "ef_search", 128), ("retrieval", "rrf_k", 60),
+                ("retrieval", "nprobe", 128), ("retrieval", "ef_search", 128), ("retrieval", "rrf_k", 60),
                 ("retrieval", "hybrid_candidates", 50), ("drafter", "adapter", None))
 """(section, field, value before the field existed) of fields added after 0.1: left out of
 :meth:`RunConfig.config_hash` at that value, so a run started before they existed resumes under

@@ -218,8 +218,8 @@ class RetrievalConfig(_Strict):
         "(bm25s); hybrid = reciprocal-rank fusion of the two. bm25 and hybrid need an index built "
         "with its BM25 part (the default of `index build`)")
     nprobe: int = Field(
-        64, ge=1, description="IVF indexes: inverted lists probed per query (more = closer to "
-        "exact search, slower); ignored by Flat and HNSW")
+        128, ge=1, description="IVF indexes: inverted lists probed per query (more = closer to "
+        "exact search, slower; docs/decisions/010-ivf-nprobe-128.md); ignored by Flat and HNSW")
     ef_search: int = Field(
         128, ge=1, description="HNSW indexes: candidate list size of a search (efSearch; more = "
         "closer to exact search, slower); ignored by Flat and IVF with a flat quantizer")

@@ -129,7 +129,8 @@ class BM25Builder:
 
 
 class BM25Index:
-    """A BM25 index written by :class:`BM25Builder`, memory-mapped (``bm25s.BM25.load``)."""
+    """A BM25 index written by :class:`BM25Builder`, memory-mapped (``bm25s.BM25.load``): bm25s's
+    tokenizer and CSC score matrix, scored over the postings a query touches (:meth:`search`)."""
 
     def __init__(self, directory: Path):
         bm25s = _bm25s()
@@ -141,17 +142,36 @@ class BM25Index:
         self.documents = int(self.retriever.scores["num_docs"])
 
     def search(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` (scores, row ids) of each query, best first, as arrays (q, k); rows whose
-        score is 0 (no query term in the passage) are -1, and so are all of a query sharing no
-        term with the corpus (bm25s would match it to the passages without terms)."""
+        """Top-``k`` (scores, row ids) of each query, best first (ties: lower row first), as
+        arrays (q, k); -1 past the last passage holding a query term, so a query sharing no
+        term with the corpus finds nothing (bm25s would return passages without terms).
+
+        A query's score of a passage is bm25s's (the sum of its terms' column entries, a
+        term repeated in the query counted again), computed over the passages holding a
+        query term only: O(postings touched), not O(corpus) as bm25s's numpy scorer, whose
+        ``np.add.at`` over a dense score vector per query made 1M passages serve about 5
+        queries a second here (benchmarks/index_scale.md)."""
         k = max(1, min(k, self.documents))
+        scores = np.zeros((len(queries), k), np.float32)
+        rows = np.full((len(queries), k), -1, np.int64)
         if not queries:
-            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
+            return scores, rows
         ids = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
-        docs, scores = self.retriever.retrieve(ids, k=k, show_progress=False, n_threads=0)
-        docs = np.asarray(docs, dtype=np.int64).reshape(len(queries), k)
-        scores = np.asarray(scores, dtype=np.float32).reshape(len(queries), k)
         empty = self.tokenizer.get_vocab_dict().get("")
-        nothing = np.array([all(t == empty for t in q) for q in ids])  # no query term in the vocabulary
-        docs[(scores <= 0) | nothing[:, None]] = -1
-        return scores, docs
+        matrix = self.retriever.scores
+        data, indices, indptr = matrix["data"], matrix["indices"], matrix["indptr"]
+        for i, terms in enumerate(ids):
+            terms = np.asarray([t for t in terms if t != empty], dtype=np.int64)
+            if not terms.size:
+                continue
+            starts, lengths = indptr[terms], indptr[terms + 1] - indptr[terms]
+            total = int(lengths.sum())
+            if not total:
+                continue
+            pos = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
+            docs, where = np.unique(np.asarray(indices[pos]), return_inverse=True)
+            summed = np.bincount(where, weights=np.asarray(data[pos], dtype=np.float64)).astype(np.float32)
+            n = min(k, len(docs))
+            best = np.lexsort((docs, -summed))[:n]  # score descending, then row ascending
+            scores[i, :n], rows[i, :n] = summed[best], docs[best]
+        return scores, rows

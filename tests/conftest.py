@@ -147,6 +147,25 @@ def _shipped_packaged_models_count_as_installed(monkeypatch):
     monkeypatch.setattr(models, "packaged_missing", lambda name: [] if name in shipped else real(name))
 
 
+_TIER: list[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)  # before the item's fixtures are set up
+def pytest_runtest_setup(item):
+    """Close the engines cached in-process (``engines.close_engines``) when the run moves to
+    another test folder (``tests/<kind>/``, ``benchmarks/tests``): each folder's engines stay
+    cached across its tests, but a whole ``make test`` in one process would otherwise hold every
+    folder's engines (2 GiB of KV cache each) to its end, and the scale-out tier's Ray workers,
+    which start their own engines, found too little memory left for theirs (CI, stop 42)."""
+    path = Path(str(item.fspath))
+    tier = str(path.parent.relative_to(ROOT)) if ROOT in path.parents else str(path.parent)
+    tier = "/".join(tier.split("/")[:2])
+    engines = sys.modules.get("specrag_batch.engines")  # never imported here: the unit tier's guard
+    if _TIER and _TIER[0] != tier and engines is not None and engines.loaded_engines():
+        engines.close_engines()
+    _TIER[:] = [tier]
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Close the vLLM engines the session cached in-process (``engines.close_engines``: each
     engine core shut down in turn, then garbage collection) while the interpreter is whole,

@@ -246,11 +246,37 @@ def tasks(g: pl.DataFrame) -> list[str]:
 
 def measure_values(g: pl.DataFrame, measure: str) -> np.ndarray:
     """The confidence ``measure`` of each row of :func:`graded_rows`: float64 array, shape
-    (rows of ``g``,), natural-log units (nats, or nats per token); NaN = never kept (null,
-    NaN, or a :data:`FORCED_LOW` row)."""
+    (rows of ``g``,), natural-log units (nats, or nats per token), or a probability for the
+    column ``confidence``; NaN = never kept (null, NaN, or a :data:`FORCED_LOW` row)."""
     v = g.select(pl.when(pl.col("forced_low")).then(None).otherwise(pl.col(measure))
                  .cast(pl.Float64).fill_nan(None)).to_series()
     return v.fill_null(float("nan")).to_numpy()
+
+
+USED_LABELS = {"score": "selected score log ρ (nats; selection.confidence: score)",
+               "mean_logprob": "selected draft's log-probability per token (nats; selection.confidence: mean_logprob)",
+               "confidence": "calibrated probability of being right (output column confidence; "
+                             "selection.confidence: calibrated)"}
+"""Caption of each confidence a run can compare with τ_min (:func:`used_confidence`)."""
+
+
+def used_confidence(config: dict | None) -> tuple[str, str]:
+    """(column of the report rows, caption) of the confidence a run compared with τ_min: the
+    output column ``confidence`` under ``selection.confidence: calibrated``, else the measure
+    ``score`` or ``mean_logprob`` it names (``score`` when the config does not say: runs made
+    before the field existed). ``config``: the run config's JSON dump (its manifest's)."""
+    measure = ((config or {}).get("selection") or {}).get("confidence") or "score"
+    column = "confidence" if measure == "calibrated" else measure
+    return column, USED_LABELS.get(column, column)
+
+
+def always_kept(g: pl.DataFrame, column: str) -> np.ndarray:
+    """Rows of :func:`graded_rows` ``g`` kept at any τ_min when ``column`` is the confidence
+    (bool, (rows,)): fast-path rows under the log-probability measures, none under the
+    calibrated probability (``confidence``), which flags fast-path rows too."""
+    if column == "confidence":
+        return np.zeros(g.height, bool)
+    return g["always"].to_numpy().astype(bool)
 
 
 def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: float | None = None,

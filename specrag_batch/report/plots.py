@@ -1,5 +1,6 @@
 """The report's PNG plots (matplotlib, Agg backend): the selected score of correct vs wrong
-rows, and the risk-coverage curve of each confidence measure as τ_min moves."""
+rows, and the risk-coverage curve of the confidence the run compared with τ_min
+(:func:`specrag_batch.calibration.used_confidence`) as τ_min moves."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from .rows import RunData
 
 PLOTS = {"scores": "score_correct_vs_wrong.png", "risk_coverage": "risk_coverage.png"}
 """Plot name -> file name under ``_report/``."""
+_SHORT = {"score": "the selected score log ρ", "mean_logprob": "log-probability per token",
+          "confidence": "the calibrated P(right)"}
 
 
 def _png(fig) -> bytes:
@@ -33,8 +36,11 @@ def _legend_or_note(ax, note: str) -> None:
 def plots(data: RunData) -> dict[str, bytes]:
     """PNG bytes per plot (name of :data:`PLOTS` -> bytes): the selected score log ρ (nats)
     of correct vs wrong rows (histograms), and the risk-coverage curve (accuracy of kept rows
-    vs share kept) of each confidence measure. A plot with nothing to draw (no graded row, or
-    only fast-path rows) says so in place of a legend."""
+    vs share kept) of the confidence the run used (:func:`~specrag_batch.calibration.used_confidence`:
+    the calibrated probability under ``selection.confidence: calibrated``, else the measure it
+    names), titled with it. Without a graded row (no gold) there is no risk-coverage plot
+    (:func:`~specrag_batch.report.summary.summary` says why in the report). A plot with nothing
+    else to draw (only fast-path rows, no score) says so in place of a legend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -54,17 +60,22 @@ def plots(data: RunData) -> dict[str, bytes]:
     ax.set_title("Selected score, correct vs wrong")
     _legend_or_note(ax, "no graded row with a finite score" if g.height else "no rows with gold")
     out["scores"] = _png(fig)
-    fig = Figure(figsize=(6, 4))
+    if g.height == 0:
+        return out
+    column, caption = calibration.used_confidence(data.config)
+    fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
-    for m in calibration.MEASURES:
-        c = calibration.risk_coverage(calibration.measure_values(g, m), g["correct"].to_numpy(),
-                                      g["always"].to_numpy())
-        if len(c.taus):
-            ax.plot(c.coverage, c.accuracy, marker="o", ms=3, alpha=0.8, label=m)
+    conf = calibration.measure_values(g, column) if column in g.columns else np.full(g.height, np.nan)
+    c = calibration.risk_coverage(conf, g["correct"].to_numpy(), calibration.always_kept(g, column))
+    if len(c.taus):
+        ax.plot(c.coverage, c.accuracy, marker="o", ms=3, label=f"{column} (n={c.n})")
+        ax.axhline(float(g["correct"].mean()), ls="--", color="grey", lw=1, label="accuracy of all graded rows")
     ax.set_xlabel("coverage (share of graded rows kept)")
     ax.set_ylabel("accuracy of kept rows")
     ax.set_ylim(0, 1.02)
-    ax.set_title("Risk-coverage as τ_min moves")
-    _legend_or_note(ax, "no graded row τ_min applies to" if g.height else "no rows with gold")
+    ax.set_title(f"Risk-coverage as τ_min moves on {_SHORT.get(column, column)}", fontsize=11)
+    fig.text(0.5, 0.01, "confidence: " + caption, ha="center", fontsize=7)
+    fig.subplots_adjust(bottom=0.18)
+    _legend_or_note(ax, f"no graded row has a {column} τ_min applies to")
     out["risk_coverage"] = _png(fig)
     return out

@@ -40,8 +40,9 @@ def artifact_key(output_uri: str) -> str:
 
 
 def write_report(prefix: str, manifest: dict | None = None) -> dict:
-    """Write ``<prefix>/_report/report.md``, ``summary.json`` and the PNG plots; returns the
-    summary plus ``report_uri``. ``manifest`` (the run's, e.g. before it is written) overrides
+    """Write ``<prefix>/_report/report.md``, ``summary.json`` and the PNG plots (a plot not
+    drawn, the risk-coverage one of a run without gold, is removed if an earlier report left
+    it); returns the summary plus ``report_uri``. ``manifest`` (the run's, e.g. before it is written) overrides
     the one stored under ``prefix``.
 
     Raises:
@@ -51,9 +52,15 @@ def write_report(prefix: str, manifest: dict | None = None) -> dict:
         data.manifest = manifest
     s = summary(data)
     rdir = storage.join(data.prefix, REPORT_DIR)
-    for name, png in plots(data).items():
-        storage.write_bytes_atomic(storage.join(rdir, PLOTS[name]), png)
-    md = markdown(s, PLOTS)
+    drawn = plots(data)
+    for name, file in PLOTS.items():
+        uri = storage.join(rdir, file)
+        if name in drawn:
+            storage.write_bytes_atomic(uri, drawn[name])
+        elif storage.exists(uri):  # an earlier report's plot would no longer match this report
+            fs, path = storage.filesystem(uri)
+            fs.rm(path)
+    md = markdown(s, {name: PLOTS[name] for name in PLOTS if name in drawn or name == "risk_coverage"})
     storage.write_bytes_atomic(storage.join(rdir, "summary.json"), json.dumps(s, indent=2).encode())
     storage.write_bytes_atomic(storage.join(rdir, "report.md"), md.encode())
     return {**s, "report_uri": storage.join(rdir, "report.md"), "markdown": md}

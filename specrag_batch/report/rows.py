@@ -24,11 +24,13 @@ MANIFEST = "_manifest.json"
 COLUMNS = ("query_id", "task", "answer", "score", "score_draft", "score_self_consistency",
            "score_self_reflection", "low_confidence", "fast_path", "drafts", "flags", "error",
            "correct", "exact_match", "f1", "mode")
-OPTIONAL_COLUMNS = ("error_reason", "answer_source", "draft_rounds", "verifier_drafts_deduplicated")
+OPTIONAL_COLUMNS = ("error_reason", "answer_source", "draft_rounds", "verifier_drafts_deduplicated",
+                    "confidence")
 """Read when a shard has them (outputs written before these columns were added lack them):
 ``error_reason`` the row error's code, ``answer_source`` which pass answered a row
 (``selection.fallback``), ``draft_rounds`` adaptive drafting's rounds (``sampling.adaptive``),
-``verifier_drafts_deduplicated`` verifier passes saved (``verifier.deduplicate_drafts``)."""
+``verifier_drafts_deduplicated`` verifier passes saved (``verifier.deduplicate_drafts``),
+``confidence`` the calibrated probability of being right (``selection.confidence: calibrated``)."""
 
 
 ESSENTIAL_COLUMNS = ("query_id", "task", "answer", "error")

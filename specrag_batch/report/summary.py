@@ -43,6 +43,9 @@ def summary(data: RunData) -> dict:
     A number that is NaN or infinite is None.
     ``shards_missing``: shards listed as finished whose data object is gone (not read);
     ``columns_read_as_null``: shard -> report columns it lacks (read as null).
+    ``risk_coverage``: the confidence the risk-coverage plot is drawn for (``confidence``: the
+    report column, ``caption``: what it is) and ``note``, the line said instead of the plot
+    when no row has gold (else None).
 
     Raises:
         ValueError: a graded row without a task (:func:`specrag_batch.calibration.tasks`)."""
@@ -77,6 +80,9 @@ def summary(data: RunData) -> dict:
     if "verifier_drafts_deduplicated" in df.columns and df["verifier_drafts_deduplicated"].drop_nulls().len():
         out["verifier_drafts_deduplicated"] = int(df["verifier_drafts_deduplicated"].sum())
     g = calibration.graded_rows(df)
+    column, caption = calibration.used_confidence(data.config)
+    out["risk_coverage"] = {"confidence": column, "caption": caption, "note": None if g.height else (
+        "No risk-coverage plot: no answered row has a gold answer, so no row is known to be right or wrong.")}
     for task in calibration.tasks(g):
         t = g.filter(pl.col("task") == task)
         m = {"n_with_gold": t.height, "accuracy": float(t["correct"].mean())}
@@ -189,8 +195,15 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
     lines += ["", "## Flags by kind", ""]
     lines += [f"- {k}: {v}" for k, v in s["flags_by_kind"].items()] or ["none"]
     lines += cost_markdown(s)
+    rc = s.get("risk_coverage") or {}
     for name, f in (plots or {}).items():
+        if name == "risk_coverage" and rc.get("note"):
+            lines += ["", rc["note"]]
+            continue
         lines += ["", f"![{name}]({f})"]
+        if name == "risk_coverage" and rc.get("caption"):
+            kept = "" if rc.get("confidence") == "confidence" else "; fast-path rows are always kept"
+            lines += ["", f"Risk-coverage of the confidence this run compared with τ_min: {rc['caption']}{kept}."]
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from specrag_batch import calibration
+from specrag_batch.calibration import USED_LABELS
 from specrag_batch.report import UNRECORDED, load_rows, plots, summary, write_report
 from specrag_batch.schema import OUTPUT_SCHEMA
 
@@ -30,13 +32,14 @@ def _error(i: int, message: str, reason: str | None) -> dict:
                 error=message, error_reason=reason)
 
 
-def _write_run(out, shards: dict[str, pa.Table]) -> str:
+def _write_run(out, shards: dict[str, pa.Table], **manifest_fields) -> str:
     """Shards under ``out`` listed ``ok`` in its manifest (what a finished run leaves)."""
     out.mkdir()
     for name, table in shards.items():
         pq.write_table(table, out / name)
     manifest = {"shards": [{"status": "ok", "output": str(out / n)} for n in shards],
-                "stage_seconds": {"drafting": 1.0}, "seconds": 2.0, "rows_out": 0, "engines": {}}
+                "stage_seconds": {"drafting": 1.0}, "seconds": 2.0, "rows_out": 0, "engines": {},
+                **manifest_fields}
     (out / "_manifest.json").write_text(json.dumps(manifest))
     return str(out)
 
@@ -92,4 +95,67 @@ def test_plots_with_nothing_labelled_warn_nothing(tmp_path, rows):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = plots(data)
-    assert set(out) == {"scores", "risk_coverage"} and all(png.startswith(PNG) for png in out.values())
+    graded = any(r.get("correct") is not None for r in rows)
+    assert set(out) == ({"scores", "risk_coverage"} if graded else {"scores"})
+    assert all(png.startswith(PNG) for png in out.values())
+
+
+def _curve_spy(monkeypatch) -> list:
+    """The (confidence, always) arrays each risk-coverage curve of the report is drawn from."""
+    seen, real = [], calibration.risk_coverage
+
+    def spy(conf, correct, always=None):
+        seen.append((list(conf), list(always)))
+        return real(conf, correct, always)
+    monkeypatch.setattr(calibration, "risk_coverage", spy)
+    return seen
+
+
+def test_risk_coverage_is_drawn_for_the_calibrated_confidence_the_run_used(tmp_path, monkeypatch):
+    """Issue 39 item 2: under ``selection.confidence: calibrated`` the plot is of the output
+    column ``confidence`` (fast-path rows thresholded too), and the plot and its caption say so."""
+    rows = [_row(0, correct=True, confidence=0.9), _row(1, correct=False, confidence=0.2, fast_path=True),
+            _row(2, correct=True, confidence=0.7)]
+    prefix = _write_run(tmp_path / "out", {"a.parquet": pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA)},
+                        config={"selection": {"confidence": "calibrated"}})
+    seen = _curve_spy(monkeypatch)
+    s = write_report(prefix)
+    assert seen == [([0.9, 0.2, 0.7], [False, False, False])]
+    assert s["risk_coverage"]["confidence"] == "confidence" and s["risk_coverage"]["note"] is None
+    assert "![risk_coverage](risk_coverage.png)" in s["markdown"]
+    assert ("Risk-coverage of the confidence this run compared with τ_min: calibrated probability of being "
+            "right (output column confidence; selection.confidence: calibrated).") in s["markdown"]
+
+
+@pytest.mark.parametrize("config, column, values", [
+    ({}, "score", [-1.0, -3.0]),                                    # no selection.confidence: score
+    ({"selection": {"confidence": "score"}}, "score", [-1.0, -3.0]),
+    ({"selection": {"confidence": "mean_logprob"}}, "mean_logprob", None),
+])
+def test_risk_coverage_of_a_log_measure_names_it_and_keeps_fast_path_rows(tmp_path, monkeypatch, config,
+                                                                           column, values):
+    rows = [_row(0, correct=True), _row(1, correct=False, fast_path=True), _row(2, correct=False)]
+    prefix = _write_run(tmp_path / "out", {"a.parquet": pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA)},
+                        config=config)
+    seen = _curve_spy(monkeypatch)
+    s = write_report(prefix)
+    (conf, always), = seen
+    assert always == [False, True, False]
+    if values:
+        assert [conf[0], conf[2]] == values
+    assert s["risk_coverage"]["confidence"] == column
+    assert f"Risk-coverage of the confidence this run compared with τ_min: {USED_LABELS[column]}; " \
+        "fast-path rows are always kept." in s["markdown"]
+
+
+def test_a_run_without_gold_gets_no_risk_coverage_plot_and_one_line_why(tmp_path):
+    prefix = _write_run(tmp_path / "out", {"a.parquet": pa.Table.from_pylist([_row(0), _row(1)], schema=OUTPUT_SCHEMA)})
+    stale = tmp_path / "out" / "_report" / "risk_coverage.png"  # an earlier report's plot
+    stale.parent.mkdir()
+    stale.write_bytes(PNG)
+    s = write_report(prefix)
+    assert not stale.exists() and (tmp_path / "out" / "_report" / "score_correct_vs_wrong.png").exists()
+    note = "No risk-coverage plot: no answered row has a gold answer, so no row is known to be right or wrong."
+    assert s["risk_coverage"]["note"] == note
+    md = s["markdown"].splitlines()
+    assert note in md and "risk_coverage.png" not in s["markdown"]

@@ -38,8 +38,8 @@ index_app = typer.Typer(no_args_is_help=True, help="Retrieval index over a corpu
 models_app = typer.Typer(no_args_is_help=True, help="Packaged models (GGUF in PyPI packages).")
 app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")
+from .cli_drift import drift  # noqa: E402  (night over night: specrag_batch.cli_drift)
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
-
 app.add_typer(drafter_app, name="drafter")
 def _fail(e: Exception, code: int) -> None:
     err_console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
@@ -250,6 +250,7 @@ def report(
     with _offline_errors():
         s = write_report(output)
     console.print(f"report: {s['rows']} rows from {s['shards']} shards -> {s['report_uri']}")
+app.command()(drift)
 
 
 @app.command()

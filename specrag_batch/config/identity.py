@@ -10,11 +10,14 @@ def hashed_view(data: dict) -> dict:
     """The part of a config's JSON dump (``RunConfig.model_dump(mode="json")``, or the
     ``config`` a run's ``_run.json`` stored, possibly of an older version) that
     :meth:`RunConfig.config_hash` hashes: a copy without ``task`` when it is None, without
-    :data:`SWITCHED_FIELDS` whose switch is off and without :data:`ADDED_FIELDS` at their
-    value before they existed. Sections or keys the dump lacks are left absent."""
+    :data:`SWITCHED_FIELDS` whose switch is off, without :data:`ADDED_FIELDS` at their
+    value before they existed and without :data:`UNHASHED_SECTIONS`. Sections or keys the
+    dump lacks are left absent."""
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     if data.get("task") is None:
         data.pop("task", None)
+    for section in UNHASHED_SECTIONS:
+        data.pop(section, None)
     sampling, selection = data.get("sampling"), data.get("selection")
     if isinstance(sampling, dict) and "adaptive" in sampling and sampling["adaptive"] is None:
         # left out: hashed as what RunConfig.adaptive_drafting resolves it to
@@ -77,3 +80,10 @@ SWITCHED_FIELDS = (("drafter", "answer_max_tokens", "answer_on_truncation"),)
 section is on: left out of :meth:`RunConfig.config_hash` whatever their value while it is off,
 so a config with ``answer_on_truncation: false`` and any ``answer_max_tokens`` hashes as before
 both fields existed (it behaves so)."""
+
+
+UNHASHED_SECTIONS = ("drift",)
+"""Sections left out of :meth:`RunConfig.config_hash` whatever their values: they change no
+row. ``drift`` (the night-over-night comparison's thresholds) is read after the run; in the
+hash, a changed threshold would make every earlier night "another config hash" (no baseline)
+and refuse to resume the night's own run."""

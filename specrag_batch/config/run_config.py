@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from .calibration_model import SCORING_EXCLUDED
+from .drift import DriftConfig
 from .identity import hashed_view
 from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
                        RetrievalConfig, SamplingConfig, SelectionConfig, VerifierConfig, _Strict)
@@ -60,6 +61,8 @@ class RunConfig(_Strict):
         "task gets a row error; None = per-row `task` column")
     claim_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_CLAIM_LABELS))
     reflection_question: str = Field(REFLECTION_QUESTION, min_length=1)
+    drift: DriftConfig = Field(default_factory=DriftConfig, description="night-over-night comparison "
+                               "of the nightly and backfill flows; not in the config hash")
 
     @field_validator("claim_labels", mode="before")
     @classmethod

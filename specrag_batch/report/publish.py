@@ -9,6 +9,7 @@ import unicodedata
 
 from .. import storage
 from .plots import PLOTS, plots
+from .profile import PROFILE_FILE, profile
 from .rows import load_rows
 from .summary import markdown, summary, table_rows
 
@@ -40,7 +41,8 @@ def artifact_key(output_uri: str) -> str:
 
 
 def write_report(prefix: str, manifest: dict | None = None) -> dict:
-    """Write ``<prefix>/_report/report.md``, ``summary.json`` and the PNG plots (a plot not
+    """Write ``<prefix>/_report/report.md``, ``summary.json``, ``profile.json`` (what a
+    night-over-night comparison reads, :mod:`.profile`) and the PNG plots (a plot not
     drawn, the risk-coverage one of a run without gold, is removed if an earlier report left
     it); returns the summary plus ``report_uri``. ``manifest`` (the run's, e.g. before it is written) overrides
     the one stored under ``prefix``.
@@ -62,6 +64,7 @@ def write_report(prefix: str, manifest: dict | None = None) -> dict:
             fs.rm(path)
     md = markdown(s, {name: PLOTS[name] for name in PLOTS if name in drawn or name == "risk_coverage"})
     storage.write_bytes_atomic(storage.join(rdir, "summary.json"), json.dumps(s, indent=2).encode())
+    storage.write_bytes_atomic(storage.join(rdir, PROFILE_FILE), json.dumps(profile(data, s)).encode())
     storage.write_bytes_atomic(storage.join(rdir, "report.md"), md.encode())
     return {**s, "report_uri": storage.join(rdir, "report.md"), "markdown": md}
 

@@ -25,12 +25,13 @@ COLUMNS = ("query_id", "task", "answer", "score", "score_draft", "score_self_con
            "score_self_reflection", "low_confidence", "fast_path", "drafts", "flags", "error",
            "correct", "exact_match", "f1", "mode")
 OPTIONAL_COLUMNS = ("error_reason", "answer_source", "draft_rounds", "verifier_drafts_deduplicated",
-                    "confidence")
+                    "confidence", "rationale")
 """Read when a shard has them (outputs written before these columns were added lack them):
 ``error_reason`` the row error's code, ``answer_source`` which pass answered a row
 (``selection.fallback``), ``draft_rounds`` adaptive drafting's rounds (``sampling.adaptive``),
 ``verifier_drafts_deduplicated`` verifier passes saved (``verifier.deduplicate_drafts``),
-``confidence`` the calibrated probability of being right (``selection.confidence: calibrated``)."""
+``confidence`` the calibrated probability of being right (``selection.confidence: calibrated``),
+``rationale`` the answer's rationale (its length is in the run's profile, :mod:`.profile`)."""
 
 
 ESSENTIAL_COLUMNS = ("query_id", "task", "answer", "error")

@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from .. import storage
 from ..execution import ExecutionConfig, StoppableThreadPoolTaskRunner, ray_session
 from ..redaction import redact
+from .drift_watch import DriftError, watch_night
 from .nightly import MissingPartitionError, run_partition
 from .partitions import dates_between, require_directory, resolve_config
 
@@ -64,13 +65,17 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
         allow_missing: a date without input partition does not fail the run.
 
     Returns ``{"dates": [per-date summary], "ok": n, "failed": n, "missing": n, ...}``, also
-    written to ``<output_root>/_backfills/<start>_<end>.json``.
+    written to ``<output_root>/_backfills/<start>_<end>.json``. With ``drift.enabled`` (the
+    default) every finished date is then compared with the nights before it in date order
+    (:mod:`specrag_batch.scheduled.drift_watch`; ``drift`` in its per-date summary).
 
     Raises:
         ValueError: bad dates, ``max_concurrency`` < 1, config/topology mismatch (before any
             work).
         FileNotFoundError: ``input_root`` is not an existing directory (before any work).
-        RuntimeError: after all dates ran, if any failed (or was missing and not allowed)."""
+        RuntimeError: after all dates ran, if any failed (or was missing and not allowed).
+        DriftError: after that, a measure of ``drift.fail_on`` moved on a date (or a date had no
+            baseline under ``drift.require_baseline``), naming the dates and measures."""
     if max_concurrency < 1:
         raise ValueError(f"parameter 'max_concurrency': must be >= 1, got {max_concurrency}")
     dates = [d.isoformat() for d in dates_between(start_date, end_date)]
@@ -83,6 +88,12 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
     with ray_session(ex):
         results = _run_dates.with_options(task_runner=StoppableThreadPoolTaskRunner(max_workers=max_concurrency))(
             input_root, output_root, dates, cfg.model_dump(mode="json"), ex, overwrite)
+    drift_failures = []
+    for r in results if cfg.drift.enabled else []:  # in date order, whatever order the dates ran in
+        if r["status"] == "ok":
+            w = watch_night(output_root, r["date"], cfg.drift, log)
+            r["drift"] = {k: w[k] for k in ("status", "moved", "fails", "uri")}
+            drift_failures += [f"{w['fail_reason']}; see {w['uri']}"] if w["fail_reason"] else []
     summary = {"start_date": dates[0], "end_date": dates[-1], "dates": results,
                **{k: sum(r["status"] == k for r in results) for k in ("ok", "failed", "missing")}}
     summary_uri = storage.join(output_root, "_backfills", f"{dates[0]}_{dates[-1]}.json")
@@ -94,5 +105,7 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
         shown = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
         raise RuntimeError(f"backfill: {len(bad)} of {len(dates)} dates not completed ({shown}); "
                            f"per-date status in {summary_uri}")
+    if drift_failures:
+        raise DriftError(" | ".join(drift_failures))
     return summary
 

@@ -20,6 +20,7 @@ from .. import storage
 from ..orchestration import run_flow
 from ..execution import ExecutionConfig
 from ..planning import plan_shards
+from .drift_watch import DriftError, watch_night
 from .partitions import (
     check_timezone,
     parse_date,
@@ -80,11 +81,16 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
             :func:`specrag_batch.scheduled.partitions.resolve_config`).
         execution: task runner (threads or Ray) and stage topology.
 
-    Returns the partition's run manifest. The flow run fails when a shard failed (its rows are
-    listed in the manifest), so Prefect retries/alerts apply; a retry resumes.
+    Returns the partition's run manifest plus ``drift`` (status, moved measures, ``uri`` of
+    ``drift.json``): with ``drift.enabled`` (the default) the night is compared with the nights
+    before it (:mod:`specrag_batch.scheduled.drift_watch`). The flow run fails when a shard
+    failed (its rows are listed in the manifest), so Prefect retries/alerts apply; a retry
+    resumes.
 
     Raises:
         RuntimeError: a shard failed (the manifest is written first).
+        DriftError: a measure of ``drift.fail_on`` moved, or no baseline under
+            ``drift.require_baseline`` (``drift.json`` and the report are written first).
         MissingPartitionError: see :func:`run_partition`.
         FileNotFoundError: ``input_root`` is not a directory.
         ValueError: a bad ``date`` or ``timezone``, an invalid config, or a topology the
@@ -100,5 +106,10 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
     if manifest["failed_shards"]:
         raise RuntimeError(f"{manifest['failed_shards']} shard(s) failed in partition {day}; "
                            f"see {manifest['manifest_uri']}")
+    if cfg.drift.enabled:
+        w = watch_night(output_root, day, cfg.drift, get_run_logger())
+        manifest["drift"] = {k: w[k] for k in ("status", "moved", "fails", "baseline", "uri")}
+        if w["fail_reason"]:
+            raise DriftError(f"{w['fail_reason']}; see {w['uri']}")
     return manifest
 

@@ -1,0 +1,57 @@
+"""The ``drift`` command: one night of a nightly output root compared with the nights before it,
+by hand, as the nightly and backfill flows do (:mod:`specrag_batch.scheduled.drift_watch`).
+``cli.py`` registers it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.text import Text
+
+from .cli_options import CONFIG_HELP, config_location, exit_codes
+from .console import console, err_console
+
+
+def _fail(e: Exception, code: int) -> None:
+    err_console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def drift(
+    output_root: str = typer.Argument(..., help="Output root holding date=YYYY-MM-DD/ partitions "
+                                      "(local path or s3://)."),
+    date: str = typer.Option(..., "--date", help="The night to compare, YYYY-MM-DD."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", callback=config_location,
+                                         metavar="<file or URI>", help=CONFIG_HELP + ": its drift "
+                                         "section (default: the drift section the night ran with)."),
+    write: bool = typer.Option(True, "--write/--no-write", help="Write _report/drift.json and the "
+                               "report's section (default), or only print."),
+) -> None:
+    """Compare one night with the last K nights before it (drift section of the config).
+
+    Prints the "Changes since the last K nights" section. Exit codes: 0 = compared (or nothing
+    to compare: first night, no baseline); 1 = a measure of drift.fail_on moved (or no
+    baseline under drift.require_baseline), as the nightly flow run would fail; 2 = a bad
+    date, config or root."""
+    from . import drift as drift_measures
+    from . import storage
+    from .config import DriftConfig, load_config
+    from .scheduled.drift_watch import night_drift, write_drift
+    from .scheduled.partitions import parse_date, partition_uri
+
+    with exit_codes(_fail):
+        day = parse_date(date, "--date")
+        if not storage.exists(output_root):
+            raise FileNotFoundError(f"parameter 'OUTPUT_ROOT': {output_root!r} does not exist")
+        if config is not None:
+            cfg = load_config(config).drift
+        else:
+            stored = storage.read_json_object(storage.join(partition_uri(output_root, day), "_manifest.json")) or {}
+            cfg = DriftConfig.model_validate((stored.get("config") or {}).get("drift") or {})
+        result = night_drift(output_root, day, cfg)
+        console.print(drift_measures.markdown(result), markup=False, highlight=False, end="")
+        if write:
+            console.print(f"written: {write_drift(output_root, result)}", markup=False, highlight=False)
+    if result["fail_reason"]:
+        _fail(RuntimeError(result["fail_reason"]), 1)

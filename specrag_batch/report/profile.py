@@ -1,0 +1,117 @@
+"""A run's profile (``<output>/_report/profile.json``): what a night-over-night comparison
+(:mod:`specrag_batch.drift`) reads of a run, written beside ``summary.json`` by
+:func:`specrag_batch.report.write_report`, local or ``s3://`` alike.
+
+* ``rates``: measure -> ``{"k": count, "n": of how many}``: ``low_confidence_rate`` and
+  ``fast_path_rate`` (of answered rows), ``error_rate`` (of rows), ``accuracy:<task>`` (correct
+  of graded rows, where gold exists).
+* ``shares``: family -> ``{"n": of how many, "counts": {value: count}}``: ``error_reason`` (of
+  rows), ``answer_source`` (of answered rows); the comparison takes every value tonight or the
+  baseline has as one rate (a reason that appears tonight is compared with zero).
+* ``mixes``: ``answers:<task>`` -> answers per value, for the label tasks (claim, choice);
+  answers outside the claim labels count as ``(not a label)``.
+* ``distributions``: ``score:<task>`` (the selected log ρ), ``confidence:<task>`` (the calibrated
+  probability, where the run wrote it), ``answer_length:qa`` and ``rationale_length`` (characters),
+  each ``{"n", "mean", "quantiles": {q: value}, "sample": [values]}``; ``sample`` holds every value,
+  or :data:`SAMPLE_SIZE` drawn with a fixed seed.
+* ``per_row``: ``seconds_per_row`` (the output's shard task seconds over its rows),
+  ``tokens_per_row:<model>:prompt`` / ``:generated``, ``engine_seconds_per_row:<model>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import polars as pl
+
+from .. import calibration
+from ..config import hashed_view
+from ..redaction import redact_text
+from .rows import RunData
+
+PROFILE_VERSION = 1
+PROFILE_FILE = "profile.json"
+SAMPLE_SIZE = 2000
+"""Most values a distribution keeps for the two-sample test (drawn with seed 0 beyond it)."""
+QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+LABEL_TASKS = ("claim", "choice")
+NOT_A_LABEL = "(not a label)"
+
+
+def config_hash_of(config: dict) -> str | None:
+    """The config hash (:meth:`RunConfig.config_hash`) of a stored config dump (a manifest's
+    or ``_run.json``'s ``config``), computed from the dump as it is (:func:`hashed_view`), so an
+    older run's config is hashed as it was; None for an empty dump."""
+    if not config:
+        return None
+    return hashlib.sha256(json.dumps(hashed_view(config), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _distribution(values: pl.Series) -> dict | None:
+    """``{"n", "mean", "quantiles", "sample"}`` of the finite values of ``values`` (None when
+    there is none)."""
+    v = values.cast(pl.Float64).drop_nulls()
+    v = v.filter(v.is_finite())
+    if not v.len():
+        return None
+    sample = v if v.len() <= SAMPLE_SIZE else v.sample(SAMPLE_SIZE, seed=0)
+    return {"n": v.len(), "mean": float(v.mean()),
+            "quantiles": {str(q): float(v.quantile(q, "linear")) for q in QUANTILES},
+            "sample": [float(x) for x in sample.sort().to_list()]}
+
+
+def _counts(values: pl.Series) -> dict[str, int]:
+    counts = values.value_counts(sort=True, name="n")
+    return {str(k): int(n) for k, n in zip(counts[values.name].to_list(), counts["n"].to_list())}
+
+
+def profile(data: RunData, s: dict) -> dict:
+    """The profile (module docstring) of a run's rows ``data`` and its report summary ``s``
+    (:func:`specrag_batch.report.summary`): a JSON-able dict with ``profile_version``,
+    ``output`` (redacted), ``config_hash`` (the manifest's, else of the stored config; None without one),
+    ``run_id``, ``rows``, ``answered`` and the measures."""
+    df = data.rows
+    ok = df.filter(pl.col("error").is_null() & pl.col("answer").is_not_null())
+    n, answered = df.height, ok.height
+    out: dict = {"profile_version": PROFILE_VERSION, "output": redact_text(data.prefix),
+                 "config_hash": (data.manifest or {}).get("config_hash") or config_hash_of(data.config), "run_id": (data.manifest or {}).get("run_id"),
+                 "rows": n, "answered": answered, "rates": {}, "shares": {}, "mixes": {},
+                 "distributions": {}, "per_row": {}}
+    out["rates"]["low_confidence_rate"] = {"k": int(ok["low_confidence"].fill_null(False).sum()), "n": answered}
+    out["rates"]["fast_path_rate"] = {"k": int(ok["fast_path"].fill_null(False).sum()), "n": answered}
+    out["rates"]["error_rate"] = {"k": s["errors"], "n": n}
+    g = calibration.graded_rows(df)
+    for task in calibration.tasks(g):
+        t = g.filter(pl.col("task") == task)
+        out["rates"][f"accuracy:{task}"] = {"k": int(t["correct"].sum()), "n": t.height}
+    out["shares"]["error_reason"] = {"n": n, "counts": dict(s["errors_by_reason"])}
+    if "answer_source" in df.columns and ok["answer_source"].drop_nulls().len():
+        out["shares"]["answer_source"] = {"n": answered, "counts": _counts(ok["answer_source"].drop_nulls())}
+    labels = set((data.config or {}).get("claim_labels") or [])
+    for task in LABEL_TASKS:
+        answers = ok.filter(pl.col("task") == task)["answer"]
+        if task == "claim" and labels:
+            answers = answers.map_elements(lambda a: a if a in labels else NOT_A_LABEL, return_dtype=pl.String)
+        if answers.len():
+            out["mixes"][f"answers:{task}"] = _counts(answers)
+    dist = out["distributions"]
+    for task in sorted(ok["task"].drop_nulls().unique().to_list()):
+        t = ok.filter(pl.col("task") == task)
+        for column in ("score", "confidence"):
+            if column in t.columns and (d := _distribution(t[column])) is not None:
+                dist[f"{column}:{task}"] = d
+    if (d := _distribution(ok.filter(pl.col("task") == "qa")["answer"].str.len_chars())) is not None:
+        dist["answer_length:qa"] = d
+    if "rationale" in ok.columns and (d := _distribution(ok["rationale"].str.len_chars())) is not None:
+        dist["rationale_length"] = d
+    rows = (s.get("output_cost") or {}).get("rows") or n
+    if s.get("shard_seconds") is not None and rows:
+        out["per_row"]["seconds_per_row"] = s["shard_seconds"] / rows
+    for model, u in (s.get("tokens_per_row") or {}).items():
+        for kind in ("prompt", "generated"):
+            if u.get(kind) is not None:
+                out["per_row"][f"tokens_per_row:{model}:{kind}"] = u[kind]
+        if u.get("engine_seconds") and rows:
+            out["per_row"][f"engine_seconds_per_row:{model}"] = u["engine_seconds"] / rows
+    return out

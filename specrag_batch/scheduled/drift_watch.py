@@ -1,0 +1,235 @@
+"""Night over night for the nightly and backfill flows: a date's run profile
+(``<output_root>/date=D/_report/profile.json``) compared with the last K finished nights before
+it in date order that share its config hash (:mod:`specrag_batch.drift`), written to
+``_report/drift.json``, at the top of ``_report/report.md``, as a Prefect markdown artifact, a
+flow-run tag and a Prefect event; the flow run fails when a measure of ``drift.fail_on`` moved.
+
+Nights are found by their partition directories, never by when they ran, so a backfill that
+ran its dates out of order compares each date with the dates before it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+
+from .. import drift, storage
+from ..config import DriftConfig
+from ..redaction import redact_text
+from ..report import REPORT_DIR
+from ..report.profile import PROFILE_FILE, PROFILE_VERSION
+from ..report.publish import artifact_key
+from .partitions import PARTITION_KEY, parse_date, partition_uri
+
+log = logging.getLogger(__name__)
+
+DRIFT_FILE = "drift.json"
+TAG = "specrag-drift"
+"""Flow-run tag added when a measure moved (also ``specrag-drift:<measure>`` per measure)."""
+NO_BASELINE_TAG = "specrag-drift-no-baseline"
+EVENT_MOVED = "specrag.drift.detected"
+EVENT_NO_BASELINE = "specrag.drift.no-baseline"
+SECTION_START, SECTION_END = "<!-- drift -->", "<!-- /drift -->"
+_NIGHT = re.compile(rf"^{PARTITION_KEY}=(\d{{4}}-\d{{2}}-\d{{2}})$")
+MAX_NAMED = 5
+"""Nights named one by one in a note; more are counted."""
+
+
+class DriftError(RuntimeError):
+    """Measures named in ``drift.fail_on`` moved (or a night had no baseline under
+    ``drift.require_baseline``); ``str()`` names them, the date and the ``drift.json``."""
+
+
+def nights(output_root: str) -> list[dt.date]:
+    """The dates of the ``date=YYYY-MM-DD`` partitions under ``output_root``, sorted (none
+    when it does not exist)."""
+    fs, path = storage.filesystem(output_root)
+    fs.invalidate_cache(path)
+    try:
+        entries = fs.ls(path, detail=False)
+    except FileNotFoundError:
+        return []
+    found = []
+    for e in entries:
+        m = _NIGHT.match(e.rstrip("/").rsplit("/", 1)[-1])
+        if m:
+            try:
+                found.append(dt.date.fromisoformat(m.group(1)))
+            except ValueError:
+                continue
+    return sorted(set(found))
+
+
+def read_profile(prefix: str) -> tuple[dict | None, str | None]:
+    """``(profile, None)`` of the run under ``prefix``, or ``(None, why)``: no profile, not
+    readable, of another profile version, a run with failed shards (not finished)."""
+    uri = storage.join(prefix, REPORT_DIR, PROFILE_FILE)
+    try:
+        p = storage.read_json_object(uri)
+    except (ValueError, OSError) as e:
+        return None, f"profile unreadable ({str(e)[:200]})"
+    if p is None:
+        return None, f"no profile ({REPORT_DIR}/{PROFILE_FILE} missing; `specrag-batch report {redact_text(prefix)}` writes it)"
+    if p.get("profile_version") != PROFILE_VERSION or not isinstance(p.get("rates"), dict):
+        return None, f"profile unreadable (version {p.get('profile_version')!r}, this version reads {PROFILE_VERSION})"
+    try:
+        m = storage.read_json_object(storage.join(prefix, "_manifest.json")) or {}
+    except (ValueError, OSError):
+        m = {}
+    if m.get("failed_shards"):
+        return None, f"not finished ({m['failed_shards']} shard(s) failed)"
+    return p, None
+
+
+def _named(dates: list[str]) -> str:
+    return ", ".join(dates[:MAX_NAMED]) + (f" and {len(dates) - MAX_NAMED} more" if len(dates) > MAX_NAMED else "")
+
+
+def night_drift(output_root: str, date, cfg: DriftConfig) -> dict:
+    """Compare the night ``date`` under ``output_root`` with the last ``cfg.baseline_nights``
+    earlier nights (by date) whose profile is readable, finished and of the same config hash.
+
+    Returns a JSON-able dict: ``date``, ``output_root`` (redacted), ``config_hash``, ``status``
+    (``compared``, ``no_baseline`` or ``no_profile``), ``baseline`` (dates, newest first),
+    ``excluded`` (``{"date", "reason"}`` of nights looked at and left out), ``notes`` (one line
+    per reason a night was left out or no comparison was made), ``measures``
+    (:func:`specrag_batch.drift.compare`), ``moved`` and ``fails`` (measure names), and
+    ``fail_reason`` (a message when the run should fail, else None).
+
+    Raises:
+        ValueError: a bad ``date``."""
+    d = parse_date(date, "date")
+    prefix = partition_uri(output_root, d)
+    out = {"date": d.isoformat(), "output_root": redact_text(output_root), "config_hash": None,
+           "status": "no_profile", "baseline": [], "excluded": [], "notes": [], "measures": [],
+           "moved": [], "fails": [], "fail_reason": None}
+    tonight, why = read_profile(prefix)
+    if tonight is None:
+        out["notes"].append(f"no comparison: this night has {why}")
+        return _finish(out, cfg)
+    out["config_hash"] = tonight.get("config_hash")
+    earlier = [n for n in nights(output_root) if n < d]
+    baselines, other_hash = [], []
+    for n in reversed(earlier):
+        if len(baselines) == cfg.baseline_nights:
+            break
+        p, why = read_profile(partition_uri(output_root, n))
+        if p is not None and p.get("config_hash") != out["config_hash"]:
+            other_hash.append(n.isoformat())
+            why = f"another config hash (`{p.get('config_hash')}`)"
+        if why:
+            out["excluded"].append({"date": n.isoformat(), "reason": why})
+            if not why.startswith("another config hash"):
+                out["notes"].append(f"{n.isoformat()} left out: {why}")
+            continue
+        baselines.append((n.isoformat(), p))
+    if other_hash:
+        out["notes"].append(f"{len(other_hash)} earlier night{'s' if len(other_hash) != 1 else ''} left out: "
+                            f"another config hash than this night's `{out['config_hash']}` ({_named(other_hash)})")
+    out["baseline"] = [n for n, _ in baselines]
+    if not earlier:
+        out["notes"].append(f"first night: no earlier night under {out['output_root']}, nothing to compare")
+    elif not baselines:
+        out["notes"].append(f"no baseline: none of the {len(out['excluded'])} earlier nights looked at can be "
+                            "compared (reasons above)")
+    if not baselines:
+        out["status"] = "no_baseline"
+        return _finish(out, cfg)
+    out["status"] = "compared"
+    out["measures"] = drift.compare(tonight, [p for _, p in baselines], cfg)
+    return _finish(out, cfg)
+
+
+def _finish(out: dict, cfg: DriftConfig) -> dict:
+    """``out`` with ``moved``, ``fails`` and ``fail_reason`` set."""
+    out["moved"] = [r["measure"] for r in out["measures"] if r["moved"]]
+    out["fails"] = [r["measure"] for r in out["measures"] if r["fails"]]
+    if out["fails"]:
+        shown = "; ".join(drift.describe(r).strip("| ").replace(" | ", ", ")
+                          for r in out["measures"] if r["fails"])
+        out["fail_reason"] = (f"drift on {out['date']}: {len(out['fails'])} measure(s) of drift.fail_on moved: "
+                              f"{shown}")
+    elif cfg.require_baseline and out["status"] != "compared":
+        out["fail_reason"] = f"drift on {out['date']}: no comparison (drift.require_baseline): " + "; ".join(out["notes"])
+    return out
+
+
+def with_section(report_md: str, section: str) -> str:
+    """``report_md`` with ``section`` right after its title line, between
+    :data:`SECTION_START` / :data:`SECTION_END` (an earlier section is replaced)."""
+    if SECTION_START in report_md and SECTION_END in report_md:
+        head, rest = report_md.split(SECTION_START, 1)
+        report_md = head.rstrip("\n") + "\n" + rest.split(SECTION_END, 1)[1].lstrip("\n")
+    title, _, body = report_md.partition("\n")
+    return f"{title}\n\n{SECTION_START}\n{section}{SECTION_END}\n\n{body.lstrip(chr(10))}"
+
+
+def write_drift(output_root: str, result: dict) -> str:
+    """Write ``result`` to the night's ``_report/drift.json`` and its section to the top of
+    ``_report/report.md`` (when the report exists); returns the ``drift.json`` URI."""
+    rdir = storage.join(partition_uri(output_root, parse_date(result["date"], "date")), REPORT_DIR)
+    uri = storage.join(rdir, DRIFT_FILE)
+    storage.write_bytes_atomic(uri, json.dumps(result, indent=2).encode())
+    md_uri = storage.join(rdir, "report.md")
+    try:
+        md = storage.read_bytes(md_uri).decode()
+    except FileNotFoundError:
+        return uri
+    storage.write_bytes_atomic(md_uri, with_section(md, drift.markdown(result)).encode())
+    return uri
+
+
+def drift_artifact_key(output_root: str) -> str:
+    """The Prefect artifact key of the comparisons of ``output_root``'s nights: one history
+    per output root (:func:`specrag_batch.report.publish.artifact_key`, prefix ``specrag-drift``)."""
+    return "specrag-drift-" + artifact_key(redact_text(storage.normalize_uri(output_root)))[len("specrag-run-report-"):]
+
+
+def announce(output_root: str, result: dict, uri: str) -> None:
+    """Inside a flow run: the comparison as a markdown artifact (:func:`drift_artifact_key`),
+    the tags :data:`TAG` and ``specrag-drift:<measure>`` when a measure moved (or
+    :data:`NO_BASELINE_TAG`), and a Prefect event (:data:`EVENT_MOVED` or
+    :data:`EVENT_NO_BASELINE`) whose payload names the date and the measures. A failure to
+    publish is logged, never raised."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.client.orchestration import get_client
+    from prefect.events import emit_event
+    from prefect.runtime import flow_run
+
+    md = f"# Night {result['date']} of `{result['output_root']}`\n\n" + drift.markdown(result)
+    tags = ([TAG, *(f"{TAG}:{m}" for m in result["moved"])] if result["moved"]
+            else [NO_BASELINE_TAG] if result["status"] != "compared" else [])
+    try:
+        create_markdown_artifact(markdown=md, key=drift_artifact_key(output_root),
+                                 description=f"specrag-batch night-over-night comparison ({redact_text(uri)})")
+        run_id = flow_run.get_id()
+        if tags and run_id:
+            with get_client(sync_client=True) as client:
+                current = client.read_flow_run(run_id).tags or []
+                client.update_flow_run(run_id, tags=sorted(set(current) | set(tags)))
+        if result["moved"] or result["status"] != "compared":
+            related = [{"prefect.resource.id": f"prefect.flow-run.{run_id}", "prefect.resource.role": "flow-run"}] \
+                if run_id else []
+            emit_event(EVENT_MOVED if result["moved"] else EVENT_NO_BASELINE,
+                       resource={"prefect.resource.id": f"specrag.output.{result['output_root']}",
+                                 "prefect.resource.name": result["output_root"]},
+                       related=related,
+                       payload={k: result[k] for k in ("date", "status", "moved", "fails", "baseline", "notes")})
+    except Exception as e:  # noqa: BLE001 - telling Prefect is an extra; drift.json is written
+        log.warning("drift comparison of %s not published to Prefect: %s: %s", result["date"], type(e).__name__, e)
+
+
+def watch_night(output_root: str, date, cfg: DriftConfig, logger=None) -> dict:
+    """Compare, write and announce one night (:func:`night_drift`, :func:`write_drift`,
+    :func:`announce`); returns the result plus ``uri`` (its ``drift.json``). Never raises for
+    what it finds: the caller fails the run on ``fail_reason``.
+
+    Raises:
+        ValueError: a bad ``date``."""
+    result = night_drift(output_root, date, cfg)
+    uri = write_drift(output_root, result)
+    announce(output_root, result, uri)
+    (logger or log).info("drift %s: %s", result["date"], "; ".join(result["notes"]) or
+                         (f"moved: {', '.join(result['moved'])}" if result["moved"] else "nothing moved"))
+    return {**result, "uri": uri}

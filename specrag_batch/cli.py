@@ -6,8 +6,6 @@ import json
 import logging
 import os
 import sys
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -26,6 +24,7 @@ from .cli_options import (
     execution_from_flags,
     exit_codes,
     hide_flag_types,
+    offline_errors,
     with_config_options,
     with_run_options,
 )
@@ -38,6 +37,7 @@ index_app = typer.Typer(no_args_is_help=True, help="Retrieval index over a corpu
 models_app = typer.Typer(no_args_is_help=True, help="Packaged models (GGUF in PyPI packages).")
 app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")
+from .cli_calibrate import calibrate  # noqa: E402
 from .cli_drift import drift  # noqa: E402  (night over night: specrag_batch.cli_drift)
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
 app.add_typer(drafter_app, name="drafter")
@@ -46,21 +46,9 @@ def _fail(e: Exception, code: int) -> None:
     raise typer.Exit(code)
 
 
-@contextmanager
 def _offline_errors():
-    """:func:`exit_codes` for the commands that run no engine (report, calibrate, index build):
-    an OSError too (an output directory that is a file or read-only, ``--out`` in a missing
-    directory, an embedding model that is not there) exits 2 with its message, which names the
-    path, instead of a traceback; so do a URI scheme whose fsspec file system is not installed
-    (ImportError, ``gs://`` without gcsfs) and an S3 client that cannot start (botocore: no
-    credentials, an endpoint that does not answer)."""
-    from botocore.exceptions import BotoCoreError
-
-    with exit_codes(_fail):
-        try:
-            yield
-        except (OSError, ImportError, BotoCoreError) as e:
-            _fail(e, 2)
+    """:func:`cli_options.offline_errors` printing with :func:`_fail`."""
+    return offline_errors(_fail)
 
 
 @app.command()
@@ -253,63 +241,7 @@ def report(
 app.command()(drift)
 
 
-@app.command()
-def calibrate(
-    output: str = typer.Argument(..., help="Output prefix of a run with gold answers."),
-    target_accuracy: Optional[float] = typer.Option(None, "--target-accuracy", help="Rows kept "
-                                                    "(confidence >= τ_min) reach this accuracy."),
-    target_coverage: Optional[float] = typer.Option(None, "--target-coverage", help="Share of "
-                                                    "graded rows kept at τ_min."),
-    confidence: str = typer.Option("score", "--confidence", help="Measure: score (log ρ), "
-                                   "mean_logprob (per token), or calibrated (fit a model per task)."),
-    bootstrap: int = typer.Option(1000, "--bootstrap", min=1, help="Bootstrap resamples."),
-    out: Path = typer.Option(Path("tau_min.yaml"), "--out", help="Config snippet to write (YAML); "
-                             "default tau_min.yaml in the current directory."),
-) -> None:
-    """Choose selection.tau_min per task from a labelled run; write a config snippet.
-
-    A task whose τ_min rests on fewer than 10 kept rows (calibration.MIN_KEPT_ROWS) gets a
-    warning, printed and written into the snippet as a comment."""
-    from .calibration import calibrate as calibrate_rows
-    from .calibration import check_target, config_snippet
-    from .redaction import redact_text
-    from .report import load_rows
-
-    try:  # before reading the run, naming the flag
-        for flag, value in (("--target-accuracy", target_accuracy), ("--target-coverage", target_coverage)):
-            if value is not None:
-                check_target(value, flag)
-    except ValueError as e:
-        _fail(e, 2)
-    target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
-              else f"coverage >= {target_coverage}")
-    with _offline_errors():
-        data = load_rows(output)
-        head = f"specrag-batch calibrate {redact_text(output)} ({target}, measure {confidence})"
-        if confidence == "calibrated":  # a model per task (specrag_batch.confidence_fit)
-            from .confidence_fit import calibrate_run
-            text, lines = calibrate_run(data.rows, data.config, target_accuracy=target_accuracy,
-                                        target_coverage=target_coverage, header=head)
-            out.write_text(text)
-            return console.print("\n".join([*lines, f"config snippet -> {out}"]))
-        res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
-                             target_coverage=target_coverage, n_boot=bootstrap)
-        out.write_text(config_snippet(res, f"{head}, {bootstrap} bootstrap resamples"))
-    t = Table(title=f"τ_min ({confidence}) for {target}")
-    for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", "AUROC score",
-                "AUROC mean_logprob"):
-        t.add_column(col)
-    f = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
-    for r in res:
-        t.add_row(r.task, str(r.n), f(r.tau), f(r.coverage), f(r.accuracy),
-                  f"[{f(r.interval[0])}, {f(r.interval[1])}]" if r.interval else "–",
-                  f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
-    console.print(t)
-    for r in res:  # an unmet target, or a τ_min on a handful of rows; also in the snippet
-        for line in (r.unmet, r.few_rows):
-            if line:
-                console.print(Text("warning:", style="yellow"), Text(line))
-    console.print(f"config snippet -> {out}")
+app.command()(calibrate)  # specrag_batch.cli_calibrate: cli.py stays one screenful of commands
 
 
 @index_app.command("build")

@@ -196,6 +196,37 @@ def execution_from_flags(task_runner: str, ray_address: str | None, stages: str)
         raise typer.BadParameter(err["msg"], param_hint=flag) from None
 
 
+def fail(e: Exception, code: int) -> None:
+    """Print ``error: <e>`` on stderr (one line per line of the message) and exit ``code``.
+
+    Raises:
+        typer.Exit: always, with ``code``."""
+    from rich.text import Text
+
+    from .console import err_console
+
+    err_console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def offline_errors(fail_with: Callable[[Exception, int], None] = fail) -> Iterator[None]:
+    """:func:`exit_codes` (printing and exiting with ``fail_with``, by default :func:`fail`)
+    for the commands that run no engine (report, calibrate, index build):
+    an OSError too (an output directory that is a file or read-only, ``--out`` in a missing
+    directory, an embedding model that is not there) exits 2 with its message, which names the
+    path, instead of a traceback; so do a URI scheme whose fsspec file system is not installed
+    (ImportError, ``gs://`` without gcsfs) and an S3 client that cannot start (botocore: no
+    credentials, an endpoint that does not answer)."""
+    from botocore.exceptions import BotoCoreError
+
+    with exit_codes(fail_with):
+        try:
+            yield
+        except (OSError, ImportError, BotoCoreError) as e:
+            fail_with(e, 2)
+
+
 USAGE_ERRORS = (ValueError, FileNotFoundError)
 """Exit 2: bad config, flag or input layout, a run conflict, a model that cannot be used."""
 

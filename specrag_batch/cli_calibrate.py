@@ -1,0 +1,193 @@
+"""``specrag-batch calibrate``: τ_min per task from a labelled run (:mod:`specrag_batch.calibration`,
+:mod:`specrag_batch.confidence_fit`), or with ``--fallback-run`` the share of rows the fallback pass
+re-answers (:mod:`specrag_batch.cascade`). Registered on the app by :mod:`specrag_batch.cli`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from .cli_options import fail, offline_errors
+from .console import console
+
+TARGETS = ("--target-accuracy", "--target-coverage")
+"""The targets of τ_min for kept rows."""
+BUDGETS = ("--target-accuracy", "--budget-share", "--budget-seconds")
+"""The targets of the fallback share (``--fallback-run``)."""
+
+
+def check_flags(values: dict[str, float | None], fallback: bool) -> None:
+    """The target flags given (flag -> value, None when not given) fit the mode: exactly one of
+    :data:`TARGETS`, or with ``--fallback-run`` (``fallback``) exactly one of :data:`BUDGETS`;
+    accuracies, coverages and shares in range, seconds positive.
+
+    Raises:
+        ValueError: one line naming the flags (as the command line spells them)."""
+    from .calibration import check_target
+
+    allowed = BUDGETS if fallback else TARGETS
+    stray = [f for f, v in values.items() if v is not None and f not in allowed]
+    if stray:
+        why = ("with --fallback-run the target is " if fallback else "without --fallback-run the target is ")
+        raise ValueError(f"{stray[0]}: {why}one of {', '.join(allowed)}")
+    given = [f for f in allowed if values.get(f) is not None]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of {' and '.join(allowed) if len(allowed) == 2 else ', '.join(allowed)}"
+                         + (f" (got {' and '.join(given)})" if given else ""))
+    flag, value = given[0], values[given[0]]
+    if flag == "--budget-share":
+        if not 0 <= value <= 1:
+            raise ValueError(f"--budget-share must be in [0, 1] (a fraction of rows re-answered), got {value}")
+    elif flag == "--budget-seconds":
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"--budget-seconds must be a positive number of seconds per row, got {value}")
+    else:
+        check_target(value, flag)
+
+
+def calibrate(
+    output: str = typer.Argument(..., help="Output prefix of a run with gold answers (with --fallback-run: "
+                                 "the Speculative RAG run, selection.fallback: none)."),
+    target_accuracy: Optional[float] = typer.Option(None, "--target-accuracy", help="Rows kept "
+                                                    "(confidence >= τ_min) reach this accuracy; with "
+                                                    "--fallback-run: the cascade's accuracy over all rows."),
+    target_coverage: Optional[float] = typer.Option(None, "--target-coverage", help="Share of "
+                                                    "graded rows kept at τ_min."),
+    fallback_run: Optional[str] = typer.Option(
+        None, "--fallback-run", help="Output prefix of a labelled Standard RAG run over the same rows "
+        "(query_id): propose the share of least-confident rows selection.fallback: standard re-answers."),
+    budget_share: Optional[float] = typer.Option(None, "--budget-share", help="With --fallback-run: "
+                                                 "at most this fraction of rows re-answered (0 to 1)."),
+    budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", help="With --fallback-run: "
+                                                   "at most these seconds per row (estimated from both manifests)."),
+    confidence: Optional[str] = typer.Option(None, "--confidence", help="Measure: score (log ρ, the "
+                                             "default), mean_logprob (per token), or calibrated (fit a model "
+                                             "per task); with --fallback-run the run's own by default."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", min=1, help="Bootstrap resamples."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Config snippet to write (YAML); default "
+                                       "tau_min.yaml (fallback.yaml with --fallback-run) in the current directory."),
+) -> None:
+    """Choose selection.tau_min per task from a labelled run; write a config snippet.
+
+    A task whose τ_min rests on fewer than 10 kept rows (calibration.MIN_KEPT_ROWS) gets a
+    warning, printed and written into the snippet as a comment. With --fallback-run, print the
+    accuracy-cost frontier of re-answering the least-confident rows with Standard RAG and write
+    the selection.tau_min / selection.fallback snippet meeting the target."""
+    from .calibration import calibrate as calibrate_rows
+    from .calibration import config_snippet
+    from .redaction import redact_text
+    from .report import load_rows
+
+    try:  # before reading the run, naming the flags
+        check_flags({"--target-accuracy": target_accuracy, "--target-coverage": target_coverage,
+                     "--budget-share": budget_share, "--budget-seconds": budget_seconds}, fallback_run is not None)
+    except ValueError as e:
+        fail(e, 2)
+    if fallback_run is not None:
+        return _fallback_share(output, fallback_run, target_accuracy, budget_share, budget_seconds, confidence,
+                               out or Path("fallback.yaml"))
+    confidence, out = confidence or "score", out or Path("tau_min.yaml")
+    target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
+              else f"coverage >= {target_coverage}")
+    with offline_errors():
+        data = load_rows(output)
+        head = f"specrag-batch calibrate {redact_text(output)} ({target}, measure {confidence})"
+        if confidence == "calibrated":  # a model per task (specrag_batch.confidence_fit)
+            from .confidence_fit import calibrate_run
+            text, lines = calibrate_run(data.rows, data.config, target_accuracy=target_accuracy,
+                                        target_coverage=target_coverage, header=head)
+            out.write_text(text)
+            return console.print("\n".join([*lines, f"config snippet -> {out}"]))
+        res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
+                             target_coverage=target_coverage, n_boot=bootstrap)
+        out.write_text(config_snippet(res, f"{head}, {bootstrap} bootstrap resamples"))
+    t = Table(title=f"τ_min ({confidence}) for {target}")
+    for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", "AUROC score",
+                "AUROC mean_logprob"):
+        t.add_column(col)
+    f = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
+    for r in res:
+        t.add_row(r.task, str(r.n), f(r.tau), f(r.coverage), f(r.accuracy),
+                  f"[{f(r.interval[0])}, {f(r.interval[1])}]" if r.interval else "–",
+                  f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
+    console.print(t)
+    for r in res:  # an unmet target, or a τ_min on a handful of rows; also in the snippet
+        for line in (r.unmet, r.few_rows):
+            if line:
+                console.print(Text("warning:", style="yellow"), Text(line))
+    console.print(f"config snippet -> {out}")
+
+
+def _seconds(data) -> float | None:
+    """Seconds per row of a run (:func:`cascade.seconds_per_row` of its manifest's output cost)."""
+    from .cascade import seconds_per_row
+    from .manifest import cost_of
+
+    return seconds_per_row(cost_of(data.manifest)["output"]) if data.manifest else None
+
+
+def _fallback_share(output: str, fallback_run: str, target_accuracy: float | None, budget_share: float | None,
+                    budget_seconds: float | None, confidence: str | None, out: Path) -> None:
+    """``calibrate --fallback-run``: check both runs, print the frontier and the chosen point,
+    write the snippet (nothing is written when a run is refused or no point meets the target)."""
+    from . import cascade
+    from .calibration import used_confidence
+    from .redaction import redact_text
+    from .report import load_rows
+
+    target = next(f"{flag} {v}" for flag, v in (("--target-accuracy", target_accuracy),
+                                                ("--budget-share", budget_share),
+                                                ("--budget-seconds", budget_seconds)) if v is not None)
+    with offline_errors():
+        spec, std = load_rows(output), load_rows(fallback_run)
+        cascade.check_runs(spec.config, std.config, redact_text(output), redact_text(fallback_run))
+        column = used_confidence(spec.config)[0] if confidence is None else \
+            "confidence" if confidence == "calibrated" else confidence
+        if column not in ("score", "mean_logprob", "confidence"):
+            raise ValueError(f"--confidence: unknown measure {confidence!r} (score, mean_logprob or calibrated)")
+        f = cascade.frontier(spec.rows, std.rows, column=column, spec_seconds=_seconds(spec),
+                             std_seconds=_seconds(std))
+        point = cascade.choose(f, target_accuracy=target_accuracy, budget_share=budget_share,
+                               budget_seconds=budget_seconds)
+        head = (f"specrag-batch calibrate {redact_text(output)} --fallback-run {redact_text(fallback_run)} "
+                f"({target}, confidence {column})")
+        text = cascade.snippet(f, point, spec.config, head) if point is not None else None
+    _print_frontier(f, point, target)
+    if text is None:
+        console.print(Text("warning:", style="yellow"), Text(
+            f"no share of re-answered rows meets {target} on these rows (best accuracy "
+            f"{max(p.accuracy for p in f.points if p.kind != 'standard'):.3f}); no snippet written"))
+        return
+    out.write_text(text)
+    console.print(f"config snippet -> {out}")
+
+
+def _print_frontier(f, point, target: str) -> None:
+    """The frontier table (shares 0..100% in tenths, the chosen point marked) and its notes."""
+    from .cascade import table_points
+
+    fmt = lambda v, spec="{:.3f}": "–" if v is None else spec.format(v)  # noqa: E731
+    t = Table(title=f"Re-answering the least-confident rows with Standard RAG ({f.column}; {f.n} shared "
+                    f"labelled rows, tasks {', '.join(f.tasks)})")
+    for col in ("", "re-answered", "rows", "τ_min", "accuracy", "s/row (est.)"):
+        t.add_column(col)
+    for p in table_points(f, chosen=point):
+        name = {"speculative": "Speculative RAG alone", "standard": "Standard RAG alone"}.get(p.kind, "")
+        t.add_row(("→ " if p is point else "") + name, f"{p.share:.0%}", str(p.reanswered), fmt(p.tau, "{:.4g}"),
+                  fmt(p.accuracy), fmt(p.seconds, "{:.3g}"))
+    console.print(t)
+    if f.spec_only or f.std_only:
+        console.print(Text("note:", style="yellow"), Text(
+            f"{f.spec_only} graded row(s) of the speculative run and {f.std_only} of the Standard RAG run are "
+            "not in the other run: left out"))
+    if f.spec_seconds is None or f.std_seconds is None:
+        console.print(Text("note:", style="yellow"), Text("seconds per row unknown: a run's manifest records none"))
+    if point is not None:
+        console.print(f"{target}: re-answer {point.share:.1%} of the rows ({point.reanswered} of {f.n}"
+                      + (f", τ_min {point.tau:.4g}" if point.tau is not None else "") + f"): accuracy "
+                      f"{point.accuracy:.3f}" + (f", about {point.seconds:.3g} s/row" if point.seconds else ""))

@@ -28,7 +28,7 @@ def hashed_view(data: dict) -> dict:
         if isinstance(data.get(section), dict) and not data[section].get(switch):
             data[section].pop(name, None)
     for section, name, before in ADDED_FIELDS:  # added after 0.1: no hash change at the old behaviour
-        if isinstance(data.get(section), dict) and data[section].get(name) == before:
+        if isinstance(data.get(section), dict) and name in data[section] and data[section][name] == before:
             del data[section][name]
     return data
 

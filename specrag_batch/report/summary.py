@@ -43,6 +43,9 @@ def summary(data: RunData) -> dict:
     A number that is NaN or infinite is None.
     ``shards_missing``: shards listed as finished whose data object is gone (not read);
     ``columns_read_as_null``: shard -> report columns it lacks (read as null).
+    ``shards_not_answered``: the manifest's failed shards (``input``, ``status``, ``reason``: its
+    error) and skipped input files (``status`` ``skipped``, ``reason``), none of whose rows
+    are in the output.
     ``risk_coverage``: the confidence the risk-coverage plot is drawn for (``confidence``: the
     report column, ``caption``: what it is) and ``note``, the line said instead of the plot
     when no row has gold (else None).
@@ -69,6 +72,7 @@ def summary(data: RunData) -> dict:
         "by_task": {}, "auroc": {},
         "shards_missing": [redact_text(u) for u in data.shards_missing],
         "columns_read_as_null": {redact_text(u): c for u, c in data.columns_read_as_null.items()},
+        "shards_not_answered": not_answered(data.manifest),
     }
     out["low_confidence_rate"] = out["low_confidence"] / answered if answered else None
     out["fast_path_rate"] = out["fast_path"] / answered if answered else None
@@ -101,6 +105,23 @@ def summary(data: RunData) -> dict:
     if cost is not None:
         out["this_invocation"]["run_id"] = man.get("run_id")
     return _finite(out)
+
+
+def not_answered(manifest: dict | None) -> list[dict]:
+    """The input files of a run (its manifest's) whose rows are not in the output: each failed
+    shard (``status`` not ``ok``, ``reason`` its ``error``) and each skipped file
+    (``skipped_files``: ``status`` ``skipped``, ``reason`` why), as ``{"input", "status",
+    "reason"}`` with secrets redacted, in the manifest's order; [] without a manifest."""
+    out = []
+    for s in (manifest or {}).get("shards") or []:
+        if isinstance(s, dict) and s.get("status") != "ok":
+            out.append({"input": redact_text(str(s.get("input") or s.get("output") or "?")),
+                        "status": str(s.get("status") or "failed"), "reason": redact_text(str(s.get("error") or "unknown"))})
+    for s in (manifest or {}).get("skipped_files") or []:
+        if isinstance(s, dict):
+            out.append({"input": redact_text(str(s.get("input") or "?")), "status": "skipped",
+                        "reason": redact_text(str(s.get("reason") or "unknown"))})
+    return out
 
 
 def _engine_row(st: dict, rows: int | None) -> dict:
@@ -182,6 +203,10 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
         lines += [f"- `{u}`: listed as finished, data object missing: not read" for u in s["shards_missing"]]
         lines += [f"- `{u}`: columns " + ", ".join(f"`{c}`" for c in cols) + " missing: read as null"
                   for u, cols in s["columns_read_as_null"].items()]
+    if s.get("shards_not_answered"):
+        lines += ["", "## Input files not answered", "",
+                  "Their rows are not in this output (nor in the numbers below)."]
+        lines += [f"- `{x['input']}`: {x['status']}: {' '.join(x['reason'].split())}" for x in s["shards_not_answered"]]
     lines += ["", "## Accuracy per task (where gold exists)", "",
               "| task | n with gold | accuracy (match for qa) | exact match | F1 |", "|---|---|---|---|---|"]
     lines += [f"| {t} | {m['n_with_gold']} | {_fmt(m['accuracy'])} | {_fmt(m.get('exact_match'))} | "
@@ -258,6 +283,7 @@ def table_rows(s: dict) -> list[dict]:
     rows = [{"metric": k, "value": _fmt(s[k])} for k in
             ("rows", "answered", "errors", "low_confidence", "low_confidence_rate", "fast_path",
              "fast_path_rate")]
+    rows.append({"metric": "input files not answered", "value": _fmt(len(s.get("shards_not_answered") or []))})
     for t, m in s["by_task"].items():
         rows += [{"metric": f"{t} {k}", "value": _fmt(v)} for k, v in m.items()]
     for t, a in s["auroc"].items():

@@ -159,3 +159,26 @@ def test_a_run_without_gold_gets_no_risk_coverage_plot_and_one_line_why(tmp_path
     assert s["risk_coverage"]["note"] == note
     md = s["markdown"].splitlines()
     assert note in md and "risk_coverage.png" not in s["markdown"]
+
+
+def test_failed_and_skipped_input_files_are_listed_with_their_reason(tmp_path):
+    """Fresh-clone trial: report.md left out the shards that failed and the files skipped, so a
+    reader of the report alone could not tell rows were missing."""
+    ok = pa.Table.from_pylist([_row(0)], schema=OUTPUT_SCHEMA)
+    failed = {"status": "failed", "input": "in/bad.parquet", "output": None,
+              "error": "in/bad.parquet: column 'query_id': required column missing\n(have: ['q'])"}
+    prefix = _write_run(tmp_path / "out", {"a.parquet": ok},
+                        skipped_files=[{"input": "in/notes.txt", "reason": "not a .parquet file"}])
+    m = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    m["shards"].append(failed)
+    (tmp_path / "out" / "_manifest.json").write_text(json.dumps(m))
+    s = write_report(prefix)
+    assert s["shards_not_answered"] == [
+        {"input": "in/bad.parquet", "status": "failed", "reason": failed["error"]},
+        {"input": "in/notes.txt", "status": "skipped", "reason": "not a .parquet file"}]
+    md = s["markdown"].splitlines()
+    assert "## Input files not answered" in md
+    assert "- `in/bad.parquet`: failed: in/bad.parquet: column 'query_id': required column missing (have: ['q'])" in md
+    assert "- `in/notes.txt`: skipped: not a .parquet file" in md
+    clean = write_report(_write_run(tmp_path / "clean", {"a.parquet": ok}))
+    assert clean["shards_not_answered"] == [] and "not answered" not in clean["markdown"]

@@ -51,6 +51,11 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   tokens per row rise by the share of repeated drafts); ``dedupe_verifier`` (the switch on) is
   the same ablation for a config that turns it off. Of these two the one whose setting the
   config already has is skipped with a note (the same cells as ``speculative``).
+  ``evidence_verifier`` (``verifier.evidence_aware: true``, the paper's Table 2 variant
+  Score(α|Q,δ): each draft verified over [Q, δ_j, α_j, β_j, R] with its own k documents; compare
+  accuracy, the confidence's ranking and verifier seconds with ``speculative``) is skipped with a
+  note where the config already has it on or has no verifier term in log ρ (it would change
+  nothing).
   The Table 3 *selection* ablations (w/o ρ_draft, ρ_SC, ρ_SR, random selection)
   need no run: they re-select the speculative cell's scored drafts (``decision_stats``). Nor
   does the accuracy of m = 1..4 and of adaptive drafting: ``decision_stats.nested_pick``
@@ -264,12 +269,13 @@ ARM_OVERRIDES: dict[str, dict] = {
     "no_dedupe_verifier": {"verifier.deduplicate_drafts": False},
     "dedupe_verifier": {"verifier.deduplicate_drafts": True},  # for a config with it off
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
+    "evidence_verifier": {"verifier.evidence_aware": True},  # paper Table 2, Score(α|Q,δ)
 }
 GROUPS = {"main": ("standard", "speculative"), "default": (DEFAULT_ARM, ONE_ROUND_ARM), "tuned": ("speculative-smol", TUNED_ARM),
           "ablations": ("sampling_random", "sampling_single_cluster", "sampling_cover", "adaptive", "question_first",
                         "block32", "question_first_block32", "m1", "m3", "m7", "k1", "k3", "k4",
                         "draft48", "draft160", "one_sentence", "answer_on_truncation", "no_dedupe_verifier",
-                        "dedupe_verifier"),
+                        "dedupe_verifier", "evidence_verifier"),
           "fallback": ("fallback_standard",), ADAPTIVE_TUNING: tuple(ADAPTIVE_TUNING_ARMS),
           "drafter-size": (LARGE_DRAFTER_ARM,)}
 GROUPS["all"] = (GROUPS["main"] + GROUPS["default"] + GROUPS["drafter-size"] + GROUPS["tuned"] + GROUPS["ablations"]
@@ -501,12 +507,17 @@ def composed_arm(arm: str, tuned_arms: list[str] | tuple[str, ...] | None = None
 
 def _already_set(cfg: RunConfig, arm: str) -> str | None:
     """The setting ``cfg`` already has that ablation ``arm`` would set (``"drafter.
-    answer_on_truncation true"``, ``"verifier.deduplicate_drafts false"``), so its cells would
-    be the same as without it; None otherwise. Only these ablations are checked."""
+    answer_on_truncation true"``, ``"verifier.deduplicate_drafts false"``), or for
+    ``evidence_verifier`` the setting that leaves it no verifier pass, so its cells would be the
+    same as without it; None otherwise. Only these ablations are checked."""
     if arm in DEDUPE_ARMS and cfg.verifier.deduplicate_drafts is DEDUPE_ARMS[arm]:
         return f"verifier.deduplicate_drafts {str(DEDUPE_ARMS[arm]).lower()}"
     if arm == "answer_on_truncation" and cfg.drafter.answer_on_truncation:
         return "drafter.answer_on_truncation true"
+    if arm == "evidence_verifier" and cfg.verifier.evidence_aware:
+        return "verifier.evidence_aware true"
+    if arm == "evidence_verifier" and not cfg.selection.verifier_scores_drafts:
+        return "selection.use_self_consistency and use_self_reflection false (no verifier pass to give documents)"
     return None
 
 
@@ -556,8 +567,9 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
     Raises:
         ValueError: unknown arm, a tuned arm without its drafter, ``speculative-smol`` when
             the config's drafter already is :data:`SMOL_DRAFTER`, a :data:`DEDUPE_ARMS` arm
-            whose setting the config already has or ``answer_on_truncation`` when the config
-            already turns it on (the same cells as ``speculative``),
+            whose setting the config already has, ``answer_on_truncation`` when the config
+            already turns it on or ``evidence_verifier`` when it already has it on or has no
+            verifier term (the same cells as ``speculative``),
             ``fallback_standard`` without ``tau_min``, :data:`LARGE_DRAFTER_ARM` when the
             config's drafter already is its verifier model, or an override the
             config does not have (e.g. ``adaptive`` before adaptive drafting exists); for a

@@ -66,7 +66,8 @@ class Slots:
 
 @dataclass(frozen=True)
 class Question:
-    """The question block's inputs (drafter and verifier; the verifier sees no documents)."""
+    """The question block's inputs (drafter and verifier; the verifier sees documents only
+    with ``verifier.evidence_aware``, :func:`verifier_prompt`)."""
 
     task: str
     query: str
@@ -285,13 +286,16 @@ def fitted_prompt(tokenizer, task: str, query: str, docs: Sequence[Document], ch
 
 @dataclass
 class VerifierPrompt:
-    """Token ids of ``[Q, α, β, R]`` up to the assistant's reply, and the token index ranges
-    of α and β (half-open ranges into ``token_ids``; empty when the text is empty). The next
-    token after ``token_ids`` is where the verifier answers R ("Yes"/"No")."""
+    """Token ids of ``[Q, α, β, R]`` (or, evidence-aware, ``[Q, δ, α, β, R]``) up to the
+    assistant's reply, and the token index ranges of α and β (half-open ranges into
+    ``token_ids``; empty when the text is empty). The next token after ``token_ids`` is where
+    the verifier answers R ("Yes"/"No"). ``document_tokens``: per document of δ, the range of
+    its text (empty without documents, or for a document whose text is empty)."""
 
     token_ids: list[int]
     answer_tokens: range
     rationale_tokens: range
+    document_tokens: tuple[range, ...] = ()
 
 
 VERIFIER_ORDERS = ("answer_first", "rationale_first")
@@ -301,13 +305,21 @@ the drafter writes them) is a diagnostic of benchmarks/verifier_variants.py, not
 
 
 def verifier_prompt(tokenizer, question: Question, answer: str, rationale: str,
-                    reflection_question: str, order: str = "answer_first") -> VerifierPrompt:
+                    reflection_question: str, order: str = "answer_first",
+                    documents: Sequence[Document] = ()) -> VerifierPrompt:
     """Build the verifier's single forward-pass input (paper §3.3).
 
-    Messages: user = question block (no documents), assistant = ``Answer: α\\nRationale: β``,
-    user = R; then the template's assistant opening, where the verifier's next token answers
-    R. α and β are data values (placeholders, see module docstring), so their token ranges
-    are known exactly whatever the query or the draft contains.
+    Messages: user = question block, assistant = ``Answer: α\\nRationale: β``, user = R; then
+    the template's assistant opening, where the verifier's next token answers R. α and β are
+    data values (placeholders, see module docstring), so their token ranges are known exactly
+    whatever the query, the documents or the draft contain.
+
+    ``documents`` (``verifier.evidence_aware``; the paper's Table 2 variant Score(α|Q,δ)): the
+    draft's own subset δ_j, numbered as in the drafter prompt, goes into the first user turn
+    after the question block (``Documents:`` then :func:`format_documents`), so the input is
+    [Q, δ_j, α_j, β_j, R] and its prefix up to the last document is the same for every draft of
+    one row drawn from the same subset. Empty (the default): the paper's §3.3 input, no
+    documents, the token ids of every earlier version.
 
     ``order`` (:data:`VERIFIER_ORDERS`): ``rationale_first`` renders the assistant turn as
     ``Rationale: β\\nAnswer: α``; the spans still name α and β.
@@ -319,6 +331,14 @@ def verifier_prompt(tokenizer, question: Question, answer: str, rationale: str,
         raise ValueError(f"verifier order {order!r}: choose one of {', '.join(VERIFIER_ORDERS)}")
     slot = Slots()
     q = task_instruction(question.task, question.query, question.choices, question.labels, slot)
+    first = len(slot.values)
+    if documents:
+        q += f"\n\nDocuments:\n{format_documents(documents, slot)}"
+    texts, at = [], first  # the slot of each document's text, in format_documents' order
+    for document in documents:
+        at += bool(document.title.strip())
+        texts.append(at if document.text.strip() else None)
+        at += bool(document.text.strip())
     a_s, b_s = slot(answer), slot(rationale)
     turn = f"Answer: {a_s}\nRationale: {b_s}" if order == "answer_first" else f"Rationale: {b_s}\nAnswer: {a_s}"
     msgs = [{"role": "user", "content": q},
@@ -326,4 +346,31 @@ def verifier_prompt(tokenizer, question: Question, answer: str, rationale: str,
             {"role": "user", "content": reflection_question}]
     ids, spans = encode_template(tokenizer, render_chat(tokenizer, msgs, True), slot.values)
     n = len(slot.values)
-    return VerifierPrompt(ids, spans[n - 2], spans[n - 1])
+    return VerifierPrompt(ids, spans[n - 2], spans[n - 1],
+                          tuple(range(0) if i is None else spans[i] for i in texts))
+
+
+def fitted_verifier_prompt(tokenizer, question: Question, answer: str, rationale: str,
+                           reflection_question: str, documents: Sequence[Document], doc_budget: int,
+                           max_prompt_tokens: int) -> tuple[VerifierPrompt, bool]:
+    """The evidence-aware verifier input [Q, δ_j, α_j, β_j, R] (:func:`verifier_prompt` with
+    ``documents``; the paper's Table 2 variant Score(α|Q,δ)) fitted to the verifier's context.
+
+    Each document's text is cut to at most ``doc_budget`` tokens of ``tokenizer`` (the
+    verifier's; ``retrieval.max_doc_tokens``) by :func:`truncate_documents`; while the input
+    exceeds ``max_prompt_tokens`` tokens the budget is multiplied by 0.6 (floor 16) and the
+    documents cut again, as :func:`fitted_prompt` does for the drafter. Q, α, β and R are never
+    cut: the scores are of the draft as written.
+
+    Returns:
+        (prompt, whether any document was cut). An input that does not fit even at 16 tokens
+        per document comes back at 16 tokens per document, longer than ``max_prompt_tokens``:
+        the caller flags the draft ``verifier_input_too_long``, as without documents.
+    """
+    budget = doc_budget
+    while True:
+        cut_docs, cut = truncate_documents(tokenizer, documents, budget)
+        prompt = verifier_prompt(tokenizer, question, answer, rationale, reflection_question, documents=cut_docs)
+        if len(prompt.token_ids) <= max_prompt_tokens or budget <= 16:
+            return prompt, cut
+        budget = max(16, int(budget * 0.6))

@@ -52,6 +52,9 @@ class Flag(StrEnum):
     # draft flags: scores
     NON_FINITE_LOGPROB = "non_finite_logprob"
     VERIFIER_INPUT_TOO_LONG = "verifier_input_too_long"
+    VERIFIER_DOCUMENTS_TRUNCATED = "verifier_documents_truncated"
+    """``verifier.evidence_aware``: the draft's documents were cut in its verifier input (to
+    ``retrieval.max_doc_tokens`` verifier tokens each, shorter to fit ``verifier.max_model_len``)."""
     SELF_REFLECTION_UNAVAILABLE = "self_reflection_unavailable"
     SELF_REFLECTION_YES_NOT_IN_TOP_K = "self_reflection_yes_not_in_top_k"
     """Set by older versions only (a top-20 read); kept so their outputs read back."""

@@ -249,7 +249,8 @@ def draft_shard(job: ShardJob, io: ShardIO, *, drafter) -> ShardResult:
         rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
         loading[0] += load_needed(rows, drafter)
         timer = StageTimer()
-        table = intermediate.to_table(rows, draft_stage(rows, cfg, drafter=drafter, timer=timer))
+        table = intermediate.to_table(rows, draft_stage(rows, cfg, drafter=drafter, timer=timer),
+                                      documents=cfg.verifier_reads_documents)
         io.write_table(job.draft_file, table)
         return ShardResult(job.shard_file, job.draft_file, "ok", run_id=job.run_id,
                            rows_in=len(rows), rows_out=table.num_rows,

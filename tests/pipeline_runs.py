@@ -75,6 +75,6 @@ def disaggregated(cfg, tmp_path, drafter=None, verifier=None):
     drafts = pipeline.draft_stage(rows, cfg, drafter=drafter or FakeEngine())
     path = tmp_path / "_drafts" / "shard-0.parquet"
     path.parent.mkdir(exist_ok=True)
-    pq.write_table(intermediate.to_table(rows, drafts), path)
+    pq.write_table(intermediate.to_table(rows, drafts, documents=cfg.verifier_reads_documents), path)
     rows2, drafts2 = intermediate.from_table(pq.read_table(path), str(path))
     return pipeline.verify_stage(rows2, drafts2, cfg, verifier=verifier or FakeEngine(), info=INFO)

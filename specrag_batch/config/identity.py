@@ -62,7 +62,8 @@ ADDED_FIELDS = (("selection", "confidence", "score"), ("selection", "calibration
                 ("verifier", "deduplicate_drafts", False), ("drafter", "answer_on_truncation", False),
                 ("drafter", "answer_max_tokens", 16), ("retrieval", "method", "dense"),
                 ("retrieval", "nprobe", 128), ("retrieval", "ef_search", 128), ("retrieval", "rrf_k", 60),
-                ("retrieval", "hybrid_candidates", 50), ("drafter", "adapter", None))
+                ("retrieval", "hybrid_candidates", 50), ("drafter", "adapter", None),
+                ("verifier", "evidence_aware", False))
 """(section, field, value before the field existed) of fields added after 0.1: left out of
 :meth:`RunConfig.config_hash` at that value, so a run started before they existed resumes under
 the same hash. The value is what the code did before the field existed (its default when it was

@@ -145,6 +145,15 @@ class RunConfig(_Strict):
         sel = self.selection
         return self.mode != "speculative" or sel.verifier_scores_drafts or sel.fallback != "none"
 
+    @property
+    def verifier_reads_documents(self) -> bool:
+        """Whether the verifier scores drafts over their own documents (``verifier.evidence_aware``,
+        the paper's Table 2 variant Score(α|Q,δ)): Speculative RAG with the switch on and a
+        verifier term in log ρ. Then verification reads each row's ``top_documents`` and
+        ``subsets``, and a disaggregated run writes them to the intermediate draft Parquet."""
+        return (self.mode == "speculative" and self.verifier.evidence_aware
+                and self.selection.verifier_scores_drafts)
+
     def idle_settings(self) -> list[str]:
         """Settings that are valid but change nothing in this config, one sentence each (the
         flow logs each as a warning at the start of a run); empty when there are none. Now: a
@@ -156,7 +165,8 @@ class RunConfig(_Strict):
         (``sampling.adaptive``) whose explicitly set ``sampling.first_round``
         is at least ``sampling.num_drafts`` drafts every subset in its first round, as a
         non-adaptive run does (the default first round, 2, with m <= 2 is not named: a user
-        who asked for few drafts did not ask for rounds)."""
+        who asked for few drafts did not ask for rounds); ``verifier.evidence_aware`` on where no
+        verifier pass scores drafts (:attr:`verifier_reads_documents` false)."""
         smp, out = self.sampling, []
         if self.mode == "speculative" and self.selection.fallback != "standard":
             for key in ("temperature", "top_p"):
@@ -170,6 +180,10 @@ class RunConfig(_Strict):
                        "log ρ = log ρ_draft alone (selection.use_self_consistency and use_self_reflection "
                        "are false, no fallback), so no verifier pass runs and the model is not loaded; "
                        "set selection.use_self_reflection: true to score drafts with it (paper §3.3)")
+        if self.verifier.evidence_aware and not self.verifier_reads_documents:
+            out.append("verifier.evidence_aware is on, but no verifier pass scores drafts in this config "
+                       "(mode standard, or selection.use_self_consistency and use_self_reflection false): "
+                       "the documents reach no verifier input")
         if (self.mode == "speculative" and not self.adaptive_drafting and "first_round" in smp.model_fields_set
                 and smp.first_round != type(smp).model_fields["first_round"].default):
             # (a full config dump sets every field: its default first round is not named)

@@ -193,16 +193,20 @@ class VerifierConfig(ModelConfig):
 
     deduplicate_drafts: bool = Field(
         True, description="score each distinct verifier input of a row once: drafts of one "
-        "row whose input [Q, α, β, R] has the same tokens (a greedy drafter often writes the "
-        "same answer and rationale from different subsets) share one forward pass and get "
-        "copies of its scores (log ρ_SC, log ρ_SR, log P(Yes)/P(No), token counts, verifier "
-        "flags). The verifier never reads the documents, so the scores are the ones a pass of "
-        "their own would give (up to the engine's batch-dependent low digits, docs/operations.md, "
-        "\"Determinism\"); vLLM's prefix cache cannot share these passes (it skips requests "
-        "with prompt log-probs). This product's optimisation, not the paper's; output column "
-        "``verifier_drafts_deduplicated`` counts the passes saved. On by default "
-        "(docs/decisions/003-verifier-deduplicate-drafts.md). A run that sets it false hashes "
-        "as runs made before the field existed (:data:`ADDED_FIELDS`)")
+        "row whose verifier input has the same tokens ([Q, α, β, R]; with evidence_aware also "
+        "their documents, so only drafts of the same subset can match) share one forward pass "
+        "and get copies of its scores (log ρ_SC, log ρ_SR, log P(Yes)/P(No), token counts, "
+        "verifier flags): the scores a pass of their own would give, up to the engine's "
+        "batch-dependent low digits (docs/operations.md, \"Determinism\"). This product's "
+        "optimisation, not the paper's; output column ``verifier_drafts_deduplicated`` counts "
+        "the passes saved. On by default (docs/decisions/003-verifier-deduplicate-drafts.md). A "
+        "run that sets it false hashes as runs made before the field existed (:data:`ADDED_FIELDS`)")
+    evidence_aware: bool = Field(
+        False, description="the paper's Table 2 variant Score(α|Q,δ): each draft is scored in one "
+        "pass over [Q, δ_j, α_j, β_j, R], δ_j its own subset's k documents (each cut to "
+        "retrieval.max_doc_tokens verifier tokens, shorter to fit max_model_len: draft flag "
+        "verifier_documents_truncated); log ρ_SC and log ρ_SR come from that pass. Off (default): "
+        "[Q, α, β, R] (§3.3), and a config hashes as before the field existed")
 
 
 class RetrievalConfig(_Strict):

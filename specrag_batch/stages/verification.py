@@ -1,12 +1,17 @@
 """Stage 4: verification (paper §3.3). The verifier scores each draft in one forward pass.
 
-Input per draft: ``[Q, α, β, R]`` — the question block (never the documents), the draft's
-answer α *as the drafter wrote it* (e.g. the letter ``B`` of a choice row) and rationale β,
-the reflection question R, then the chat template's assistant opening. One vLLM request
-returns the prompt's log-probs and, for the next token, the log-probs of exactly the yes/no
-token ids (vLLM's ``logprob_token_ids``; natural log):
+Input per draft: ``[Q, α, β, R]`` — the question block (no documents), the draft's answer α
+*as the drafter wrote it* (e.g. the letter ``B`` of a choice row) and rationale β, the
+reflection question R, then the chat template's assistant opening. With
+``verifier.evidence_aware`` (the paper's Table 2 variant Score(α|Q,δ)) the input is
+``[Q, δ_j, α_j, β_j, R]``: the draft's own subset δ_j (its k documents, not all N;
+:func:`draft_documents`) follows the question block in the first user turn, cut to fit
+(:func:`~specrag_batch.prompts.fitted_verifier_prompt`), and both terms below come from that
+pass. One vLLM request returns the prompt's log-probs and, for the next token, the log-probs
+of exactly the yes/no token ids (vLLM's ``logprob_token_ids``; natural log):
 
 * self-consistency  log ρ_SC = Σ log P(t | prefix) over the α and β tokens = log P(α, β | Q)
+  (log P(α, β | Q, δ_j) with the documents)
 * self-reflection   from the next token, where the verifier answers R:
   P(Yes) = Σ P(t) over the tokenizer's single-token spellings of "yes" (``Yes``, ``yes``,
   ``YES``, each with and without a leading space), P(No) likewise.
@@ -37,13 +42,14 @@ from typing import Sequence
 
 from ..config import RunConfig
 from ..engines import Engine, clean_logprob
-from ..prompts import Question, VerifierPrompt, encode_plain, verifier_prompt
-from ..records import Draft, ErrorReason, Flag, QueryRow, add_flag
+from ..prompts import Question, VerifierPrompt, encode_plain, fitted_verifier_prompt, verifier_prompt
+from ..records import Document, Draft, ErrorReason, Flag, QueryRow, add_flag
 from .base import EngineLike, Stage
 from .selection import consensus
 
 NON_FINITE = Flag.NON_FINITE_LOGPROB
 TOO_LONG = Flag.VERIFIER_INPUT_TOO_LONG
+DOCUMENTS_CUT = Flag.VERIFIER_DOCUMENTS_TRUNCATED
 SELF_REFLECTION_MODES = ("paper", "contrast")
 
 
@@ -166,15 +172,17 @@ def prompt_scores(prompt: VerifierPrompt, prompt_logprobs: Sequence[float | None
 
 def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], reflection_question: str,
            max_prompt_tokens: int, mode: str = "paper", desc: str = "verification", *,
-           deduplicate: bool = False, saved: dict[Hashable, int] | None = None) -> dict[Hashable, str]:
+           deduplicate: bool = False, saved: dict[Hashable, int] | None = None,
+           documents: Sequence[Sequence[Document]] | None = None, doc_budget: int = 256) -> dict[Hashable, str]:
     """Fill each draft's verifier scores in place (paper §3.3; natural log-probs):
     ``score_self_consistency`` (log ρ_SC, the summed log-probs of α's and β's tokens given Q),
     ``score_self_reflection`` (log ρ_SR after R), ``logprob_yes``/``logprob_no`` and the
     token counts ``tokens_answer``/``tokens_rationale`` (verifier tokens). One forward pass
     per draft over [Q, α, β, R] and the template's assistant opening
     (:func:`~specrag_batch.prompts.verifier_prompt`): its prompt log-probs give log ρ_SC and
-    the next token's log-probs of the yes/no spellings give log ρ_SR; the verifier never reads the
-    documents.
+    the next token's log-probs of the yes/no spellings give log ρ_SR. Without ``documents`` the
+    verifier reads no document (§3.3); with them, over [Q, δ_j, α, β, R] (paper Table 2,
+    Score(α|Q,δ)), log ρ_SC is still the sum over α's and β's tokens only, now given Q and δ_j.
 
     Args:
         engine: the verifier engine (its tokenizer renders the prompts).
@@ -196,27 +204,46 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
         saved: when given, filled with row key -> forward passes saved by ``deduplicate``
             (drafts scored from another draft's pass; 0 for a scored row with none), for the
             row keys whose drafts were scored (not the rows of the returned errors).
+        documents: ``verifier.evidence_aware``: per item (same length and order as ``items``)
+            the draft's own documents δ_j (:func:`draft_documents`), placed after Q
+            (:func:`~specrag_batch.prompts.fitted_verifier_prompt`): each document's text cut to
+            ``doc_budget`` verifier tokens, the budget shrunk until the input fits
+            ``max_prompt_tokens`` (never α or β; flag ``verifier_documents_truncated`` on a
+            scored draft whose documents were cut). The documents are part of the input, so
+            ``deduplicate`` shares a pass only between drafts of the same documents. None
+            (default): [Q, α, β, R].
+        doc_budget: per-document budget, verifier tokens (``retrieval.max_doc_tokens``); read
+            only with ``documents``.
 
     Returns:
         row key -> error message for rows where building a verifier input raised; those rows'
         drafts are not scored (the caller turns the message into the row's ``error``).
 
     Raises:
-        ValueError: unknown ``mode`` (checked before any work, even with no items).
+        ValueError: unknown ``mode`` (checked before any work, even with no items), or
+            ``documents`` not one entry per item.
     """
     _check_mode(mode)
+    if documents is not None and len(documents) != len(items):
+        raise ValueError(f"documents: {len(documents)} entries for {len(items)} verifier items")
     if not items:  # nothing to score: the engine is not touched (a lazy one stays unstarted)
         return {}
     tokenizer = engine.tokenizer
     yes_ids, no_ids = word_token_ids(tokenizer, "yes"), word_token_ids(tokenizer, "no")
     prompts, groups, errors = [], [], {}  # groups[i]: (row key, drafts scored by prompts[i])
     first: dict[tuple, int] = {}  # (row key, prompt token ids) -> index in prompts (deduplicate)
-    for key, question, draft in items:
+    cut_prompts: set[int] = set()  # indices in prompts whose documents were cut
+    for i, (key, question, draft) in enumerate(items):
         if key in errors:
             continue
         try:
-            prompt = verifier_prompt(tokenizer, question, draft.written_answer or draft.answer,
-                                     draft.rationale, reflection_question)
+            answer, cut = draft.written_answer or draft.answer, False
+            if documents is None:
+                prompt = verifier_prompt(tokenizer, question, answer, draft.rationale, reflection_question)
+            else:
+                prompt, cut = fitted_verifier_prompt(tokenizer, question, answer, draft.rationale,
+                                                     reflection_question, documents[i], doc_budget,
+                                                     max_prompt_tokens)
         except Exception as e:  # one row's bad input must not fail the batch
             errors[key] = f"building the verifier input failed: {type(e).__name__}: {e}"
             continue
@@ -229,14 +256,17 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
                 groups[first[ident]][1].append(draft)
                 continue
             first[ident] = len(prompts)
+        if cut:
+            cut_prompts.add(len(prompts))
         prompts.append(prompt)
         groups.append((key, [draft]))
     outputs = engine.prompt_and_next_logprobs([p.token_ids for p in prompts], sorted(yes_ids | no_ids), desc=desc)
-    for prompt, (key, drafts), (prompt_logprobs, next_logprobs) in zip(prompts, groups, outputs):
+    for j, (prompt, (key, drafts), (prompt_logprobs, next_logprobs)) in enumerate(zip(prompts, groups, outputs)):
         if key in errors:
             continue
         answer_logprob, rationale_logprob, sr, lp_yes, lp_no, flags = prompt_scores(
             prompt, prompt_logprobs, next_logprobs, yes_ids, no_ids, mode)
+        flags += [DOCUMENTS_CUT] if j in cut_prompts else []
         for draft in drafts:
             draft.score_self_consistency = answer_logprob + rationale_logprob
             draft.tokens_answer, draft.tokens_rationale = len(prompt.answer_tokens), len(prompt.rationale_tokens)
@@ -255,6 +285,30 @@ def question(row: QueryRow, config: RunConfig) -> Question:
                     tuple(config.claim_labels))
 
 
+def draft_documents(row: QueryRow) -> list[list[Document]]:
+    """Per draft of ``row`` (same order), the documents δ_j it was drafted from: its subset
+    ``row.subsets[j]`` (indices into ``row.top_documents``; paper §3.2), the k documents of
+    that draft, not the row's N. Drafting writes one draft per subset in subset order (adaptive
+    drafting too: its rounds take the subsets in order), so draft j is subset j; each draft's
+    ``doc_ids`` is checked against its subset's.
+
+    Raises:
+        ValueError: the row has no ``top_documents``/``subsets``, more drafts than subsets, or a
+            draft whose ``doc_ids`` are not its subset's documents (the message names the draft)."""
+    if row.top_documents is None or row.subsets is None:
+        raise ValueError("the row's documents or subsets are missing (needed by verifier.evidence_aware)")
+    if len(row.drafts or []) > len(row.subsets):
+        raise ValueError(f"{len(row.drafts)} drafts for {len(row.subsets)} document subsets")
+    out = []
+    for j, (draft, subset) in enumerate(zip(row.drafts or [], row.subsets)):
+        documents = [row.top_documents[i] for i in subset]
+        if [d.doc_id for d in documents] != list(draft.doc_ids):
+            raise ValueError(f"draft {j}'s doc_ids {list(draft.doc_ids)} are not those of subset {j} "
+                             f"{[d.doc_id for d in documents]}")
+        out.append(documents)
+    return out
+
+
 class Verification(Stage):
     """``consensus``: indices of the valid drafts agreeing on one answer when at least c' of
     them do (``consensus_threshold``; [] otherwise); those rows skip the verifier. Other rows'
@@ -263,7 +317,11 @@ class Verification(Stage):
     :func:`specrag_batch.stages.verification.verify`) within ``verifier.max_model_len - 1`` tokens.
     With no verifier, or both verifier terms switched off, only ``consensus`` is set.
     ``verifier.deduplicate_drafts``: a row's drafts with the same verifier input share one
-    forward pass; ``verifier_drafts_deduplicated`` counts the passes saved per scored row."""
+    forward pass; ``verifier_drafts_deduplicated`` counts the passes saved per scored row.
+    ``verifier.evidence_aware`` (:attr:`RunConfig.verifier_reads_documents`): each draft is
+    scored with its own documents after Q (paper Table 2, Score(α|Q,δ); log ρ_SC = log P(α, β |
+    Q, δ_j)), so the stage also reads ``top_documents`` and ``subsets``; a row whose drafts
+    cannot be matched to their subsets (:func:`draft_documents`) gets an error."""
 
     name = timer_name = "verification"
     reads = ("task", "query", "choices", "drafts")
@@ -273,6 +331,9 @@ class Verification(Stage):
 
     def __init__(self, config: RunConfig, *, verifier: EngineLike | None):
         self.config, self.verifier = config, verifier
+        self.evidence = config.verifier_reads_documents
+        if self.evidence:
+            self.reads = (*type(self).reads, "top_documents", "subsets")
 
     def __call__(self, rows: Sequence[QueryRow]) -> None:
         config, selection = self.config, self.config.selection
@@ -281,13 +342,24 @@ class Verification(Stage):
             row.consensus = consensus(row.drafts, config.consensus_threshold) or []
         if self.verifier is None or not (selection.use_self_consistency or selection.use_self_reflection):
             return
-        items = [(position, question(row, config), draft) for position, row in enumerate(rows)
-                 if row.error is None and row.drafts is not None and not row.consensus
-                 for draft in row.drafts if draft.valid]
+        items, documents = [], []
+        for position, row in enumerate(rows):
+            if row.error is not None or row.drafts is None or row.consensus:
+                continue
+            try:
+                row_documents = draft_documents(row) if self.evidence else [None] * len(row.drafts)
+            except ValueError as e:
+                row.fail("drafts", f"building the verifier input failed: {e}", code=ErrorReason.VERIFIER_INPUT_FAILED)
+                continue
+            for draft, draft_docs in zip(row.drafts, row_documents):
+                if draft.valid:
+                    items.append((position, question(row, config), draft))
+                    documents.append(draft_docs)
         dedupe, saved = config.verifier.deduplicate_drafts, {}
         errors = verify(self.verifier, items, config.reflection_question,
                         config.verifier.max_model_len - 1, mode=selection.self_reflection,
-                        deduplicate=dedupe, saved=saved)
+                        deduplicate=dedupe, saved=saved, documents=documents if self.evidence else None,
+                        doc_budget=config.retrieval.max_doc_tokens)
         for position, message in errors.items():
             rows[position].fail("drafts", message, code=ErrorReason.VERIFIER_INPUT_FAILED)
         for position, n in saved.items() if dedupe else ():

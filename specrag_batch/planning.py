@@ -12,11 +12,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import intermediate, resume, storage
 from .records import ErrorReason
-from .schema import check_schema, validate_table
+from .schema import check_query_ids, check_schema, validate_table
 
 
 def plan_shards(input_uri: str) -> tuple[list[str], list[dict]]:
@@ -145,18 +146,26 @@ file that is not Parquet): they fail the shard before any engine loads."""
 
 
 def read_ids(shard_uri: str, task: str | None = None) -> list[str | None]:
-    """The ``query_id`` column of a shard, after checking the columns and types of its footer
+    """The ``query_id`` column of a shard as strings (integer ids as their decimal strings, as
+    :func:`schema.conform` reads them), after checking the columns and types of its footer
     (:func:`schema.check_schema`, ``task``: the run's fixed task). Reads the footer and that one
     column, not the whole file.
 
     Raises:
-        InputSchemaError: a missing column or a type the input schema does not accept.
+        InputSchemaError: a missing column or a type the input schema does not accept (a
+            float ``query_id`` names its first row, :func:`schema.check_query_ids`).
         OSError, pyarrow.ArrowInvalid: the file cannot be read as Parquet."""
     fs, path = storage.filesystem(shard_uri)
     with fs.open(path, "rb") as f:
         pf = pq.ParquetFile(f)
+        names = pf.schema_arrow.names
+        ids = pf.read(columns=["query_id"]).column("query_id") if names.count("query_id") == 1 else None
+        if ids is not None:
+            check_query_ids(ids, shard_uri)
         check_schema(pf.schema_arrow, shard_uri, task)
-        return pf.read(columns=["query_id"]).column("query_id").to_pylist()
+        if pa.types.is_integer(ids.type):
+            ids = ids.cast(pa.string())
+        return ids.to_pylist()
 
 
 def read_all_ids(shards: list[str], task: str | None = None) -> dict[str, list[str | None] | str]:

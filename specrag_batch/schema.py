@@ -5,7 +5,7 @@ Input (Parquet, one shard = one file):
 ==========  ==========================================  ========
 column      type                                        required
 ==========  ==========================================  ========
-query_id    string (unique across the run)              yes
+query_id    string or integer (unique across the run)   yes
 query       string (non-empty)                          yes
 task        string: ``qa`` | ``claim`` | ``choice``     yes
 documents   list<struct<doc_id, title, text: string>>   no
@@ -16,8 +16,10 @@ gold        list<string> accepted answers / the label   no
 "string" means any Arrow layout of text (``string``, ``large_string``, ``string_view``, a
 dictionary of those as pandas ``category``/Polars ``Categorical`` write it), "list" any of
 ``list``, ``large_list``, ``list_view``, ``large_list_view``; struct fields match by name in any
-order, other fields and columns are ignored. Each shard is cast once, at read time, to
-:data:`CANONICAL`.
+order, other fields and columns are ignored. An integer ``query_id`` column is read as the
+ids' decimal strings (``7`` -> ``"7"``); a float or any other type is refused, naming the first
+row that has a value (``1.0`` and ``1`` would be two ids). Each shard is cast once, at read time,
+to :data:`CANONICAL`.
 
 A *file-level* problem (missing column, wrong column type) raises :class:`InputSchemaError`
 naming the file and the field: the shard stops, other shards go on. A *row-level* problem
@@ -91,7 +93,32 @@ def _is_document_struct(t: pa.DataType) -> bool:
                                     and not (n == "doc_id" and pa.types.is_integer(names[n]))))
 
 
-_ACCEPTS = {"query_id": (_is_string, STRING_TYPES), "query": (_is_string, STRING_TYPES),
+_IDS_ACCEPTED = f"{STRING_TYPES}, or an integer type (read as its decimal string)"
+
+
+def _is_id(t: pa.DataType) -> bool:
+    """A ``query_id`` type: text (:func:`_is_string`) or an integer (read as decimal strings)."""
+    return _is_string(t) or pa.types.is_integer(t)
+
+
+def check_query_ids(col: pa.ChunkedArray | pa.Array, file: str) -> None:
+    """Refuse a ``query_id`` column of a type other than text or integer (a float column, as
+    pandas writes integer ids with a missing value, or a list), naming the first row with a
+    value and that value.
+
+    Raises:
+        InputSchemaError: ``<file>: column 'query_id': row <i>: <value> is a <type>; ...``."""
+    if _is_id(col.type):
+        return
+    values = col.to_pylist()
+    i = next((j for j, v in enumerate(values) if v is not None), 0)
+    first = f"row {i}: {values[i]!r} is a {col.type} value" if values and values[i] is not None \
+        else f"got {col.type} (every value null)"
+    raise InputSchemaError(file, "query_id", f"{first}; accepted: {_IDS_ACCEPTED}; write the ids as "
+                           "strings or integers (a float id such as 1.0 is not read as 1)")
+
+
+_ACCEPTS = {"query_id": (_is_id, _IDS_ACCEPTED), "query": (_is_string, STRING_TYPES),
             "task": (_is_string, STRING_TYPES),
             "documents": (lambda t: _is_list_of(t, _is_document_struct), _DOCS_ACCEPTED),
             "choices": (lambda t: _is_list_of(t, _is_string), _STRINGS_ACCEPTED),
@@ -138,13 +165,15 @@ def _list_from_view(arr: pa.Array) -> pa.Array:
 def conform(table: pa.Table, file: str, task: str | None = None) -> pa.Table:
     """The input columns of ``table`` (``query_id``, ``query``, ``task``, ``documents``,
     ``choices``, ``gold``, those present) cast once to :data:`CANONICAL`; other columns dropped.
-    Missing ``doc_id``/``title`` struct fields come out null; integer ``doc_id`` values (DPR or
-    Wikipedia ids) are cast to their decimal strings.
+    Missing ``doc_id``/``title`` struct fields come out null; integer ``doc_id`` and
+    ``query_id`` values are cast to their decimal strings.
 
     Raises:
-        InputSchemaError: see :func:`check_schema`; also a string that is not valid UTF-8
-            (naming the column, and the row of a top-level string column).
+        InputSchemaError: see :func:`check_schema` and :func:`check_query_ids`; also a string
+            that is not valid UTF-8 (naming the column, and the row of a top-level string column).
     """
+    if table.schema.names.count("query_id") == 1:
+        check_query_ids(table.column("query_id"), file)
     check_schema(table.schema, file, task)
     cols = {}
     for name in CANONICAL:

@@ -73,13 +73,14 @@ def test_a_shard_failing_planning_claims_no_id(tmp_path, verifier):
 
 def test_wrong_types_and_not_parquet_fail_at_planning(tmp_path, verifier):
     inp, out = tmp_path / "in", tmp_path / "out"
-    write(inp, "ints.parquet", pa.table({"query_id": [1, 2], "query": ["q?", "r?"], "task": ["qa", "qa"]}))
+    write(inp, "ints.parquet", pa.table({"query_id": [1.0, 2.0], "query": ["q?", "r?"], "task": ["qa", "qa"]}))
     (inp / "csv.parquet").write_text("query_id,query\nx,y\n")
     write(inp, "ok.parquet", shard("ok"))
     st = run(inp, out, verifier)
     assert st["ok.parquet"] == ("ok", None)
     assert st["ints.parquet"][0] == st["csv.parquet"][0] == "failed at planning"
-    assert st["ints.parquet"][1].startswith(f"InputSchemaError: {inp / 'ints.parquet'}: column 'query_id': got int64")
+    assert st["ints.parquet"][1].startswith(f"InputSchemaError: {inp / 'ints.parquet'}: column 'query_id': row 0: "
+                                            "1.0 is a double value")  # float ids; integer ids are read as strings
     assert str(inp / "csv.parquet") in st["csv.parquet"][1]
 
 

@@ -115,7 +115,7 @@ def test_conform_casts_once_to_canonical_and_drops_other_columns():
 
 
 @pytest.mark.parametrize("col, arr, found", [
-    ("query_id", pa.array([1, 2]), "int64"),
+    ("query_id", pa.array([[1], [2]]), "list<item: int64>"),
     ("task", pa.array([1, 2]).dictionary_encode(), "dictionary<values=int64"),
     ("gold", pa.array([[1], [2]]), "list<item: int64>"),
     ("documents", pa.array([[{"title": "t"}], []]), "list<item: struct<title: string>>"),
@@ -128,14 +128,43 @@ def test_refuses_what_really_differs_naming_column_type_and_accepted(col, arr, f
     with pytest.raises(InputSchemaError) as e:
         validate_table(pa.table(base), "f.parquet")
     msg = str(e.value)
-    assert msg.startswith(f"f.parquet: column '{col}': got {found}")
+    if col == "query_id":  # the first row with a value is named (schema.check_query_ids)
+        found = f"row 0: [1] is a {found} value"
+    else:
+        found = f"got {found}"
+    assert msg.startswith(f"f.parquet: column '{col}': {found}")
     assert "accepted:" in msg and "string_view" in msg and "dictionary" in msg
     if col in ("gold", "choices", "documents"):
         assert "large_list" in msg and "list_view" in msg
 
 
-def test_pandas_integer_ids_refused(tmp_path):
-    pd.DataFrame({"query_id": [1, 2], "query": ["a?", "b?"], "task": ["qa", "qa"]}).to_parquet(
+def test_integer_ids_are_read_as_decimal_strings(tmp_path):
+    """Fresh-clone trial: pandas' integer ids dropped the whole shard; they are the ids'
+    decimal strings now, in validation and in planning's id read alike."""
+    from specrag_batch.planning import read_ids
+
+    pd.DataFrame({"query_id": [7, 12], "query": ["a?", "b?"], "task": ["qa", "qa"]}).to_parquet(
         tmp_path / "ints.parquet", engine="pyarrow")
-    with pytest.raises(InputSchemaError, match=r"ints\.parquet: column 'query_id': got int64; accepted: string"):
-        _rows(tmp_path / "ints.parquet")
+    assert [r.query_id for r in _rows(tmp_path / "ints.parquet")] == ["7", "12"]
+    assert read_ids(str(tmp_path / "ints.parquet")) == ["7", "12"]
+    for t in (pa.uint8(), pa.int32()):
+        rows = validate_table(pa.table({"query_id": pa.array([None, 3], t), "query": ["a?", "b?"],
+                                        "task": ["qa", "qa"]}), "f.parquet")
+        assert [r.query_id for r in rows] == ["<row 0>", "3"] and rows[0].error_reason == "empty_query_id"
+
+
+def test_float_ids_are_refused_naming_the_row_and_the_field(tmp_path):
+    """pandas writes integer ids with a missing value as float64: 1.0 is not read as "1"."""
+    from specrag_batch.planning import read_ids
+
+    pd.DataFrame({"query_id": [None, 1.0], "query": ["a?", "b?"], "task": ["qa", "qa"]}).to_parquet(
+        tmp_path / "floats.parquet", engine="pyarrow")
+    want = (f"{tmp_path / 'floats.parquet'}: column 'query_id': row 1: 1.0 is a double value; accepted: string, "
+            "large_string, string_view, dictionary<_, string> (or all null), or an integer type (read as its "
+            "decimal string); write the ids as strings or integers (a float id such as 1.0 is not read as 1)")
+    with pytest.raises(InputSchemaError) as e:
+        _rows(tmp_path / "floats.parquet")
+    assert str(e.value) == want
+    with pytest.raises(InputSchemaError) as e:
+        read_ids(str(tmp_path / "floats.parquet"))
+    assert str(e.value) == want

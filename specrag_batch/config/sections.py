@@ -356,8 +356,8 @@ class SelectionConfig(_Strict):
 
         Raises:
             ValueError: a mapping key that is not a task (``qa``, ``claim``, ``choice``), a
-                boolean value (read as 0.0 or 1.0 otherwise), or a value that is
-                not a number (a date, a list, null inside the mapping)."""
+                boolean value (read as 0.0 or 1.0 otherwise), a value that is
+                not a number (a date, a list, null inside the mapping), or NaN / ±inf."""
         def number(x: Any) -> bool:
             return isinstance(x, (int, float)) and not isinstance(x, bool)
 
@@ -380,6 +380,8 @@ class SelectionConfig(_Strict):
         elif v is not None and not number(v):
             raise ValueError("a number (<= 0), a mapping task -> number, or null is needed, got "
                              f"{v!r}" + (f" {_YAML_BOOLEANS}" if isinstance(v, bool) else ""))
+        elif v is not None and not math.isfinite(v):  # here, so the error names the flag or file that set it
+            raise ValueError(f"must be finite or null, got {v}")
         return v
 
     @field_validator("tau_min")

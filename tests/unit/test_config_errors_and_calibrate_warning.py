@@ -164,6 +164,10 @@ def test_an_unknown_top_level_key_does_not_hide_the_sections_errors(tmp_path):
     ("mode: standard\nselection:\n  fallback: standard\n", [],
      "{file}: selection.fallback 'standard' re-answers low-confidence"),  # a whole-config rule
     ("seed: 1\n", ["--tau-min", "0.5"], "--tau-min: selection.tau_min: tau_min 0.5 is positive"),
+    # fresh-clone trial: --tau-min nan blamed the config file ("<file>: selection.tau_min must be finite")
+    ("seed: 1\n", ["--tau-min", "nan"], "--tau-min: selection.tau_min: must be finite or null, got nan"),
+    ("seed: 1\n", ["--tau-min", "-inf"], "--tau-min: selection.tau_min: must be finite or null, got -inf"),
+    ("selection:\n  tau_min: .nan\n", [], "{file}: selection.tau_min: must be finite or null, got nan"),
     # text fields YAML read as something else: what it read, and the fix (review finding 2026-12-03)
     ("drafter:\n  model:\n", [], "{file}: drafter.model: Input should be a valid string (got null: YAML reads null"),
     ("verifier:\n  model: 2024-01-01\n", [],

@@ -377,11 +377,9 @@ class SelectionConfig(_Strict):
                     problems.append(why)
             if problems:
                 raise ValueError("; ".join(problems))
-        elif v is not None and not number(v):
-            raise ValueError("a number (<= 0), a mapping task -> number, or null is needed, got "
-                             f"{v!r}" + (f" {_YAML_BOOLEANS}" if isinstance(v, bool) else ""))
-        elif v is not None and not math.isfinite(v):  # here, so the error names the flag or file that set it
-            raise ValueError(f"must be finite or null, got {v}")
+        elif v is not None and not (number(v) and math.isfinite(v)):  # NaN here: the error names its flag or file
+            raise ValueError(f"must be finite or null, got {v}" if number(v) else "a number (<= 0), a mapping task "
+                             f"-> number, or null is needed, got {v!r}" + (f" {_YAML_BOOLEANS}" if isinstance(v, bool) else ""))
         return v
 
     @field_validator("tau_min")

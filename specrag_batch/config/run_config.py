@@ -166,7 +166,9 @@ class RunConfig(_Strict):
         is at least ``sampling.num_drafts`` drafts every subset in its first round, as a
         non-adaptive run does (the default first round, 2, with m <= 2 is not named: a user
         who asked for few drafts did not ask for rounds); ``verifier.evidence_aware`` on where no
-        verifier pass scores drafts (:attr:`verifier_reads_documents` false)."""
+        verifier pass scores drafts (:attr:`verifier_reads_documents` false); and, not idle but
+        never meant, a ``sampling.num_drafts`` above the distinct subsets N documents give or
+        above :data:`MAX_DRAFTS` (:func:`_draft_count_warnings`)."""
         smp, out = self.sampling, []
         if self.mode == "speculative" and self.selection.fallback != "standard":
             for key in ("temperature", "top_p"):
@@ -198,6 +200,8 @@ class RunConfig(_Strict):
             out.append(f"sampling.first_round ({smp.first_round}) >= sampling.num_drafts ({smp.num_drafts}): "
                        "adaptive drafting drafts every subset in its first round, so it never stops a row early; "
                        f"set sampling.first_round below {smp.num_drafts} or sampling.adaptive: false")
+        if self.mode == "speculative":
+            out += _draft_count_warnings(smp.num_drafts, self.retrieval.top_n, smp.num_clusters, smp.strategy)
         return out
 
     def config_hash(self) -> str:
@@ -218,6 +222,43 @@ class RunConfig(_Strict):
         for section, key in SCORING_EXCLUDED:
             (data if section is None else data.get(section) or {}).pop(key, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+MAX_DRAFTS = 100
+"""Drafts per row above which ``sampling.num_drafts`` is warned of as a likely typo: every
+draft is one drafter generation (and verifier pass) per row, so cost grows with m."""
+
+
+def distinct_subsets(n: int, k: int, strategy: str) -> int:
+    """The most distinct document subsets multi-perspective sampling can draw from ``n``
+    documents with ``k`` clusters (``stages.sampling.sample_subsets``): one document per
+    cluster (``cluster``, ``cluster_cover``) gives at most the product of the cluster sizes,
+    largest when the ``n`` documents split evenly, (n/k)^k; ``random`` and ``single_cluster``
+    draw k of the n documents, at most C(n, k). ``k`` is clamped to [1, n]; 0 when n < 1."""
+    if n < 1:
+        return 0
+    k = max(1, min(k, n))
+    if strategy in ("random", "single_cluster"):
+        return math.comb(n, k)
+    q, r = divmod(n, k)
+    return (q + 1) ** r * q ** (k - r)
+
+
+def _draft_count_warnings(m: int, n: int, k: int, strategy: str) -> list[str]:
+    """Warnings for a ``sampling.num_drafts`` ``m`` no user means: more drafts than the
+    :func:`distinct_subsets` that N = ``n`` documents (``retrieval.top_n``, each row's most) give,
+    which draws no more (a row gets at most that many drafts, subsets are never repeated), or
+    more than :data:`MAX_DRAFTS`."""
+    limit = distinct_subsets(n, k, strategy)
+    if m > limit:
+        return [f"sampling.num_drafts (m = {m}) exceeds the {limit} distinct document subsets that "
+                f"retrieval.top_n = {n} documents give with sampling.num_clusters = {k} (strategy {strategy}; "
+                "subsets are never repeated): a row gets at most that many drafts, fewer when it has fewer "
+                f"documents; set sampling.num_drafts at most {limit}"]
+    if m > MAX_DRAFTS:
+        return [f"sampling.num_drafts (m = {m}) is above {MAX_DRAFTS}: every row is drafted m times, so "
+                "drafting time and tokens grow m-fold (the default is 5); is it a typo?"]
+    return []
 
 
 def _flags_given(overrides: dict[str, Any] | None, flags: dict[str, str] | None) -> dict[str, str]:

@@ -51,8 +51,8 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   tokens per row rise by the share of repeated drafts); ``dedupe_verifier`` (the switch on) is
   the same ablation for a config that turns it off. Of these two the one whose setting the
   config already has is skipped with a note (the same cells as ``speculative``).
-  ``evidence_verifier`` (``verifier.evidence_aware: true``, the paper's Table 2 variant
-  Score(α|Q,δ): each draft verified over [Q, δ_j, α_j, β_j, R] with its own k documents; compare
+  ``evidence_verifier`` (``verifier.evidence_aware: true``, the paper's variant
+  Score(α|Q,β,δ), documents added to the rationale: each draft verified over [Q, δ_j, α_j, β_j, R] with its own k documents; compare
   accuracy, the confidence's ranking and verifier seconds with ``speculative``) is skipped with a
   note where the config already has it on or has no verifier term in log ρ (it would change
   nothing).
@@ -269,7 +269,7 @@ ARM_OVERRIDES: dict[str, dict] = {
     "no_dedupe_verifier": {"verifier.deduplicate_drafts": False},
     "dedupe_verifier": {"verifier.deduplicate_drafts": True},  # for a config with it off
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
-    "evidence_verifier": {"verifier.evidence_aware": True},  # paper Table 2, Score(α|Q,δ)
+    "evidence_verifier": {"verifier.evidence_aware": True},  # the paper's Score(α|Q,β,δ)
 }
 GROUPS = {"main": ("standard", "speculative"), "default": (DEFAULT_ARM, ONE_ROUND_ARM), "tuned": ("speculative-smol", TUNED_ARM),
           "ablations": ("sampling_random", "sampling_single_cluster", "sampling_cover", "adaptive", "question_first",

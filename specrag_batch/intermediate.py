@@ -8,7 +8,7 @@ rationale β, document ids, draft score log ρ_draft in nats). A verifier worker
 4-5 (paper §3.3) in the same chunks as a fused run, so both topologies give the same answers.
 
 The documents are in the file only when the verifier reads them (``verifier.evidence_aware``,
-:attr:`RunConfig.verifier_reads_documents`, the paper's Table 2 variant Score(α|Q,δ)): then
+:attr:`RunConfig.verifier_reads_documents`, the paper's variant Score(α|Q,β,δ), documents added to the rationale): then
 each row's ``top_documents`` (as drafting saw them, before any cut) and ``subsets`` (indices into
 them, one per draft in draft order) are written, so the verifier side rebuilds each draft's own
 documents; otherwise both columns are null (the verifier of §3.3 reads no document). Scores

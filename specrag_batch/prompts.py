@@ -314,7 +314,7 @@ def verifier_prompt(tokenizer, question: Question, answer: str, rationale: str,
     data values (placeholders, see module docstring), so their token ranges are known exactly
     whatever the query, the documents or the draft contain.
 
-    ``documents`` (``verifier.evidence_aware``; the paper's Table 2 variant Score(α|Q,δ)): the
+    ``documents`` (``verifier.evidence_aware``; the paper's variant Score(α|Q,β,δ), documents added to the rationale): the
     draft's own subset δ_j, numbered as in the drafter prompt, goes into the first user turn
     after the question block (``Documents:`` then :func:`format_documents`), so the input is
     [Q, δ_j, α_j, β_j, R] and its prefix up to the last document is the same for every draft of
@@ -354,7 +354,7 @@ def fitted_verifier_prompt(tokenizer, question: Question, answer: str, rationale
                            reflection_question: str, documents: Sequence[Document], doc_budget: int,
                            max_prompt_tokens: int) -> tuple[VerifierPrompt, bool]:
     """The evidence-aware verifier input [Q, δ_j, α_j, β_j, R] (:func:`verifier_prompt` with
-    ``documents``; the paper's Table 2 variant Score(α|Q,δ)) fitted to the verifier's context.
+    ``documents``; the paper's variant Score(α|Q,β,δ), documents added to the rationale) fitted to the verifier's context.
 
     Each document's text is cut to at most ``doc_budget`` tokens of ``tokenizer`` (the
     verifier's; ``retrieval.max_doc_tokens``) by :func:`truncate_documents`; while the input

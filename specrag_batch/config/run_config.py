@@ -148,7 +148,7 @@ class RunConfig(_Strict):
     @property
     def verifier_reads_documents(self) -> bool:
         """Whether the verifier scores drafts over their own documents (``verifier.evidence_aware``,
-        the paper's Table 2 variant Score(α|Q,δ)): Speculative RAG with the switch on and a
+        the paper's variant that adds the draft's documents to its rationale, Score(α|Q,β,δ)): Speculative RAG with the switch on and a
         verifier term in log ρ. Then verification reads each row's ``top_documents`` and
         ``subsets``, and a disaggregated run writes them to the intermediate draft Parquet."""
         return (self.mode == "speculative" and self.verifier.evidence_aware

@@ -202,7 +202,7 @@ class VerifierConfig(ModelConfig):
         "the passes saved. On by default (docs/decisions/003-verifier-deduplicate-drafts.md). A "
         "run that sets it false hashes as runs made before the field existed (:data:`ADDED_FIELDS`)")
     evidence_aware: bool = Field(
-        False, description="the paper's Table 2 variant Score(α|Q,δ): each draft is scored in one "
+        False, description="the paper's variant that adds the draft's documents to its rationale, Score(α|Q,β,δ): each draft is scored in one "
         "pass over [Q, δ_j, α_j, β_j, R], δ_j its own subset's k documents (each cut to "
         "retrieval.max_doc_tokens verifier tokens, shorter to fit max_model_len: draft flag "
         "verifier_documents_truncated); log ρ_SC and log ρ_SR come from that pass. Off (default): "

@@ -3,7 +3,7 @@
 Input per draft: ``[Q, α, β, R]`` — the question block (no documents), the draft's answer α
 *as the drafter wrote it* (e.g. the letter ``B`` of a choice row) and rationale β, the
 reflection question R, then the chat template's assistant opening. With
-``verifier.evidence_aware`` (the paper's Table 2 variant Score(α|Q,δ)) the input is
+``verifier.evidence_aware`` (the paper's variant that adds the draft's documents to its rationale, Score(α|Q,β,δ)) the input is
 ``[Q, δ_j, α_j, β_j, R]``: the draft's own subset δ_j (its k documents, not all N;
 :func:`draft_documents`) follows the question block in the first user turn, cut to fit
 (:func:`~specrag_batch.prompts.fitted_verifier_prompt`), and both terms below come from that
@@ -181,8 +181,8 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
     per draft over [Q, α, β, R] and the template's assistant opening
     (:func:`~specrag_batch.prompts.verifier_prompt`): its prompt log-probs give log ρ_SC and
     the next token's log-probs of the yes/no spellings give log ρ_SR. Without ``documents`` the
-    verifier reads no document (§3.3); with them, over [Q, δ_j, α, β, R] (paper Table 2,
-    Score(α|Q,δ)), log ρ_SC is still the sum over α's and β's tokens only, now given Q and δ_j.
+    verifier reads no document (§3.3); with them, over [Q, δ_j, α, β, R] (the paper's verification ablation,
+    Score(α|Q,β,δ)), log ρ_SC is still the sum over α's and β's tokens only, now given Q and δ_j.
 
     Args:
         engine: the verifier engine (its tokenizer renders the prompts).
@@ -319,7 +319,7 @@ class Verification(Stage):
     ``verifier.deduplicate_drafts``: a row's drafts with the same verifier input share one
     forward pass; ``verifier_drafts_deduplicated`` counts the passes saved per scored row.
     ``verifier.evidence_aware`` (:attr:`RunConfig.verifier_reads_documents`): each draft is
-    scored with its own documents after Q (paper Table 2, Score(α|Q,δ); log ρ_SC = log P(α, β |
+    scored with its own documents after Q (the paper's verification ablation, Score(α|Q,β,δ); log ρ_SC = log P(α, β |
     Q, δ_j)), so the stage also reads ``top_documents`` and ``subsets``; a row whose drafts
     cannot be matched to their subsets (:func:`draft_documents`) gets an error."""
 

@@ -181,6 +181,15 @@ these files have rows to spare. PopQA (74 rows) and ARC-Challenge (71) report ev
 the 20-row tuning split, which includes rows 20-39 of the earlier tuning split. NQ-open was
 never used before."""
 
+CLAIMS_DECISION = "climate_fever_400"
+"""Climate-FEVER at decision size (issue 39 item 4: claims need n >= 400, the reserve holds 100
+reported rows): the 100 reported rows (40-139) followed by rows 300-599 of the file. Rows from
+:data:`BENCHMARK_RESERVE` on are the ones drafter training may read, so no tuned drafter arm runs
+on this dataset (``main`` refuses it); the packaged models compared on it were never trained on
+any row of the file. Not in :data:`DATASETS` (the default); named with ``--datasets``."""
+CLAIMS_DECISION_SPANS = ((40, 140), (300, 600))
+"""File row spans [start, end) of :data:`CLAIMS_DECISION`, in this order."""
+
 SELECTION_TUNING_ROWS = 100
 """Rows of the selection-tuning split (:data:`SELECTION_TUNING_ARM`) of each dataset that has them."""
 
@@ -399,12 +408,19 @@ def selection_tuning_rows(name: str, shared: Path) -> list[dict]:
 
 def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
     """The reported rows of a dataset: ``rows`` rows from :data:`REPORT_START`, or every row
-    after it when the file has fewer (input-schema dicts, file order).
+    after it when the file has fewer (input-schema dicts, file order); for
+    :data:`CLAIMS_DECISION` the first ``rows`` rows of its spans.
 
     Raises:
         ValueError: the rows would reach past the first ``BENCHMARK_RESERVE`` rows of the
             file (training data may come from there) or into the selection-tuning split
             (:data:`SELECTION_TUNING_START`), or an unknown dataset."""
+    if name == CLAIMS_DECISION:
+        most = sum(end - start for start, end in CLAIMS_DECISION_SPANS)
+        if rows > most:
+            raise ValueError(f"--rows {rows}: {CLAIMS_DECISION} has {most} rows")
+        every = list(CONVERTERS["climate_fever"](shared))
+        return [r for start, end in CLAIMS_DECISION_SPANS for r in every[start:end]][:rows]
     if name not in REPORT_START:
         raise ValueError(f"dataset {name!r}: not a benchmark dataset (choose from {', '.join(DATASETS)})")
     start = REPORT_START[name]
@@ -1194,8 +1210,9 @@ def main(argv: list[str] | None = None) -> int:
     datasets = [d.strip() for d in a.datasets.split(",") if d.strip()]
     ablation_datasets = [d.strip() for d in a.ablation_datasets.split(",") if d.strip()]
     for flag, names in (("--datasets", datasets), ("--ablation-datasets", ablation_datasets)):
-        if bad := [d for d in names if d not in DATASETS]:
-            ap.error(f"{flag}: {bad[0]!r} is not a benchmark dataset (choose from {', '.join(DATASETS)})")
+        if bad := [d for d in names if d not in DATASETS + (CLAIMS_DECISION,)]:
+            ap.error(f"{flag}: {bad[0]!r} is not a benchmark dataset (choose from "
+                     f"{', '.join(DATASETS + (CLAIMS_DECISION,))})")
     if not datasets:
         ap.error(f"--datasets: no dataset named (choose from {', '.join(DATASETS)})")
 
@@ -1208,6 +1225,9 @@ def main(argv: list[str] | None = None) -> int:
         arms = expand_arms(a.arms, list(tuned))
     except ValueError as e:
         ap.error(str(e))
+    if CLAIMS_DECISION in datasets and (bad := [arm for arm in arms if arm.startswith(TUNED_ARM)]):
+        ap.error(f"--arms {bad[0]}: {CLAIMS_DECISION} holds rows drafter training may read (from row "
+                 f"{BENCHMARK_RESERVE}); a tuned drafter cannot be measured on them")
     try:
         data = {ds: reported_rows(ds, a.shared, a.rows) for ds in datasets}
         tuning = {ds: tuning_rows(ds, a.shared) for ds in datasets} if needs_tuning(arms) else {}

@@ -52,6 +52,28 @@ def test_reported_rows_are_reserved_and_disjoint_from_tuning_and_training():
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
+def test_claims_decision_rows_are_the_reported_ones_then_rows_past_the_reserve_and_no_tuning_row():
+    claims = [r["query_id"] for r in decision.reported_rows(decision.CLAIMS_DECISION, SHARED, 400)]
+    every = [r["query_id"] for r in decision.CONVERTERS["climate_fever"](SHARED)]
+    assert len(set(claims)) == 400
+    assert claims[:100] == [r["query_id"] for r in decision.reported_rows("climate_fever", SHARED, 100)]
+    assert claims[100:] == every[decision.BENCHMARK_RESERVE:decision.BENCHMARK_RESERVE + 300]
+    tuning = {r["query_id"] for r in decision.tuning_rows("climate_fever", SHARED)}
+    tuning |= {r["query_id"] for r in decision.selection_tuning_rows("climate_fever", SHARED)}
+    tuning |= {r["query_id"] for r in decision.extra_tuning_rows(decision.VERIFIER_TUNING_ARM, "climate_fever", SHARED)}
+    assert not set(claims) & tuning
+    with pytest.raises(ValueError, match="has 400 rows"):
+        decision.reported_rows(decision.CLAIMS_DECISION, SHARED, 401)
+
+
+def test_claims_decision_refuses_a_tuned_drafter_arm(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        decision.main(["--datasets", decision.CLAIMS_DECISION, "--arms", "speculative-tuned",
+                       "--tuned-drafter", str(tmp_path), "--runs", str(tmp_path / "runs")])
+    assert "drafter training may read" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
 def test_nq_open_rows_have_ten_passages_from_reserved_questions_only():
     nq = decision.reported_rows("nq_open", SHARED, 100)
     reserved = {r["query_id"] for r in decision.CONVERTERS["nq_open"](SHARED)}

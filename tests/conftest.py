@@ -147,23 +147,30 @@ def _shipped_packaged_models_count_as_installed(monkeypatch):
     monkeypatch.setattr(models, "packaged_missing", lambda name: [] if name in shipped else real(name))
 
 
-_TIER: list[str] = []
+_PLACE: list[tuple[str, str]] = []
+KEEP_ENGINES = 2
+"""In-process engines a test module may inherit from the ones before it in the same folder."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before the item's fixtures are set up
 def pytest_runtest_setup(item):
     """Close the engines cached in-process (``engines.close_engines``) when the run moves to
-    another test folder (``tests/<kind>/``, ``benchmarks/tests``): each folder's engines stay
-    cached across its tests, but a whole ``make test`` in one process would otherwise hold every
-    folder's engines (2 GiB of KV cache each) to its end, and the scale-out tier's Ray workers,
-    which start their own engines, found too little memory left for theirs (CI, stop 42)."""
+    another test folder (``tests/<kind>/``, ``benchmarks/tests``), and at a module boundary when
+    more than :data:`KEEP_ENGINES` are cached: engines stay cached across a module's tests and
+    its neighbours with the same config, but a whole ``make test`` in one process would
+    otherwise hold every config's engine (2 GiB of KV cache each) to its end, and the
+    scale-out tier's Ray workers, which start their own engines, found too little memory left
+    for theirs (CI, stop 42)."""
     path = Path(str(item.fspath))
-    tier = str(path.parent.relative_to(ROOT)) if ROOT in path.parents else str(path.parent)
-    tier = "/".join(tier.split("/")[:2])
+    folder = str(path.parent.relative_to(ROOT)) if ROOT in path.parents else str(path.parent)
+    place = ("/".join(folder.split("/")[:2]), str(path))
     engines = sys.modules.get("specrag_batch.engines")  # never imported here: the unit tier's guard
-    if _TIER and _TIER[0] != tier and engines is not None and engines.loaded_engines():
-        engines.close_engines()
-    _TIER[:] = [tier]
+    if _PLACE and engines is not None and engines.loaded_engines():
+        (folder_before, module_before) = _PLACE[0]
+        if folder_before != place[0] or (module_before != place[1]
+                                         and len(engines.loaded_engines()) > KEEP_ENGINES):
+            engines.close_engines()
+    _PLACE[:] = [place]
 
 
 def pytest_sessionfinish(session, exitstatus):

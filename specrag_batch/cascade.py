@@ -30,13 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 import yaml
 
-from .calibration import always_kept, graded_rows, measure_values
+from .calibration import MIN_KEPT_ROWS, always_kept, graded_rows, measure_values
 from .confidence_fit import CalibrationInputError
 
 _NOT_STANDARD = (("drafter",), ("sampling",), ("selection",), ("chunk_rows",), ("mode",),
@@ -137,7 +137,8 @@ class Frontier:
     """The frontier (:func:`frontier`): ``points`` by share, Speculative RAG alone first and
     Standard RAG alone last; ``column``: the confidence (report column); ``n``: shared graded
     rows; ``tasks``: their tasks; ``spec_only`` / ``std_only``: graded rows of one run only
-    (left out); ``spec_seconds`` / ``std_seconds``: each run's seconds per row or None."""
+    (left out); ``spec_seconds`` / ``std_seconds``: each run's seconds per row or None;
+    ``left_out``: tasks of graded rows of one run only (no τ_min is proposed for them)."""
 
     points: list[Point]
     column: str
@@ -147,6 +148,42 @@ class Frontier:
     std_only: int
     spec_seconds: float | None
     std_seconds: float | None
+    left_out: list[str] = field(default_factory=list)
+
+    @property
+    def few_rows(self) -> str | None:
+        """The warning when the frontier rests on fewer than
+        :data:`specrag_batch.calibration.MIN_KEPT_ROWS` shared graded rows (as plain
+        ``calibrate`` warns about a τ_min on a handful of rows), else None."""
+        if self.n >= MIN_KEPT_ROWS:
+            return None
+        return (f"the frontier rests on {self.n} shared graded rows, fewer than {MIN_KEPT_ROWS}: its accuracies "
+                "are not reliable estimates; calibrate on more labelled rows before relying on it")
+
+    @property
+    def left_out_note(self) -> str | None:
+        """One line naming the tasks of :attr:`left_out`, else None."""
+        if not self.left_out:
+            return None
+        return (f"task(s) {', '.join(self.left_out)}: graded in only one run, so left out of the snippet "
+                "(no τ_min set for them)")
+
+
+def check_unique(rows: pl.DataFrame, name: str) -> None:
+    """Refuse a run (report rows, ``name`` as the message calls it) holding a ``query_id`` in
+    more than one row: the runs are joined on ``query_id``, so a repeated id would count its
+    rows twice (null ids join nothing and are not checked).
+
+    Raises:
+        CalibrationInputError: one line naming ``name``, the first duplicated id (sorted), its
+            number of rows and how many other ids are duplicated."""
+    dup = (rows.filter(pl.col("query_id").is_not_null()).group_by("query_id").len()
+           .filter(pl.col("len") > 1).sort("query_id"))
+    if dup.height:
+        more = f" (and {dup.height - 1} other duplicated id(s))" if dup.height > 1 else ""
+        raise CalibrationInputError(
+            f"{name}: query_id {dup['query_id'][0]!r} appears in {dup['len'][0]} rows{more}; the runs are joined "
+            "on query_id, so each run must hold a query once (were shards of two runs copied together?)")
 
 
 def frontier(spec: pl.DataFrame, std: pl.DataFrame, *, column: str, spec_seconds: float | None = None,
@@ -160,9 +197,11 @@ def frontier(spec: pl.DataFrame, std: pl.DataFrame, *, column: str, spec_seconds
         spec_seconds, std_seconds: seconds per row of each run (None: unknown).
 
     Raises:
-        CalibrationInputError: a run has no graded answered row (no gold), the runs share no
-            graded row, or the speculative run has no ``column`` on any shared row (e.g.
+        CalibrationInputError: a run repeats a ``query_id`` (:func:`check_unique`), a run
+            has no graded answered row (no gold), the runs share no graded row, or the speculative run has no ``column`` on any shared row (e.g.
             ``confidence`` of a run that did not use the calibrated confidence)."""
+    check_unique(spec, "the speculative run")
+    check_unique(std, "the Standard RAG run (--fallback-run)")
     g, h = graded_rows(spec), graded_rows(std)
     for rows, which in ((g, "the speculative run"), (h, "the Standard RAG run (--fallback-run)")):
         if rows.height == 0:
@@ -193,8 +232,10 @@ def frontier(spec: pl.DataFrame, std: pl.DataFrame, *, column: str, spec_seconds
             continue
         points.append(Point("cascade", k, k / n, tau, float(np.where(redo, alt, ok).mean()), cost(k / n)))
     points.append(Point("standard", n, 1.0, None, float(alt.mean()), std_seconds))
-    return Frontier(points, column, n, sorted(both["task"].drop_nulls().unique().to_list()),
-                    g.height - n, h.height - n, spec_seconds, std_seconds)
+    shared = sorted(both["task"].drop_nulls().unique().to_list())
+    graded = set(g["task"].drop_nulls().to_list()) | set(h["task"].drop_nulls().to_list())
+    return Frontier(points, column, n, shared, g.height - n, h.height - n, spec_seconds, std_seconds,
+                    sorted(graded - set(shared)))
 
 
 def choose(f: Frontier, *, target_accuracy: float | None = None, budget_share: float | None = None,
@@ -244,7 +285,8 @@ def snippet(f: Frontier, point: Point, config: dict, header: str = "") -> str:
     ``selection.tau_min`` (the point's τ for each task of the shared rows) under the
     confidence of ``f`` (``selection.confidence``; with the run config's ``calibration`` when
     it is the calibrated one), or ``fallback: none`` for Speculative RAG alone; comments say
-    what the point gives.
+    what the point gives, and carry :attr:`Frontier.few_rows` (``# WARNING``) and
+    :attr:`Frontier.left_out_note`.
 
     Raises:
         CalibrationInputError: ``point.tau`` cannot be a threshold on the confidence (a
@@ -268,6 +310,10 @@ def snippet(f: Frontier, point: Point, config: dict, header: str = "") -> str:
             sel["calibration"] = (config.get("selection") or {}).get("calibration")
         body = {"selection": {**sel, "tau_min": {t: point.tau for t in f.tasks}, "fallback": "standard"}}
     lines = [*header.splitlines(), note]
+    if f.few_rows:
+        lines.append(f"WARNING {f.few_rows}")
+    if f.left_out_note:
+        lines.append(f.left_out_note)
     return "".join(f"# {line}\n" for line in lines) + yaml.safe_dump(body, sort_keys=False)
 
 

@@ -5,6 +5,7 @@ re-answers (:mod:`specrag_batch.cascade`). Registered on the app by :mod:`specra
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -19,6 +20,87 @@ TARGETS = ("--target-accuracy", "--target-coverage")
 """The targets of τ_min for kept rows."""
 BUDGETS = ("--target-accuracy", "--budget-share", "--budget-seconds")
 """The targets of the fallback share (``--fallback-run``)."""
+UNMET = 3
+"""Exit code of a target the data does not meet (a task without τ_min, or no share of
+re-answered rows); 2 is refused input (docs/cli.md, "Exit codes of calibrate")."""
+
+
+def check_out(out: str) -> None:
+    """``--out`` (a local path or a storage URI) can take the snippet, checked before any run
+    is read: a local path is not a directory and its parent is an existing, writable directory;
+    on ``s3://`` the bucket exists and answers; a URI is not a directory (a prefix).
+
+    Raises:
+        ValueError: one line naming ``--out`` and the path (an empty value, a directory, a
+            missing or non-directory parent, a bucket not there or not reachable, a scheme
+            without its file system installed)."""
+    from . import storage
+    from .redaction import redact_text
+
+    if not out.strip():
+        raise ValueError("--out: an empty path; give the snippet's file name (e.g. fallback.yaml)")
+    name = redact_text(out)
+    proto, path = storage.split_uri(out)
+    if proto == "file":
+        p = Path(path)
+        if p.is_dir():
+            raise ValueError(f"--out {name}: is a directory; give a file name (e.g. {Path(name) / 'snippet.yaml'})")
+        if not p.parent.exists():
+            raise ValueError(f"--out {name}: directory {p.parent} does not exist")
+        if not p.parent.is_dir():
+            raise ValueError(f"--out {name}: {p.parent} is not a directory")
+        if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+            raise ValueError(f"--out {name}: not writable")
+        return
+    try:
+        fs, key = storage.filesystem(out)
+        bucket = key.split("/", 1)[0]
+        if proto in storage.S3_PROTOCOLS and not fs.exists(bucket):
+            raise ValueError(f"--out {name}: bucket {bucket!r} does not exist or cannot be reached")
+        if not key.strip("/") or (proto in storage.S3_PROTOCOLS and key.strip("/") == bucket) or fs.isdir(key):
+            raise ValueError(f"--out {name}: is a bucket or directory; give a file name")
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - no fsspec implementation, no credentials, no endpoint
+        raise ValueError(f"--out {name}: cannot be checked: {_first_line(e)}") from None
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def write_out(out: str, text: str) -> None:
+    """Write the snippet ``text`` to ``out`` (local path or URI) whole or not at all
+    (:func:`specrag_batch.storage.write_bytes_atomic`).
+
+    Raises:
+        ValueError: it cannot be written, one line naming ``--out`` and the path."""
+    from . import storage
+    from .redaction import redact_text
+
+    proto, path = storage.split_uri(out)
+    try:  # a bare local name has no directory part to write the temporary in
+        storage.write_bytes_atomic(os.path.abspath(path) if proto == "file" else out, text.encode())
+    except Exception as e:  # noqa: BLE001 - OSError, botocore, a file system's own errors
+        raise ValueError(f"--out {redact_text(out)}: cannot be written: {_first_line(e)}") from None
+
+
+def remove_out(out: str) -> bool:
+    """Remove the file at ``out`` if there is one (an older run's snippet); True when removed.
+
+    Raises:
+        ValueError: it is there but cannot be removed, naming ``--out`` and the path."""
+    from . import storage
+    from .redaction import redact_text
+
+    try:
+        fs, key = storage.filesystem(out)
+        if not fs.isfile(key):
+            return False
+        fs.rm_file(key)
+        return True
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"--out {redact_text(out)}: an older snippet there cannot be removed: {_first_line(e)}") from None
 
 
 def check_flags(values: dict[str, float | None], fallback: bool) -> None:
@@ -69,15 +151,20 @@ def calibrate(
                                              "default), mean_logprob (per token), or calibrated (fit a model "
                                              "per task); with --fallback-run the run's own by default."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=1, help="Bootstrap resamples."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Config snippet to write (YAML); default "
-                                       "tau_min.yaml (fallback.yaml with --fallback-run) in the current directory."),
+    out: Optional[str] = typer.Option(None, "--out", help="Config snippet to write (YAML; a path or a URI "
+                                      "such as s3://bucket/key); default tau_min.yaml (fallback.yaml with "
+                                      "--fallback-run) in the current directory."),
 ) -> None:
     """Choose selection.tau_min per task from a labelled run; write a config snippet.
 
     A task whose τ_min rests on fewer than 10 kept rows (calibration.MIN_KEPT_ROWS) gets a
     warning, printed and written into the snippet as a comment. With --fallback-run, print the
     accuracy-cost frontier of re-answering the least-confident rows with Standard RAG and write
-    the selection.tau_min / selection.fallback snippet meeting the target."""
+    the selection.tau_min / selection.fallback snippet meeting the target.
+
+    Exit 2: refused input (flags, --out, the runs), nothing written. Exit 3 (UNMET): the target
+    is not met: plain, the snippet is written leaving those tasks out; with --fallback-run
+    nothing is written and a file already at --out (not this run's) is removed."""
     from .calibration import calibrate as calibrate_rows
     from .calibration import config_snippet
     from .redaction import redact_text
@@ -86,12 +173,15 @@ def calibrate(
     try:  # before reading the run, naming the flags
         check_flags({"--target-accuracy": target_accuracy, "--target-coverage": target_coverage,
                      "--budget-share": budget_share, "--budget-seconds": budget_seconds}, fallback_run is not None)
+        if fallback_run is not None and not fallback_run.strip():
+            raise ValueError("--fallback-run: an empty value; give the output prefix of a labelled Standard RAG run")
+        out = out if out is not None else "fallback.yaml" if fallback_run is not None else "tau_min.yaml"
+        check_out(out)
     except ValueError as e:
         fail(e, 2)
     if fallback_run is not None:
-        return _fallback_share(output, fallback_run, target_accuracy, budget_share, budget_seconds, confidence,
-                               out or Path("fallback.yaml"))
-    confidence, out = confidence or "score", out or Path("tau_min.yaml")
+        return _fallback_share(output, fallback_run, target_accuracy, budget_share, budget_seconds, confidence, out)
+    confidence = confidence or "score"
     target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
               else f"coverage >= {target_coverage}")
     with offline_errors():
@@ -101,11 +191,18 @@ def calibrate(
             from .confidence_fit import calibrate_run
             text, lines = calibrate_run(data.rows, data.config, target_accuracy=target_accuracy,
                                         target_coverage=target_coverage, header=head)
-            out.write_text(text)
-            return console.print("\n".join([*lines, f"config snippet -> {out}"]))
+            write_out(out, text)
+            console.print("\n".join([*lines, f"config snippet -> {out}"]))
+            import yaml
+
+            sel = yaml.safe_load(text)["selection"]
+            unmet = sorted(set(sel["calibration"]) - set(sel.get("tau_min") or {}))
+            if unmet:
+                fail(ValueError(f"{target} not met for task(s) {', '.join(unmet)}: the snippet leaves them out"), UNMET)
+            return
         res = calibrate_rows(data.rows, measure=confidence, target_accuracy=target_accuracy,
                              target_coverage=target_coverage, n_boot=bootstrap)
-        out.write_text(config_snippet(res, f"{head}, {bootstrap} bootstrap resamples"))
+        write_out(out, config_snippet(res, f"{head}, {bootstrap} bootstrap resamples"))
     t = Table(title=f"τ_min ({confidence}) for {target}")
     for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", "AUROC score",
                 "AUROC mean_logprob"):
@@ -121,6 +218,9 @@ def calibrate(
             if line:
                 console.print(Text("warning:", style="yellow"), Text(line))
     console.print(f"config snippet -> {out}")
+    unmet = [r.task for r in res if r.unmet]
+    if unmet:
+        fail(ValueError(f"{target} not met for task(s) {', '.join(unmet)}: the snippet leaves them out"), UNMET)
 
 
 def _seconds(data) -> float | None:
@@ -132,9 +232,10 @@ def _seconds(data) -> float | None:
 
 
 def _fallback_share(output: str, fallback_run: str, target_accuracy: float | None, budget_share: float | None,
-                    budget_seconds: float | None, confidence: str | None, out: Path) -> None:
+                    budget_seconds: float | None, confidence: str | None, out: str) -> None:
     """``calibrate --fallback-run``: check both runs, print the frontier and the chosen point,
-    write the snippet (nothing is written when a run is refused or no point meets the target)."""
+    write the snippet (nothing is written when a run is refused or no point meets the target;
+    then, exit :data:`UNMET`, an older file at ``out`` is removed)."""
     from . import cascade
     from .calibration import used_confidence
     from .redaction import redact_text
@@ -146,6 +247,8 @@ def _fallback_share(output: str, fallback_run: str, target_accuracy: float | Non
     with offline_errors():
         spec, std = load_rows(output), load_rows(fallback_run)
         cascade.check_runs(spec.config, std.config, redact_text(output), redact_text(fallback_run))
+        cascade.check_unique(spec.rows, f"the speculative run {redact_text(output)}")
+        cascade.check_unique(std.rows, f"the Standard RAG run {redact_text(fallback_run)}")
         column = used_confidence(spec.config)[0] if confidence is None else \
             "confidence" if confidence == "calibrated" else confidence
         if column not in ("score", "mean_logprob", "confidence"):
@@ -158,12 +261,17 @@ def _fallback_share(output: str, fallback_run: str, target_accuracy: float | Non
                 f"({target}, confidence {column})")
         text = cascade.snippet(f, point, spec.config, head) if point is not None else None
     _print_frontier(f, point, target)
+    try:
+        if text is None:  # never leave an older snippet looking like this run's
+            removed = remove_out(out)
+        else:
+            write_out(out, text)
+    except ValueError as e:
+        fail(e, 2)
     if text is None:
-        console.print(Text("warning:", style="yellow"), Text(
-            f"no share of re-answered rows meets {target} on these rows (best accuracy "
-            f"{max(p.accuracy for p in f.points if p.kind != 'standard'):.3f}); no snippet written"))
-        return
-    out.write_text(text)
+        fail(ValueError(f"no share of re-answered rows meets {target} on these rows (best accuracy "
+                        f"{max(p.accuracy for p in f.points if p.kind != 'standard'):.3f}); no snippet written"
+                        + (f"; removed the older {redact_text(out)} (not this run's)" if removed else "")), UNMET)
     console.print(f"config snippet -> {out}")
 
 
@@ -185,6 +293,10 @@ def _print_frontier(f, point, target: str) -> None:
         console.print(Text("note:", style="yellow"), Text(
             f"{f.spec_only} graded row(s) of the speculative run and {f.std_only} of the Standard RAG run are "
             "not in the other run: left out"))
+    if f.left_out_note:
+        console.print(Text("note:", style="yellow"), Text(f.left_out_note))
+    if f.few_rows:
+        console.print(Text("warning:", style="yellow"), Text(f.few_rows))
     if f.spec_seconds is None or f.std_seconds is None:
         console.print(Text("note:", style="yellow"), Text("seconds per row unknown: a run's manifest records none"))
     if point is not None:

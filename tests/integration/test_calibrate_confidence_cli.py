@@ -65,3 +65,15 @@ def test_bad_input_gets_one_line_exit_2_and_no_snippet(tmp_path, kind, line):
     assert r.exit_code == 2, r.output
     assert line in r.output and "Traceback" not in r.output
     assert not out.exists()
+
+
+def test_an_unmet_target_exits_3_as_without_a_model(tmp_path, monkeypatch):
+    """An unmet target exits 3 under --confidence calibrated too (calibrate and calibrate
+    --fallback-run do): the snippet is this run's and leaves the task out."""
+    monkeypatch.setattr("specrag_batch.calibration.calibrate_task", lambda *a, **k: (None, None, None, None, 1))
+    out = tmp_path / "cal.yaml"
+    r = CliRunner().invoke(app, ["calibrate", _run_dir(tmp_path / "run"), "--confidence", "calibrated",
+                                 "--target-accuracy", "0.9", "--out", str(out)])
+    assert r.exit_code == 3, r.output
+    assert "error: accuracy >= 0.9 not met for task(s) qa: the snippet leaves them out" in r.output
+    assert load_config(out).selection.tau_for("qa") is None

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from specrag_batch import cascade, cli
+from specrag_batch import cascade, cli, cli_calibrate
 from specrag_batch.cli import app
 from specrag_batch.config import RunConfig, load_config
 from specrag_batch.report import load_rows
@@ -125,7 +125,7 @@ def test_cli_budget_share_and_an_unmet_target(tmp_path):
     assert r.exit_code == 0 and yaml.safe_load(out.read_text())["selection"]["tau_min"] == {"qa": -8.0}
     out.unlink()
     r = _cli("calibrate", spec, "--fallback-run", std, "--target-accuracy", "0.95", "--out", str(out))
-    assert r.exit_code == 0 and "no snippet written" in r.output and not out.exists()
+    assert r.exit_code == 3 and "no snippet written" in r.output and not out.exists()  # exit 3: unmet
 
 
 @pytest.mark.parametrize("case, line", [
@@ -189,3 +189,96 @@ def test_target_errors_name_the_flags(tmp_path, args, line):
     r = _cli("calibrate", str(tmp_path / "missing"), *args)
     assert r.exit_code == 2 and r.output.startswith(line), r.output
     assert "target_accuracy" not in r.output and "target_coverage" not in r.output
+
+
+# Bad-input trial of calibrate --fallback-run (issue 39 item 3 follow-up).
+
+@pytest.mark.parametrize("where", ["missing_parent", "a_directory", "under_a_file", "empty"])
+@pytest.mark.parametrize("fallback", [True, False])
+def test_an_unwritable_out_is_refused_before_any_run_is_read(tmp_path, monkeypatch, where, fallback):
+    """--out in a missing directory, a directory, a path under a file, or "" was a traceback
+    after the whole frontier was computed; now one line naming --out and the path, exit 2,
+    before a run is read (plain calibrate shares the check)."""
+    spec, std = _pair(tmp_path)
+    (tmp_path / "file").write_text("in the way")
+    out = {"missing_parent": str(tmp_path / "no" / "f.yaml"), "a_directory": str(tmp_path),
+           "under_a_file": str(tmp_path / "file" / "f.yaml"), "empty": ""}[where]
+    monkeypatch.setattr("specrag_batch.report.load_rows", lambda *a: pytest.fail("a run was read"))
+    args = ["--fallback-run", std, "--target-accuracy", "0.9"] if fallback else ["--target-accuracy", "0.5"]
+    r = _cli("calibrate", spec, *args, "--out", out)
+    assert r.exit_code == 2 and len(r.output.splitlines()) == 1, r.output
+    assert r.output.startswith(f"error: --out {out}" if out else "error: --out: an empty path"), r.output
+    assert not (tmp_path / "no").exists() and (tmp_path / "file").read_text() == "in the way"
+
+
+def test_out_may_be_a_uri(tmp_path):
+    """--out was a Path, which read s3://b/x.yaml as the local s3:/b/x.yaml; a URI is written
+    through the storage layer (fsspec's in-process memory file system stands in for S3)."""
+    import fsspec
+
+    spec, std = _pair(tmp_path)
+    fs = fsspec.filesystem("memory")
+    try:
+        r = _cli("calibrate", spec, "--fallback-run", std, "--budget-share", "0.25", "--out", "memory://snips/f.yaml")
+        assert r.exit_code == 0, r.output
+        assert yaml.safe_load(fs.cat_file("snips/f.yaml"))["selection"]["tau_min"] == {"qa": -8.0}
+    finally:
+        fs.rm("snips", recursive=True)
+
+
+@pytest.mark.parametrize("which", ["spec", "std"])
+def test_duplicate_query_ids_are_refused_naming_the_run_and_an_id(tmp_path, which):
+    """Duplicated query_ids doubled the joined rows ("16 shared labelled rows" from 8)."""
+    mode = "speculative" if which == "spec" else "standard"
+    rows = [_row(i, mode, c) for i, c in enumerate(SPEC_RIGHT if which == "spec" else STD_RIGHT)]
+    spec, std = _pair(tmp_path, **{f"{which}_rows": rows + [dict(rows[3])]})
+    out = tmp_path / "f.yaml"
+    r = _cli("calibrate", spec, "--fallback-run", std, "--target-accuracy", "0.9", "--out", str(out))
+    assert r.exit_code == 2 and len(r.output.splitlines()) == 1, r.output
+    name = f"the speculative run {spec}" if which == "spec" else f"the Standard RAG run {std}"
+    assert r.output.startswith(f"error: {name}: query_id 'q3' appears in 2 rows"), r.output
+    assert not out.exists()
+    with pytest.raises(cascade.CalibrationInputError, match="query_id 'q3' appears in 2 rows"):
+        cascade.frontier(load_rows(spec).rows, load_rows(std).rows, column="score")
+
+
+@pytest.mark.parametrize("args", [["--target-accuracy", "0.95"], ["--budget-seconds", "0.5"]])
+def test_an_unmet_target_exits_3_and_leaves_no_older_snippet(tmp_path, args):
+    """An unmet target exited 0 and left an older --out in place, so `calibrate && merge`
+    went on with a stale file. Now exit 3 and the older file is removed, saying so."""
+    spec, std = _pair(tmp_path)
+    out = tmp_path / "f.yaml"
+    out.write_text("selection: {fallback: none}\n")  # an earlier run's snippet
+    r = _cli("calibrate", spec, "--fallback-run", std, *args, "--out", str(out))
+    assert r.exit_code == cli_calibrate.UNMET == 3, r.output
+    assert not out.exists()
+    assert f"no snippet written; removed the older {out} (not this run's)" in r.stderr, r.stderr
+    r = _cli("calibrate", spec, "--fallback-run", std, *args, "--out", str(out))  # nothing there: nothing to remove
+    assert r.exit_code == 3 and "no snippet written" in r.stderr and "removed" not in r.stderr
+
+
+def test_few_shared_rows_are_warned_about_and_a_task_left_out_is_named(tmp_path):
+    """8 shared rows gave a snippet without the small-sample warning plain calibrate gives,
+    and a task only one run graded was dropped from the snippet without a word."""
+    spec_rows = [_row(i, "speculative", c) for i, c in enumerate(SPEC_RIGHT[:8])]
+    spec_rows += [{**_row(20 + i, "speculative", True), "task": "claim"} for i in range(3)]
+    spec, std = _pair(tmp_path, spec_rows=spec_rows,
+                      std_rows=[_row(i, "standard", c) for i, c in enumerate(STD_RIGHT[:8])])
+    out = tmp_path / "f.yaml"
+    r = _cli("calibrate", spec, "--fallback-run", std, "--budget-share", "0.5", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    warn = "the frontier rests on 8 shared graded rows, fewer than 10: its accuracies are not reliable estimates"
+    left = "task(s) claim: graded in only one run, so left out of the snippet (no τ_min set for them)"
+    assert f"warning: {warn}" in r.output and f"note: {left}" in r.output, r.output
+    text = out.read_text()
+    assert f"# WARNING {warn}" in text and f"# {left}" in text
+    assert list(yaml.safe_load(text)["selection"]["tau_min"]) == ["qa"]
+
+
+def test_an_empty_fallback_run_is_refused(tmp_path, monkeypatch):
+    """--fallback-run "" was read as the current directory."""
+    monkeypatch.chdir(tmp_path)
+    r = _cli("calibrate", str(tmp_path), "--fallback-run", "", "--target-accuracy", "0.9")
+    assert r.exit_code == 2 and len(r.output.splitlines()) == 1, r.output
+    assert r.output.startswith("error: --fallback-run: an empty value"), r.output
+    assert not (tmp_path / "fallback.yaml").exists()

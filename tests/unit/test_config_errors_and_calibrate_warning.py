@@ -233,17 +233,20 @@ def test_calibrate_warns_when_tau_rests_on_few_rows(tmp_path, monkeypatch, right
 
 def test_calibrate_says_how_close_an_unmet_target_came(tmp_path):
     """A target no τ meets printed a row of dashes only. Now one line names the target, the best
-    accuracy reached and at what coverage and τ, on screen and in the snippet's comment."""
+    accuracy reached and at what coverage and τ, on screen and in the snippet's comment. An
+    unmet target exits 3 (as calibrate --fallback-run does), so `calibrate && merge` stops; the
+    snippet written is this run's and leaves the task out."""
     prefix = _labelled_run(tmp_path / "run", 20, 0)  # every row wrong: accuracy 1.0 is out of reach
     rows = _labelled_run(tmp_path / "run2", 20, 3)  # 3 right at the top, then wrong: best 1.0 at 0.15
     out = tmp_path / "t.yaml"
     r = _run("calibrate", prefix, "--target-accuracy", "0.5", "--bootstrap", "5", "--out", str(out))
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 3, r.output
     line = "qa: accuracy >= 0.5 not reached: best accuracy 0 at coverage 1 (τ_min -20), n=20"
     assert f"warning: {line}" in r.output, r.output
+    assert "error: accuracy >= 0.5 not met for task(s) qa: the snippet leaves them out" in r.stderr, r.stderr
     assert line in out.read_text() and load_config(out).selection.tau_for("qa") is None
     r = _run("calibrate", rows, "--target-coverage", "1.0", "--bootstrap", "5", "--out", str(out))
-    assert "not reached" not in r.output  # met: every row has a score
+    assert "not reached" not in r.output and r.exit_code == 0  # met: every row has a score
     r = _run("calibrate", rows, "--target-accuracy", "1.0", "--bootstrap", "5", "--out", str(out))
     assert "not reached" not in r.output and load_config(out).selection.tau_for("qa") == -3.0
 

@@ -193,7 +193,7 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
             is removed)."""
     fs, path = filesystem(uri)
     if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
-        parent = os.path.dirname(path)
+        parent = os.path.dirname(path) or "."  # a bare file name: the working directory
         os.makedirs(parent, exist_ok=True)
         # a short name of its own: the target's name may already use the whole NAME_MAX
         tmp = os.path.join(parent, f".{uuid.uuid4().hex}.tmp")

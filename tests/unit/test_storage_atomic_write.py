@@ -71,3 +71,11 @@ def test_report_into_a_read_only_report_directory_names_the_file(tmp_path, monke
     (out / "_report").chmod(0o755)
     assert result.exit_code == 2, (result.output, result.exception)
     assert f"{out / '_report'}/" in result.output and ".tmp" not in result.output, result.output
+
+
+def test_a_bare_file_name_is_written_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    storage.write_bytes_atomic("fallback.yaml", b"selection: {}\n")
+    assert (tmp_path / "fallback.yaml").read_bytes() == b"selection: {}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["fallback.yaml"]
+    assert storage.create_exclusive("claim.json", b"{}") and not storage.create_exclusive("claim.json", b"{}")

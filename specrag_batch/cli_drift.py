@@ -18,6 +18,46 @@ def _fail(e: Exception, code: int) -> None:
     raise typer.Exit(code)
 
 
+def _hint(output_root: str, found: list) -> str:
+    """What a root without the asked partition holds: its partitions' range, none, or that it
+    is itself a partition."""
+    import re
+
+    from .scheduled.partitions import PARTITION_KEY
+
+    if re.fullmatch(rf"{PARTITION_KEY}=\d{{4}}-\d{{2}}-\d{{2}}", output_root.rstrip("/").rsplit("/", 1)[-1]):
+        return " (OUTPUT_ROOT is itself a date= partition; give the directory that holds the partitions)"
+    if not found:
+        return " (it holds no date=YYYY-MM-DD partitions)"
+    return f" (it holds {len(found)} partition(s), {found[0].isoformat()} to {found[-1].isoformat()})"
+
+
+def _stored_drift(prefix: str):
+    """The drift section (:class:`~specrag_batch.config.DriftConfig`) the night under ``prefix``
+    ran with, from its ``_manifest.json`` (the defaults without one).
+
+    Raises:
+        ConfigError: the stored section does not validate, one line per error naming the
+            ``_manifest.json`` and the field (``drift.fail_onn: unknown key``).
+        ValueError: the manifest is not JSON, or its ``config`` / ``config.drift`` is not a mapping."""
+    from pydantic import ValidationError
+
+    from . import storage
+    from .config import RunConfig, explain_config_error
+    from .redaction import redact_text
+
+    uri = storage.join(prefix, "_manifest.json")
+    stored = storage.read_json_object(uri) or {}
+    config = stored.get("config") or {}
+    section = config.get("drift") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or not isinstance(section or {}, dict):
+        raise ValueError(f"{redact_text(uri)}: config.drift: expected a mapping")
+    try:
+        return RunConfig.model_validate({"drift": section or {}}).drift
+    except ValidationError as e:
+        raise explain_config_error(e, redact_text(uri)) from None
+
+
 def drift(
     output_root: str = typer.Argument(..., help="Output root holding date=YYYY-MM-DD/ partitions "
                                       "(local path or s3://)."),
@@ -30,25 +70,25 @@ def drift(
 ) -> None:
     """Compare one night with the last K nights before it (drift section of the config).
 
-    Prints the "Changes since the last K nights" section. Exit codes: 0 = compared (or nothing
-    to compare: first night, no baseline); 1 = a measure of drift.fail_on moved (or no
+    Prints the section ("Changes since the last K nights", or "No comparison: <reason>").
+    Exit codes: 0 = compared (or nothing to compare: first night, no baseline); 1 = a measure of drift.fail_on moved (or no
     baseline under drift.require_baseline), as the nightly flow run would fail; 2 = a bad
-    date, config or root."""
+    date, config or root, or no partition date=D under the root (nothing is written then)."""
     from . import drift as drift_measures
     from . import storage
-    from .config import DriftConfig, load_config
-    from .scheduled.drift_watch import night_drift, write_drift
+    from .config import read_run_config
+    from .redaction import redact_text
+    from .scheduled.drift_watch import night_drift, nights, write_drift
     from .scheduled.partitions import parse_date, partition_uri
 
     with exit_codes(_fail):
         day = parse_date(date, "--date")
         if not storage.exists(output_root):
             raise FileNotFoundError(f"parameter 'OUTPUT_ROOT': {output_root!r} does not exist")
-        if config is not None:
-            cfg = load_config(config).drift
-        else:
-            stored = storage.read_json_object(storage.join(partition_uri(output_root, day), "_manifest.json")) or {}
-            cfg = DriftConfig.model_validate((stored.get("config") or {}).get("drift") or {})
+        if day not in (found := nights(output_root)):  # nothing written: no partition made up
+            raise FileNotFoundError(f"no partition date={day.isoformat()} under {redact_text(output_root)}"
+                                    f"{_hint(output_root, found)}")
+        cfg = read_run_config(config).drift if config is not None else _stored_drift(partition_uri(output_root, day))
         result = night_drift(output_root, day, cfg)
         console.print(drift_measures.markdown(result), markup=False, highlight=False, end="")
         if write:

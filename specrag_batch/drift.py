@@ -32,6 +32,10 @@ from scipy import stats
 
 from .config import DriftConfig
 
+EXACT_TEST_MAX = 10**8
+"""Most rows (tonight's and the baseline's) a rate is compared on with Fisher's exact test
+(scipy's overflows near 10**10); more take the chi-square test of the 2x2 table."""
+
 
 def _fmt(v) -> str:
     if v is None:
@@ -53,12 +57,22 @@ def _result(name: str, kind: str, test: str, tonight, baseline, p_value: float |
 
 def compare_rate(name: str, k1: int, n1: int, k0: int, n0: int, cfg: DriftConfig) -> dict | None:
     """Tonight's rate ``k1 / n1`` against the baseline's pooled ``k0 / n0`` (Fisher's exact
-    test, two-sided, ``scipy.stats.fisher_exact``); None when either has no rows."""
+    test, two-sided, ``scipy.stats.fisher_exact``; the chi-square test beyond
+    :data:`EXACT_TEST_MAX` rows in all); None when either has no rows. Counts are whole
+    numbers with ``0 <= k <= n`` (a profile read is checked so:
+    :func:`specrag_batch.report.profile.check_profile`)."""
     if not n1 or not n0:
         return None
-    p = 1.0 if k1 * n0 == k0 * n1 else float(stats.fisher_exact([[k1, n1 - k1], [k0, n0 - k0]]).pvalue)
+    table = [[k1, n1 - k1], [k0, n0 - k0]]
+    test = "Fisher's exact test" if n1 + n0 <= EXACT_TEST_MAX else "chi-square test"
+    if k1 * n0 == k0 * n1:
+        p = 1.0
+    elif n1 + n0 <= EXACT_TEST_MAX:
+        p = float(stats.fisher_exact(table).pvalue)
+    else:  # scipy's exact test overflows on such counts; the asymptotic one is exact enough there
+        p = float(stats.chi2_contingency(np.array(table, dtype=float)).pvalue)
     r1, r0 = k1 / n1, k0 / n0
-    return _result(name, "rate", "Fisher's exact test", {"rate": r1, "k": k1, "n": n1},
+    return _result(name, "rate", test, {"rate": r1, "k": k1, "n": n1},
                    {"rate": r0, "k": k0, "n": n0}, p, abs(r1 - r0), "rate change",
                    cfg.effect_threshold(name, cfg.min_rate_change), cfg)
 
@@ -149,9 +163,8 @@ def compare(tonight: dict, baselines: list[dict], cfg: DriftConfig) -> list[dict
     return sorted((r for r in out if r is not None), key=lambda r: r["measure"])
 
 
-def describe(r: dict) -> str:
-    """One measure's comparison as a Markdown table row: measure, tonight, baseline, test,
-    p-value, effect."""
+def _cells(r: dict) -> list[str]:
+    """One measure's comparison as table cells: measure, tonight, baseline, test, p-value, effect."""
     def side(x: dict) -> str:
         if "rate" in x:
             return f"{_fmt(x['rate'])} ({x['k']}/{x['n']})"
@@ -160,25 +173,44 @@ def describe(r: dict) -> str:
         if "median" in x:
             return f"median {_fmt(x['median'])} (n {x['n']})"
         return _fmt(x["value"])
-    return (f"| `{r['measure']}` | {side(r['tonight'])} | {side(r['baseline'])} | {r['test']} | "
-            f"{_fmt(r['p_value'])} | {r['effect_name']} {_fmt(r['effect'])} (threshold {_fmt(r['threshold'])}) |")
+    return [f"`{r['measure']}`", side(r["tonight"]), side(r["baseline"]), r["test"], _fmt(r["p_value"]),
+            f"{r['effect_name']} {_fmt(r['effect'])} (threshold {_fmt(r['threshold'])})"]
+
+
+def describe(r: dict) -> str:
+    """One measure's comparison as a Markdown table row: measure, tonight, baseline, test,
+    p-value, effect (six cells, as the table of :func:`markdown`)."""
+    return "| " + " | ".join(" ".join(c.replace("|", "\\|").split()) for c in _cells(r)) + " |"
+
+
+def _reason(result: dict) -> str:
+    """Why ``result`` compared nothing, in a few words."""
+    if result.get("reason"):
+        return result["reason"]
+    return {"no_profile": "this night has no readable profile", "error": "the comparison failed"}.get(
+        result.get("status"), "no baseline night")
 
 
 def markdown(result: dict) -> str:
-    """The section "Changes since the last K nights" of a night's comparison ``result``
-    (:func:`specrag_batch.scheduled.drift_watch.night_drift`): its status lines, then a table
-    of only the measures that moved (none: one line saying so)."""
+    """The section of a night's comparison ``result``
+    (:func:`specrag_batch.scheduled.drift_watch.night_drift`): headed "Changes since the last K
+    nights" when nights were compared, else "No comparison: <reason>"; its status lines, then
+    a table of only the measures that moved (a measure of ``drift.fail_on`` marked **fails the
+    run** in its effect cell; none moved: one line saying so)."""
     k = len(result.get("baseline") or [])
-    lines = [f"## Changes since the last {k} night{'s' if k != 1 else ''}", ""]
+    compared = bool(k) and result.get("status", "compared") == "compared"
+    heading = f"Changes since the last {k} night{'s' if k != 1 else ''}" if compared else f"No comparison: {_reason(result)}"
+    lines = [f"## {heading}", ""]
     lines += [f"- {n}" for n in result.get("notes") or []]
     moved = [r for r in result.get("measures") or [] if r["moved"]]
-    if result.get("baseline"):
+    if compared:
         lines += ([""] if result.get("notes") else []) + [
             f"Baseline: {', '.join(result['baseline'])} (config hash `{result.get('config_hash')}`); "
             f"{len(result['measures'])} measures compared, {len(moved)} moved."]
     if moved:
         lines += ["", "| measure | tonight | baseline | test | p-value | effect |", "|---|---|---|---|---|---|"]
-        lines += [describe(r) + (" **fails the run**" if r["fails"] else "") for r in moved]
-    elif result.get("baseline"):
+        lines += [describe({**r, "effect_name": f"**fails the run**: {r['effect_name']}"} if r["fails"] else r)
+                  for r in moved]
+    elif compared:
         lines += ["", "Nothing moved."]
     return "\n".join(lines) + "\n"

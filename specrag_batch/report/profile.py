@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 import polars as pl
 
@@ -115,3 +116,94 @@ def profile(data: RunData, s: dict) -> dict:
         if u.get("engine_seconds") and rows:
             out["per_row"][f"engine_seconds_per_row:{model}"] = u["engine_seconds"] / rows
     return out
+
+
+MAX_COUNT = 10**9
+"""Largest count a profile may hold (rows of one night); larger ones are refused when a
+profile is read (:func:`check_profile`): no night has them, and exact tests overflow on them."""
+
+
+class ProfileError(ValueError):
+    """A profile (``profile.json``) of the wrong shape: ``str()`` is ``<field>: <what is wrong>``."""
+
+
+def _shown(v) -> str:
+    text = "null" if v is None else json.dumps(v) if isinstance(v, (str, list, dict)) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _count(v, field: str, at_most: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProfileError(f"{field}: expected a whole number, got {_shown(v)}")
+    if not 0 <= v <= (MAX_COUNT if at_most is None else at_most):
+        bound = f"its n ({at_most})" if at_most is not None else f"{MAX_COUNT:,}"
+        raise ProfileError(f"{field}: expected a count from 0 to {bound}, got {_shown(v)}")
+    return v
+
+
+def _number(v, field: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ProfileError(f"{field}: expected a finite number, got {_shown(v)}")
+    return v
+
+
+def _object(v, field: str, what: str = "an object") -> dict:
+    if not isinstance(v, dict):
+        raise ProfileError(f"{field}: expected {what}, got {'a list' if isinstance(v, list) else _shown(v)}")
+    return v
+
+
+def _key(name: str) -> str:
+    """A key of a profile as a field name shows it: one line (control characters escaped), at
+    most 60 characters."""
+    text = json.dumps(name, ensure_ascii=False)[1:-1]
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_profile(p: dict) -> dict:
+    """``p`` (a profile read from ``profile.json``, any JSON object) checked to hold what a
+    comparison (:func:`specrag_batch.drift.compare`) reads, in range: ``rates`` of count pairs
+    ``{"k", "n"}`` (whole numbers, ``0 <= k <= n <= MAX_COUNT``), ``shares`` of ``{"n",
+    "counts"}`` (each count <= n), ``mixes`` of label counts, ``distributions`` with a whole
+    ``n``, finite ``quantiles`` (``"0.5"`` among them when there is a sample) and a ``sample``
+    of at most :data:`SAMPLE_SIZE` finite numbers, ``per_row`` of finite numbers >= 0, and a
+    ``config_hash`` of one word or null. Returns ``p``.
+
+    Raises:
+        ProfileError: the first field that is wrong, as ``<field>: <what is wrong>``
+            (``rates.error_rate: expected a count pair {"k", "n"}, got null``)."""
+    h = p.get("config_hash")
+    if h is not None and not (isinstance(h, str) and len(h) <= 64 and h.isprintable() and not any(c.isspace() for c in h)):
+        raise ProfileError(f"config_hash: expected a hash (a word of at most 64 characters), got {_shown(h)}")
+    if "rates" not in p:
+        raise ProfileError("rates: missing")
+    for name, r in _object(p["rates"], "rates").items():
+        r = _object(r, f"rates.{_key(name)}", 'a count pair {"k", "n"}')
+        n = _count(r.get("n"), f"rates.{_key(name)}.n")
+        _count(r.get("k"), f"rates.{_key(name)}.k", n)
+    for family, s in _object(p.get("shares", {}), "shares").items():
+        s = _object(s, f"shares.{_key(family)}", 'an object {"n", "counts"}')
+        n = _count(s.get("n"), f"shares.{_key(family)}.n")
+        for value, c in _object(s.get("counts"), f"shares.{_key(family)}.counts").items():
+            _count(c, f"shares.{_key(family)}.counts.{_key(value)}", n)
+    for name, m in _object(p.get("mixes", {}), "mixes").items():
+        for label, c in _object(m, f"mixes.{_key(name)}", "label counts").items():
+            _count(c, f"mixes.{_key(name)}.{_key(label)}")
+    for name, d in _object(p.get("distributions", {}), "distributions").items():
+        d = _object(d, f"distributions.{_key(name)}", 'an object {"n", "quantiles", "sample"}')
+        _count(d.get("n"), f"distributions.{_key(name)}.n")
+        sample = d.get("sample")
+        if not isinstance(sample, list) or len(sample) > SAMPLE_SIZE:
+            raise ProfileError(f"distributions.{_key(name)}.sample: expected a list of at most {SAMPLE_SIZE} numbers, "
+                               f"got {_shown(sample) if not isinstance(sample, list) else f'{len(sample)} values'}")
+        for i, x in enumerate(sample):
+            _number(x, f"distributions.{_key(name)}.sample[{i}]")
+        quantiles = _object(d.get("quantiles"), f"distributions.{_key(name)}.quantiles")
+        for q, x in quantiles.items():
+            _number(x, f"distributions.{_key(name)}.quantiles.{_key(q)}")
+        if sample and "0.5" not in quantiles:
+            raise ProfileError(f"distributions.{_key(name)}.quantiles: missing \"0.5\" (the median)")
+    for name, v in _object(p.get("per_row", {}), "per_row").items():
+        if _number(v, f"per_row.{_key(name)}") < 0:
+            raise ProfileError(f"per_row.{_key(name)}: expected a number >= 0, got {_shown(v)}")
+    return p

@@ -16,6 +16,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 
 from .. import storage
 from ..execution import ExecutionConfig, StoppableThreadPoolTaskRunner, ray_session
@@ -75,7 +76,9 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
         FileNotFoundError: ``input_root`` is not an existing directory (before any work).
         RuntimeError: after all dates ran, if any failed (or was missing and not allowed).
         DriftError: after that, a measure of ``drift.fail_on`` moved on a date (or a date had no
-            baseline under ``drift.require_baseline``), naming the dates and measures."""
+            comparison under ``drift.require_baseline``), naming the dates and measures: the
+            flow run ends Failed with this message (a returned state, no traceback logged),
+            and a direct call raises it."""
     if max_concurrency < 1:
         raise ValueError(f"parameter 'max_concurrency': must be >= 1, got {max_concurrency}")
     dates = [d.isoformat() for d in dates_between(start_date, end_date)]
@@ -93,7 +96,7 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
         if r["status"] == "ok":
             w = watch_night(output_root, r["date"], cfg.drift, log)
             r["drift"] = {k: w[k] for k in ("status", "moved", "fails", "uri")}
-            drift_failures += [f"{w['fail_reason']}; see {w['uri']}"] if w["fail_reason"] else []
+            drift_failures += [f"{w['fail_reason']}; see {w['uri'] or 'the log'}"] if w["fail_reason"] else []
     summary = {"start_date": dates[0], "end_date": dates[-1], "dates": results,
                **{k: sum(r["status"] == k for r in results) for k in ("ok", "failed", "missing")}}
     summary_uri = storage.join(output_root, "_backfills", f"{dates[0]}_{dates[-1]}.json")
@@ -105,7 +108,7 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
         shown = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
         raise RuntimeError(f"backfill: {len(bad)} of {len(dates)} dates not completed ({shown}); "
                            f"per-date status in {summary_uri}")
-    if drift_failures:
-        raise DriftError(" | ".join(drift_failures))
+    if drift_failures:  # a Failed state, not a raise: its message without Prefect's traceback
+        return Failed(message=" | ".join(drift_failures), data=DriftError(" | ".join(drift_failures)))
     return summary
 

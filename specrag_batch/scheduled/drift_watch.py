@@ -18,7 +18,7 @@ from .. import drift, storage
 from ..config import DriftConfig
 from ..redaction import redact_text
 from ..report import REPORT_DIR
-from ..report.profile import PROFILE_FILE, PROFILE_VERSION
+from ..report.profile import PROFILE_FILE, PROFILE_VERSION, ProfileError, check_profile
 from ..report.publish import artifact_key
 from .partitions import PARTITION_KEY, parse_date, partition_uri
 
@@ -63,7 +63,9 @@ def nights(output_root: str) -> list[dt.date]:
 
 def read_profile(prefix: str) -> tuple[dict | None, str | None]:
     """``(profile, None)`` of the run under ``prefix``, or ``(None, why)``: no profile, not
-    readable, of another profile version, a run with failed shards (not finished)."""
+    readable (not JSON, another profile version, a field of the wrong type or out of range:
+    :func:`~specrag_batch.report.profile.check_profile`, named with the file), a run with
+    failed shards (not finished). Never raises for what the files hold."""
     uri = storage.join(prefix, REPORT_DIR, PROFILE_FILE)
     try:
         p = storage.read_json_object(uri)
@@ -71,8 +73,13 @@ def read_profile(prefix: str) -> tuple[dict | None, str | None]:
         return None, f"profile unreadable ({str(e)[:200]})"
     if p is None:
         return None, f"no profile ({REPORT_DIR}/{PROFILE_FILE} missing; `specrag-batch report {redact_text(prefix)}` writes it)"
-    if p.get("profile_version") != PROFILE_VERSION or not isinstance(p.get("rates"), dict):
-        return None, f"profile unreadable (version {p.get('profile_version')!r}, this version reads {PROFILE_VERSION})"
+    if p.get("profile_version") != PROFILE_VERSION:
+        return None, (f"profile unreadable ({REPORT_DIR}/{PROFILE_FILE}: profile_version "
+                      f"{str(p.get('profile_version'))[:20]!r}, this version reads {PROFILE_VERSION})")
+    try:
+        check_profile(p)
+    except ProfileError as e:
+        return None, f"profile unreadable ({REPORT_DIR}/{PROFILE_FILE}: {e})"
     try:
         m = storage.read_json_object(storage.join(prefix, "_manifest.json")) or {}
     except (ValueError, OSError):
@@ -91,7 +98,9 @@ def night_drift(output_root: str, date, cfg: DriftConfig) -> dict:
     earlier nights (by date) whose profile is readable, finished and of the same config hash.
 
     Returns a JSON-able dict: ``date``, ``output_root`` (redacted), ``config_hash``, ``status``
-    (``compared``, ``no_baseline`` or ``no_profile``), ``baseline`` (dates, newest first),
+    (``compared``, ``no_baseline``, ``no_profile`` or ``error``: the comparison raised), ``reason``
+    (why nothing was compared, in a few words, else None), ``error`` (``<type>: <message>`` of
+    a comparison that raised, else None), ``baseline`` (dates, newest first),
     ``excluded`` (``{"date", "reason"}`` of nights looked at and left out), ``notes`` (one line
     per reason a night was left out or no comparison was made), ``measures``
     (:func:`specrag_batch.drift.compare`), ``moved`` and ``fails`` (measure names), and
@@ -101,12 +110,14 @@ def night_drift(output_root: str, date, cfg: DriftConfig) -> dict:
         ValueError: a bad ``date``."""
     d = parse_date(date, "date")
     prefix = partition_uri(output_root, d)
-    out = {"date": d.isoformat(), "output_root": redact_text(output_root), "config_hash": None,
-           "status": "no_profile", "baseline": [], "excluded": [], "notes": [], "measures": [],
-           "moved": [], "fails": [], "fail_reason": None}
+    out = _empty(output_root, d)
     tonight, why = read_profile(prefix)
     if tonight is None:
-        out["notes"].append(f"no comparison: this night has {why}")
+        no_file = why.startswith("no profile")
+        out["reason"] = ("this night has no profile" if no_file else "this night's profile is unreadable"
+                         if why.startswith("profile") else "this night is not finished")
+        out["notes"].append(f"no comparison: this night has {why}" if no_file else
+                            f"no comparison: this night ({out['date']}): {why}")
         return _finish(out, cfg)
     out["config_hash"] = tonight.get("config_hash")
     earlier = [n for n in nights(output_root) if n < d]
@@ -135,10 +146,29 @@ def night_drift(output_root: str, date, cfg: DriftConfig) -> dict:
                             "compared (reasons above)")
     if not baselines:
         out["status"] = "no_baseline"
+        out["reason"] = "first night" if not earlier else f"no baseline among {len(out['excluded'])} earlier night{'s' if len(out['excluded']) != 1 else ''}"
         return _finish(out, cfg)
+    try:
+        out["measures"] = drift.compare(tonight, [p for _, p in baselines], cfg)
+    except Exception as e:  # noqa: BLE001 - the answers are written: a comparison that fails is one line
+        return _finish(_failed(out, e), cfg)
     out["status"] = "compared"
-    out["measures"] = drift.compare(tonight, [p for _, p in baselines], cfg)
     return _finish(out, cfg)
+
+
+def _empty(output_root: str, d: dt.date) -> dict:
+    """The result of night ``d`` before anything was read (:func:`night_drift`'s keys)."""
+    return {"date": d.isoformat(), "output_root": redact_text(output_root), "config_hash": None,
+            "status": "no_profile", "reason": None, "error": None, "baseline": [], "excluded": [], "notes": [],
+            "measures": [], "moved": [], "fails": [], "fail_reason": None}
+
+
+def _failed(out: dict, e: BaseException) -> dict:
+    """``out`` of a comparison that raised ``e``: status ``error``, ``error`` and one note."""
+    error = redact_text(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")[:300]
+    out.update(status="error", reason="the comparison failed", error=error, measures=[])
+    out["notes"].append(f"no comparison: the comparison failed ({error})")
+    return out
 
 
 def _finish(out: dict, cfg: DriftConfig) -> dict:
@@ -202,7 +232,7 @@ def announce(output_root: str, result: dict, uri: str) -> None:
             else [NO_BASELINE_TAG] if result["status"] != "compared" else [])
     try:
         create_markdown_artifact(markdown=md, key=drift_artifact_key(output_root),
-                                 description=f"specrag-batch night-over-night comparison ({redact_text(uri)})")
+                                 description=f"specrag-batch night-over-night comparison ({redact_text(uri or 'drift.json not written')})")
         run_id = flow_run.get_id()
         if tags and run_id:
             with get_client(sync_client=True) as client:
@@ -225,10 +255,21 @@ def watch_night(output_root: str, date, cfg: DriftConfig, logger=None) -> dict:
     :func:`announce`); returns the result plus ``uri`` (its ``drift.json``). Never raises for
     what it finds: the caller fails the run on ``fail_reason``.
 
+    A comparison that raises (a storage error listing the nights, ...) is a result of status
+    ``error`` (one note); a ``drift.json`` that cannot be written is logged (``uri`` None).
+
     Raises:
         ValueError: a bad ``date``."""
-    result = night_drift(output_root, date, cfg)
-    uri = write_drift(output_root, result)
+    d = parse_date(date, "date")
+    try:
+        result = night_drift(output_root, d, cfg)
+    except Exception as e:  # noqa: BLE001 - the answers are written: the drift step never crashes the run
+        result = _finish(_failed(_empty(output_root, d), e), cfg)
+    try:
+        uri = write_drift(output_root, result)
+    except Exception as e:  # noqa: BLE001
+        (logger or log).warning("drift %s: drift.json not written: %s: %s", result["date"], type(e).__name__, e)
+        uri = None
     announce(output_root, result, uri)
     (logger or log).info("drift %s: %s", result["date"], "; ".join(result["notes"]) or
                          (f"moved: {', '.join(result['moved'])}" if result["moved"] else "nothing moved"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.states import Failed
 
 from .. import storage
 from ..orchestration import run_flow
@@ -89,8 +90,11 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
 
     Raises:
         RuntimeError: a shard failed (the manifest is written first).
-        DriftError: a measure of ``drift.fail_on`` moved, or no baseline under
-            ``drift.require_baseline`` (``drift.json`` and the report are written first).
+        DriftError: a measure of ``drift.fail_on`` moved, or no comparison under
+            ``drift.require_baseline`` (``drift.json`` and the report are written first): the
+            flow run ends Failed with this message (a returned state, no traceback logged),
+            and a direct call raises it. A comparison that fails otherwise never fails the
+            run (one line in the report and ``drift.json``).
         MissingPartitionError: see :func:`run_partition`.
         FileNotFoundError: ``input_root`` is not a directory.
         ValueError: a bad ``date`` or ``timezone``, an invalid config, or a topology the
@@ -109,7 +113,8 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
     if cfg.drift.enabled:
         w = watch_night(output_root, day, cfg.drift, get_run_logger())
         manifest["drift"] = {k: w[k] for k in ("status", "moved", "fails", "baseline", "uri")}
-        if w["fail_reason"]:
-            raise DriftError(f"{w['fail_reason']}; see {w['uri']}")
+        if w["fail_reason"]:  # a Failed state, not a raise: its message without Prefect's traceback
+            why = f"{w['fail_reason']}; see {w['uri'] or 'the log (drift.json not written)'}"
+            return Failed(message=why, data=DriftError(why))
     return manifest
 

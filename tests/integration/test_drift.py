@@ -164,3 +164,64 @@ def test_nightly_on_s3_compares_with_the_night_before(prefect_harness, fake_engi
     assert "## Changes since the last 1 night\n" in report and "Nothing moved." in report
     assert storage.exists(f"{out}/date={DATES[0]}/_report/profile.json")
     assert "specrag-nightly" in _tagged(NO_BASELINE_TAG)
+
+
+def _nightly_cli(inp, out, date: str, config, tmp_path):
+    import subprocess
+    import sys
+
+    from ..conftest import ROOT, subprocess_env
+
+    return subprocess.run([sys.executable, "-m", "tests.fake_engine_cli", "nightly", "--input-root", str(inp),
+                           "--output-root", str(out), "--date", date, "-c", str(config)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=subprocess_env(tmp_path))
+
+
+def test_a_drift_failure_is_one_line_and_a_malformed_profile_never_crashes_the_night(prefect_harness, fake_engine,
+                                                                                    tmp_path):
+    """Trial findings (2026-12-04): a documented drift failure (drift.require_baseline here)
+    printed Prefect's "Encountered exception during execution" and a 14-line traceback before
+    the one-line error; an earlier night's ``profile.json`` with ``rates.error_rate: null``
+    crashed the nightly flow in the comparison (TypeError) after the answers were written."""
+    from specrag_batch.scheduled.nightly import nightly_flow
+
+    from ..conftest import ROOT, sample_rows
+
+    # in-process: the flow run ends Failed with the one-line message as its state's
+    inp = str(tmp_path / "queries")
+    _write_inputs(inp, {DATES[0]: _night(0, rows=8)})
+    state = nightly_flow(inp, str(tmp_path / "answers-0"), date=DATES[0],
+                         config=_config(require_baseline=True).model_dump(mode="json"), return_state=True)
+    assert state.is_failed() and state.message.startswith(
+        f"drift on {DATES[0]}: no comparison (drift.require_baseline): first night"), state.message
+    with pytest.raises(DriftError, match="drift.require_baseline"):
+        state.result()
+
+    # the console script: exit 1, the error line and no traceback
+    cli_in, out = tmp_path / "cli-in", tmp_path / "cli-out"
+    _write_inputs(str(cli_in), {d: sample_rows("climate_fever", 4) for d in ("2026-12-02", "2026-12-03")})
+    strict, lax = tmp_path / "strict.yaml", tmp_path / "lax.yaml"
+    base = (ROOT / "configs" / "test-smollm2.yaml").read_text()
+    strict.write_text(base + "\ndrift:\n  require_baseline: true\n")
+    lax.write_text(base)
+    r = _nightly_cli(cli_in, out, "2026-12-02", strict, tmp_path)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Encountered exception" not in r.stderr, r.stderr[-3000:]
+    assert [line for line in r.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: drift on 2026-12-02: no comparison (drift.require_baseline): first night: no earlier night under "
+        f"{out}, nothing to compare; see {out}/date=2026-12-02/_report/drift.json"]
+
+    # an earlier night's malformed profile: left out in one line, the night finishes (exit 0)
+    profile = out / "date=2026-12-02" / "_report" / "profile.json"
+    p = json.loads(profile.read_text())
+    p["rates"]["error_rate"] = None
+    profile.write_text(json.dumps(p))
+    r = _nightly_cli(cli_in, out, "2026-12-03", lax, tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    d = _drift(str(out), "2026-12-03")
+    assert d["status"] == "no_baseline" and d["notes"][0] == (
+        '2026-12-02 left out: profile unreadable (_report/profile.json: rates.error_rate: expected a count pair '
+        '{"k", "n"}, got null)')
+    report = (out / "date=2026-12-03" / "_report" / "report.md").read_text()
+    assert "## No comparison: no baseline among 1 earlier night\n" in report

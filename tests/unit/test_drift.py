@@ -187,8 +187,198 @@ def test_the_section_goes_to_the_top_of_the_report_once(tmp_path):
     drift_watch.write_drift(str(root), r)
     drift_watch.write_drift(str(root), r)  # again: replaced, not added
     md = (root / "date=2026-01-01" / "_report" / "report.md").read_text()
-    assert md.startswith("# Run report: `x`\n\n<!-- drift -->\n## Changes since the last 0 nights\n\n- first night")
+    assert md.startswith("# Run report: `x`\n\n<!-- drift -->\n## No comparison: first night\n\n- first night")
     assert md.count("<!-- drift -->") == 1 and md.endswith("<!-- /drift -->\n\n| | |\n")
     stored = json.loads((root / "date=2026-01-01" / "_report" / "drift.json").read_text())
     assert stored["status"] == "no_baseline" and stored["date"] == "2026-01-01"
     assert copy.deepcopy(stored)["notes"] == r["notes"]
+
+
+# trial findings (2026-12-04): bad input to the comparison, the command and the section
+
+
+def _set(path: str, value):
+    """A change to a profile: ``value`` at the dotted ``path`` (the last part may be a list index)."""
+    def change(p: dict) -> None:
+        *head, last = path.split(".")
+        node = p
+        for k in head:
+            node = node[k]
+        if isinstance(node, list):
+            node[int(last)] = value
+        elif value is _DROP:
+            del node[last]
+        else:
+            node[last] = value
+    return change
+
+
+_DROP = object()
+MALFORMED = [  # (change, the field and message the line names)
+    (_set("rates.error_rate", None), 'rates.error_rate: expected a count pair {"k", "n"}, got null'),
+    (_set("rates.error_rate.k", "3"), 'rates.error_rate.k: expected a whole number, got "3"'),
+    (_set("rates.low_confidence_rate.n", 10**30), "rates.low_confidence_rate.n: expected a count from 0 to 1,000,000,000"),
+    (_set("rates.error_rate.n", float("inf")), "rates.error_rate.n: expected a whole number, got inf"),
+    (_set("distributions.score:claim.n", float("inf")), "distributions.score:claim.n: expected a whole number, got inf"),
+    (_set("distributions.score:claim", None), "distributions.score:claim: expected an object"),
+    (_set("distributions.score:claim.sample.0", "x"), 'distributions.score:claim.sample[0]: expected a finite number, got "x"'),
+    (_set("distributions.score:claim.sample.3", float("nan")), "distributions.score:claim.sample[3]: expected a finite number, got nan"),
+    (_set("distributions.score:claim.sample.1", float("-inf")), "distributions.score:claim.sample[1]: expected a finite number, got -inf"),
+    (_set("mixes.answers:claim.SUPPORTS", float("inf")), "mixes.answers:claim.SUPPORTS: expected a whole number, got inf"),
+    (_set("rates.low_confidence_rate.k", 201), "rates.low_confidence_rate.k: expected a count from 0 to its n (200), got 201"),
+    (_set("rates.low_confidence_rate.k", -1), "rates.low_confidence_rate.k: expected a count from 0 to its n (200), got -1"),
+    (_set("rates.low_confidence_rate.k", float("nan")), "rates.low_confidence_rate.k: expected a whole number, got nan"),
+    (_set("shares.error_reason.counts.x", 999), "shares.error_reason.counts.x: expected a count from 0 to its n (200)"),
+    (_set("per_row.seconds_per_row", float("inf")), "per_row.seconds_per_row: expected a finite number, got inf"),
+    (_set("rates", _DROP), "rates: missing"),
+    (_set("rates", []), "rates: expected an object, got a list"),
+    (_set("config_hash", 3), "config_hash: expected a hash"),
+]
+
+
+@pytest.mark.parametrize("change,named", MALFORMED, ids=[m[1].split(":")[0] + f"-{i}" for i, m in enumerate(MALFORMED)])
+def test_a_malformed_profile_is_left_out_in_one_line_naming_the_night_the_file_and_the_field(tmp_path, change, named):
+    """Trial finding: a malformed earlier ``profile.json`` crashed the nightly and backfill flows
+    in drift.compare (TypeError, OverflowError, ...) after the answers were written, and a
+    profile without ``rates`` said only "profile unreadable (version 1, this version reads 1)"."""
+    root = tmp_path / "answers"
+    bad = _profile()
+    change(bad)
+    _write_night(root, "2026-12-02", _profile())
+    _write_night(root, "2026-12-03", raw=json.dumps(bad))  # NaN, Infinity as Python's json writes them
+    _write_night(root, "2026-12-04", _profile())
+    r = drift_watch.night_drift(str(root), "2026-12-04", CFG)
+    assert r["status"] == "compared" and r["baseline"] == ["2026-12-02"], r["notes"]
+    assert len(r["notes"]) == 1 and r["notes"][0].endswith(")"), r["notes"]
+    assert r["notes"][0].startswith(f"2026-12-03 left out: profile unreadable (_report/profile.json: {named}"), r["notes"]
+    assert "\n" not in r["notes"][0] and len(r["notes"][0]) < 250
+    tonight = drift_watch.night_drift(str(root), "2026-12-03", CFG)  # the night's own profile: one line
+    assert tonight["status"] == "no_profile" and len(tonight["notes"]) == 1
+    assert tonight["notes"][0].startswith(f"no comparison: this night (2026-12-03): profile unreadable "
+                                          f"(_report/profile.json: {named}")
+    assert drift.markdown(tonight).startswith("## No comparison: this night's profile is unreadable\n")
+
+
+def test_rates_beyond_the_exact_tests_range_are_compared_not_called_unchanged():
+    """Trial finding: scipy's Fisher test overflows near 10**10 rows and called a rate that
+    went from 1/3 to 1/2 unchanged (p = 1)."""
+    n = 10**9
+    r = drift.compare_rate("error_rate", n // 2, n, 9 * (n // 3), 9 * n, CFG)
+    assert r["p_value"] < 1e-6 and r["moved"] and r["test"] == "chi-square test"
+    assert drift.compare_rate("error_rate", 30, 100, 300, 1000, CFG)["test"] == "Fisher's exact test"
+
+
+def test_a_comparison_that_raises_is_one_line_and_drift_json_not_a_crash(tmp_path, monkeypatch):
+    """The flow's drift step runs after the answers are written: whatever the comparison raises
+    is one note and ``error`` in drift.json; the run fails only under drift.require_baseline."""
+    root = tmp_path / "answers"
+    _write_night(root, "2026-12-02", _profile())
+    _write_night(root, "2026-12-03", _profile())
+
+    def broken(*a, **k):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    monkeypatch.setattr(drift, "compare", broken)
+    monkeypatch.setattr(drift_watch, "announce", lambda *a: None)  # Prefect: the flows' tests
+    r = drift_watch.night_drift(str(root), "2026-12-03", CFG)
+    assert r["status"] == "error" and r["fail_reason"] is None and r["measures"] == []
+    assert r["error"] == "TypeError: unsupported operand type(s) for +: 'int' and 'str'"
+    assert r["notes"] == ["no comparison: the comparison failed (TypeError: unsupported operand type(s) for +: "
+                          "'int' and 'str')"]
+    assert drift.markdown(r).startswith("## No comparison: the comparison failed\n")
+    strict = drift_watch.night_drift(str(root), "2026-12-03", DriftConfig(require_baseline=True))
+    assert strict["fail_reason"].startswith("drift on 2026-12-03: no comparison (drift.require_baseline): "
+                                            "no comparison: the comparison failed (TypeError")
+
+    def unlisted(root):
+        raise PermissionError(13, "Permission denied", root)
+
+    monkeypatch.setattr(drift_watch, "nights", unlisted)  # a failure outside the comparison too
+    w = drift_watch.watch_night(str(root), "2026-12-03", CFG)
+    stored = json.loads((root / "date=2026-12-03" / "_report" / "drift.json").read_text())
+    assert w["status"] == stored["status"] == "error" and stored["error"].startswith("PermissionError: ")
+    assert w["fail_reason"] is None and w["uri"].endswith("date=2026-12-03/_report/drift.json")
+
+
+def test_a_measure_that_fails_the_run_keeps_the_tables_six_columns():
+    """Trial finding: a row marked **fails the run** had a seventh cell under the six-column header."""
+    tonight = _profile(reasons={"no_documents": 12})
+    measures = drift.compare(tonight, [_profile()], DriftConfig(fail_on=["error_reason:*"]))
+    section = drift.markdown({"status": "compared", "baseline": ["2026-01-01"], "config_hash": "h1",
+                              "measures": measures, "notes": []})
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    assert len(rows) == 4 and {line.count("|") for line in rows} == {7}, rows  # header, rule, 2 moved
+    failing = next(line for line in rows if "no_documents" in line)
+    assert "**fails the run**" in failing and failing.endswith(" |")
+    assert "**fails the run**" not in next(line for line in rows if "`error_rate`" in line)
+
+
+def test_a_table_cell_from_the_profile_cannot_break_the_row():
+    tonight = _profile(labels={"A|B": 150, "REFUTES\nx": 50})
+    r = drift.compare_mix("answers:choice", tonight["mixes"]["answers:claim"], {"A|B": 50, "REFUTES\nx": 150}, CFG)
+    row = drift.describe(r)
+    assert "\n" not in row and row.replace("\\|", "").count("|") == 7 and "A\\|B" in row
+
+
+@pytest.fixture
+def drift_cli(monkeypatch):
+    """``specrag-batch drift`` in-process, lines unwrapped."""
+    from typer.testing import CliRunner
+
+    from specrag_batch import cli
+
+    monkeypatch.setattr(cli.console, "width", 2000)
+    monkeypatch.setattr(cli.err_console, "width", 2000)
+    return lambda *args: CliRunner().invoke(cli.app, ["drift", *map(str, args)])
+
+
+def _errors(res) -> list[str]:
+    return [line for line in res.output.splitlines() if line.strip()]
+
+
+def test_drift_for_a_night_without_a_partition_exits_2_and_writes_nothing(tmp_path, drift_cli):
+    """Trial finding: ``drift ROOT --date D`` for a partition that does not exist exited 0 and
+    wrote ``ROOT/date=D/_report/drift.json`` (a made-up partition); a partition given as ROOT
+    made ``date=D/date=D/``; a root without partitions exited 0."""
+    root = tmp_path / "answers"
+    _write_night(root, "2026-12-04", _profile())
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    res = drift_cli(root, "--date", "2026-12-05")
+    assert res.exit_code == 2 and _errors(res) == [
+        f"error: no partition date=2026-12-05 under {root} (it holds 1 partition(s), 2026-12-04 to 2026-12-04)"]
+    part = root / "date=2026-12-04"
+    res = drift_cli(part, "--date", "2026-12-04")
+    assert res.exit_code == 2 and _errors(res) == [
+        f"error: no partition date=2026-12-04 under {part} (OUTPUT_ROOT is itself a date= partition; give the "
+        "directory that holds the partitions)"]
+    (tmp_path / "empty").mkdir()
+    res = drift_cli(tmp_path / "empty", "--date", "2026-12-05")
+    assert res.exit_code == 2 and _errors(res) == [
+        f"error: no partition date=2026-12-05 under {tmp_path / 'empty'} (it holds no date=YYYY-MM-DD partitions)"]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before + [tmp_path.joinpath("empty").relative_to(tmp_path)]
+    assert drift_cli(root, "--date", "2026-12-04").exit_code == 0  # the partition that is there
+
+
+def test_drift_config_errors_are_one_line_naming_the_file_and_the_field(tmp_path, drift_cli):
+    """Trial finding: ``drift -c`` printed pydantic's multi-line error; a stored manifest's
+    unknown ``config.drift`` key, the same."""
+    root = tmp_path / "answers"
+    _write_night(root, "2026-12-04", _profile())
+    cfg = tmp_path / "nightly.yaml"
+    cfg.write_text("drift:\n  p_value: 2\n")
+    res = drift_cli(root, "--date", "2026-12-04", "-c", cfg)
+    assert res.exit_code == 2 and _errors(res) == [
+        f"error: {cfg}: drift.p_value: Input should be less than 1 (got 2)"], res.output
+    cfg.write_text("drift:\n  fail_onn: [error_rate]\n")
+    res = drift_cli(root, "--date", "2026-12-04", "-c", cfg)
+    assert res.exit_code == 2 and len(_errors(res)) == 1 and _errors(res)[0].startswith(
+        f"error: {cfg}: drift.fail_onn: unknown key"), res.output
+    manifest = root / "date=2026-12-04" / "_manifest.json"
+    manifest.write_text(json.dumps({"failed_shards": 0, "config": {"drift": {"fail_onn": ["error_rate"]}}}))
+    res = drift_cli(root, "--date", "2026-12-04")
+    assert res.exit_code == 2 and len(_errors(res)) == 1 and _errors(res)[0].startswith(
+        f"error: {manifest}: drift.fail_onn: unknown key"), res.output
+    manifest.write_text(json.dumps({"failed_shards": 0, "config": {"drift": ["x"]}}))
+    res = drift_cli(root, "--date", "2026-12-04")
+    assert res.exit_code == 2 and _errors(res) == [f"error: {manifest}: config.drift: expected a mapping"]
+    assert not (root / "date=2026-12-04" / "_report" / "drift.json").exists()

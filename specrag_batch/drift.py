@@ -11,7 +11,7 @@ mix              ``answers:<task>`` (claim, choice labels)     chi-square test o
                                                                table (scipy): p < ``p_value`` and
                                                                Cramér's V >= ``min_distance``
 distribution     ``score:<task>``, ``confidence:<task>``,      two-sample Kolmogorov-Smirnov
-                 ``answer_length:qa``, ``rationale_length``    (scipy): p < ``p_value`` and
+                 ``answer_length:qa``, ``draft_tokens``        (scipy): p < ``p_value`` and
                                                                statistic >= ``min_distance``
 per_row          ``seconds_per_row``, ``tokens_per_row:*``,    relative change from the baseline
                  ``engine_seconds_per_row:*``                  nights' median > ``max_relative_change``

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator
 from .sections import _Strict
 
 MEASURE_FAMILIES = ("low_confidence_rate", "fast_path_rate", "error_rate", "error_reason", "answer_source",
-                    "accuracy", "answers", "score", "confidence", "answer_length", "rationale_length",
+                    "accuracy", "answers", "score", "confidence", "answer_length", "draft_tokens",
                     "seconds_per_row", "tokens_per_row", "engine_seconds_per_row")
 """Names of the measures a night's profile is compared on; a measure is named
 ``<family>`` or ``<family>:<part>`` (``error_reason:no_documents``, ``answers:claim``,

@@ -11,7 +11,8 @@
 * ``mixes``: ``answers:<task>`` -> answers per value, for the label tasks (claim, choice);
   answers outside the claim labels count as ``(not a label)``.
 * ``distributions``: ``score:<task>`` (the selected log ρ), ``confidence:<task>`` (the calibrated
-  probability, where the run wrote it), ``answer_length:qa`` and ``rationale_length`` (characters),
+  probability, where the run wrote it), ``answer_length:qa`` (characters) and ``draft_tokens`` (the selected
+  draft's drafter tokens of β and α: its rationale's length, mostly),
   each ``{"n", "mean", "quantiles": {q: value}, "sample": [values]}``; ``sample`` holds every value,
   or :data:`SAMPLE_SIZE` drawn with a fixed seed.
 * ``per_row``: ``seconds_per_row`` (the output's shard task seconds over its rows),
@@ -104,8 +105,8 @@ def profile(data: RunData, s: dict) -> dict:
                 dist[f"{column}:{task}"] = d
     if (d := _distribution(ok.filter(pl.col("task") == "qa")["answer"].str.len_chars())) is not None:
         dist["answer_length:qa"] = d
-    if "rationale" in ok.columns and (d := _distribution(ok["rationale"].str.len_chars())) is not None:
-        dist["rationale_length"] = d
+    if "draft_tokens" in ok.columns and (d := _distribution(ok["draft_tokens"])) is not None:
+        dist["draft_tokens"] = d
     rows = (s.get("output_cost") or {}).get("rows") or n
     if s.get("shard_seconds") is not None and rows:
         out["per_row"]["seconds_per_row"] = s["shard_seconds"] / rows

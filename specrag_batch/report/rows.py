@@ -31,8 +31,8 @@ OPTIONAL_COLUMNS = ("error_reason", "answer_source", "draft_rounds", "verifier_d
 (``selection.fallback``), ``draft_rounds`` adaptive drafting's rounds (``sampling.adaptive``),
 ``verifier_drafts_deduplicated`` verifier passes saved (``verifier.deduplicate_drafts``),
 ``confidence`` the calibrated probability of being right (``selection.confidence: calibrated``).
-The rationale's text is not read (it is most of a shard's bytes); its length in tokens is the
-selected draft's ``tokens_rationale`` (``rationale_tokens``, :func:`with_mean_logprob`)."""
+The rationale's text is not read (it is most of a shard's bytes); the selected draft's length
+in drafter tokens is ``draft_tokens`` (:func:`with_mean_logprob`)."""
 
 
 ESSENTIAL_COLUMNS = ("query_id", "task", "answer", "error")
@@ -235,8 +235,8 @@ class RunData:
 
 def with_mean_logprob(df: pl.DataFrame, selection: dict | None = None) -> pl.DataFrame:
     """Add ``mean_logprob`` (:func:`specrag_batch.stages.selection.mean_logprob` of the selected draft,
-    nats per token) and ``rationale_tokens`` (the selected draft's rationale length in tokens) to
-    output rows. The selected draft is the row's draft whose three score
+    nats per token) and ``draft_tokens`` (the selected draft's ``tokens_draft``: drafter tokens
+    of its β and α) to output rows. The selected draft is the row's draft whose three score
     terms and answer equal the row's; terms switched off in ``selection`` (the run config's
     ``selection`` mapping) are left out, and so are ρ_SC/ρ_SR on fast-path rows and in
     standard mode, as ``select`` does."""
@@ -264,7 +264,7 @@ def with_mean_logprob(df: pl.DataFrame, selection: dict | None = None) -> pl.Dat
         v = pl.when(v.is_finite()).then(v)  # a zero token count gives inf/NaN: no value
         total = total + pl.when(on).then(v).otherwise(0.0)
     return out.with_columns(mean_logprob=pl.when(pl.col("score").is_not_null()).then(total)) \
-        .rename({"_tokens_rationale": "rationale_tokens"}).drop("_row", "_tokens_draft", "_tokens_answer")
+        .rename({"_tokens_draft": "draft_tokens"}).drop("_row", "_tokens_answer", "_tokens_rationale")
 
 
 @cache

@@ -112,7 +112,7 @@ def test_backfill_flags_exactly_the_shifted_measures_in_date_order(prefect_harne
     low = shifted["low_confidence_rate"]
     assert low["tonight"]["rate"] > 1.6 * low["baseline"]["rate"] and low["p_value"] < 0.01
     assert shifted["answers:claim"]["tonight"]["shares"]["(not a label)"] == 0.25
-    assert {"score:claim", "rationale_length", "error_rate", "seconds_per_row"} <= set(shifted)  # compared
+    assert {"score:claim", "draft_tokens", "error_rate", "seconds_per_row"} <= set(shifted)  # compared
     assert any(m.startswith("tokens_per_row:") and m.endswith(":generated") for m in shifted)
     report = storage.read_bytes(f"{out}/date={SHIFTED}/_report/report.md").decode()
     head = report.split("<!-- /drift -->")[0]

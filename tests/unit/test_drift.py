@@ -105,7 +105,7 @@ def _frame(n: int, low: int) -> RunData:
              ("SUPPORTS" if i % 4 == 1 else "MAYBE" if i % 4 == 3 else "Paris"),
              "error": "row 0: field 'query'" if i == 0 else None, "error_reason": "empty_query" if i == 0 else None,
              "low_confidence": 0 < i <= low, "fast_path": False, "score": -float(i), "confidence": None,
-             "rationale": "x" * (10 + i), "correct": (i % 3 == 0) if i else None, "flags": [], "answer_source": None}
+             "draft_tokens": 10 + i, "correct": (i % 3 == 0) if i else None, "flags": [], "answer_source": None}
             for i in range(n)]
     return RunData("/out/date=2026-01-01", pl.DataFrame(rows), ["/out/date=2026-01-01/a.parquet"],
                    {"run_id": "r1", "config_hash": "abc"}, {"claim_labels": ["SUPPORTS", "REFUTES"]})
@@ -122,7 +122,7 @@ def test_the_profile_of_a_run_holds_what_a_comparison_reads():
     assert p["rates"]["accuracy:qa"]["n"] == 10 and p["rates"]["accuracy:claim"]["n"] == 10
     assert p["shares"]["error_reason"] == {"n": 21, "counts": {"empty_query": 1}}
     assert p["mixes"]["answers:claim"] == {"SUPPORTS": 5, "(not a label)": 5}
-    assert set(p["distributions"]) == {"score:qa", "score:claim", "answer_length:qa", "rationale_length"}
+    assert set(p["distributions"]) == {"score:qa", "score:claim", "answer_length:qa", "draft_tokens"}
     assert p["distributions"]["score:qa"]["n"] == 10 and len(p["distributions"]["score:qa"]["sample"]) == 10
     assert p["per_row"] == {"seconds_per_row": 0.2, "tokens_per_row:m:prompt": 310.0,
                             "tokens_per_row:m:generated": 40.0, "engine_seconds_per_row:m": 0.1}

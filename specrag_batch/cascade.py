@@ -72,16 +72,6 @@ def standard_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(standard_view(config), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def check_runs(spec_config: dict, std_config: dict, spec_name: str, std_name: str) -> None:
     """Refuse a pair of runs the frontier cannot be read from, in one line each.
 
@@ -107,7 +97,9 @@ def check_runs(spec_config: dict, std_config: dict, spec_name: str, std_name: st
                                     "the cascade's; calibrate on a run with selection.fallback: none")
     a, b = standard_hash(spec_config), standard_hash(std_config)
     if a != b:
-        fa, fb = _flat(standard_view(spec_config)), _flat(standard_view(std_config))
+        from .config.identity import dotted
+
+        fa, fb = dotted(standard_view(spec_config)), dotted(standard_view(std_config))
         keys = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
         raise CalibrationInputError(
             f"config hash mismatch: the Standard RAG run {std_name} answered under standard-answer hash {b}, "

@@ -33,20 +33,24 @@ def hashed_view(data: dict) -> dict:
     return data
 
 
+def dotted(d: dict, prefix: str = "") -> dict:
+    """A nested config dump flattened to ``{"section.key": value}`` (an empty mapping is kept as
+    a value)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(dotted(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def config_differences(stored: dict, current: dict, limit: int = 8) -> list[str]:
     """Dotted config keys whose hashed values (:func:`hashed_view`) differ between two
     config dumps, as ``"<key>: <stored> in the stored run, <current> here"`` (JSON values,
     ``absent`` where a dump lacks the key), sorted, at most ``limit`` (then ``"... and N
     more"``): why two configs hash differently (``resume.check_output``'s conflict message)."""
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in d.items():
-            if isinstance(v, dict) and v:
-                out.update(flat(v, f"{prefix}{k}."))
-            else:
-                out[f"{prefix}{k}"] = v
-        return out
-    a, b = flat(hashed_view(stored)), flat(hashed_view(current))
+    a, b = dotted(hashed_view(stored)), dotted(hashed_view(current))
     absent = object()
     show = lambda v: "absent" if v is absent else json.dumps(v, sort_keys=True)  # noqa: E731
     keys = [k for k in sorted(a.keys() | b.keys()) if a.get(k, absent) != b.get(k, absent)]

@@ -183,6 +183,17 @@ class TaskThreshold:
                 f"{self.coverage:.3g}), fewer than {MIN_KEPT_ROWS}: its accuracy is not a reliable "
                 "estimate; calibrate on more labelled rows before relying on it")
 
+    @property
+    def no_ranking(self) -> str | None:
+        """The warning when τ is set although its measure ranks right rows no higher than wrong
+        ones (AUROC <= 0.5 outside the fast path: τ_min then flags rows about at random or worse),
+        else None."""
+        a = self.auroc.get(self.measure)
+        if self.tau is None or a is None or a > 0.5:
+            return None
+        return (f"{self.task}: {self.measure} ranks right rows no higher than wrong ones (AUROC {a:.3g}): "
+                "τ_min flags rows about at random; do not route rows by it on data like this")
+
 
 def calibrate_task(conf, correct, always, *, target_accuracy: float | None = None,
                    target_coverage: float | None = None, n_boot: int = 1000,
@@ -348,6 +359,6 @@ def config_snippet(results: list[TaskThreshold], header: str = "") -> str:
              f"# {r.task}: target not met on this data ({r.unmet}); left out, so its rows are "
              "never flagged: set a value by hand"
              for r in results if r.tau is None]
-    notes += [f"# WARNING {r.few_rows}" for r in results if r.few_rows]
+    notes += [f"# WARNING {line}" for r in results for line in (r.few_rows, r.no_ranking) if line]
     return "".join(f"# {line}\n" for line in header.splitlines()) + "\n".join(notes) + \
         ("\n" if notes else "") + body

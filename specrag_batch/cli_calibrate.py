@@ -214,7 +214,7 @@ def calibrate(
                   f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
     console.print(t)
     for r in res:  # an unmet target, or a τ_min on a handful of rows; also in the snippet
-        for line in (r.unmet, r.few_rows):
+        for line in (r.unmet, r.few_rows, r.no_ranking):
             if line:
                 console.print(Text("warning:", style="yellow"), Text(line))
     console.print(f"config snippet -> {out}")

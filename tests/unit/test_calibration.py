@@ -168,3 +168,14 @@ def test_telemetry_off_by_default():
 def test_auroc_edge_cases():
     assert calibration.auroc([1.0, 2.0], [True, True]) is None
     assert calibration.auroc([np.nan, 1.0, 2.0], [False, False, True]) == 1.0
+
+
+def test_a_tau_from_a_score_that_ranks_wrong_rows_first_is_warned_about(tmp_path):
+    df = _rows().with_columns(score=-11.0 - pl.col("score")).with_columns(mean_logprob=pl.col("score") / 2)  # reversed
+    res = {r.task: r for r in calibration.calibrate(df, target_coverage=0.5, n_boot=20)}
+    qa = res["qa"]
+    assert qa.tau is not None and qa.auroc["score"] < 0.5
+    assert qa.no_ranking.startswith("qa: score ranks right rows no higher than wrong ones (AUROC")
+    assert f"# WARNING {qa.no_ranking}" in calibration.config_snippet(list(res.values()), "calibrate out/")
+    right = {r.task: r for r in calibration.calibrate(_rows(), target_coverage=0.5, n_boot=20)}
+    assert right["qa"].auroc["score"] > 0.5 and right["qa"].no_ranking is None

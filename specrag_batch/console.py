@@ -98,8 +98,9 @@ def print_summary(m: dict) -> None:
     each engine's dtype, tokens per row and prefix-cache hit rate per engine, over every
     finished shard) and, labelled
     apart, this invocation's (what it computed, its wall time and engine load); each failed shard
-    with its rows (none written; ``?`` when its file is not readable as Parquet) and error.
-    Paths are never cut: the output and report cells do not wrap."""
+    with its rows (none written; ``?`` when its file is not readable as Parquet) and error; a
+    nightly run's drift comparison (``m["drift"]``): the measures that moved, or why none was
+    compared, and where ``drift.json`` is. Paths are never cut: the output and report cells do not wrap."""
     met = m["metrics"]
     t = Table(title=f"run {m['run_id']} ({m['mode']})", show_header=False)
     t.add_column()
@@ -137,6 +138,13 @@ def print_summary(m: dict) -> None:
         rep = m["report"]
         text = rep.get("uri") if rep["status"] == "ok" else f"{rep['status']}: {rep.get('error')}"
         console.print(Text(f"report: {text}"), soft_wrap=True)
+    if m.get("drift"):  # nightly: the comparison with the nights before (drift_watch)
+        d = m["drift"]
+        moved = ", ".join(d.get("moved") or []) or "nothing moved"
+        k = len(d.get("baseline") or [])
+        text = (f"{moved} (baseline: {k} night{'s' if k != 1 else ''})" if d["status"] == "compared"
+                else d["status"].replace("_", " "))
+        console.print(Text(f"drift: {text}: {d.get('uri')}"), soft_wrap=True)
     for s in failed:
         rows = ("rows unknown: not readable as Parquet" if s.get("rows_in") is None
                 else f"{s['rows_in']} rows, none written")

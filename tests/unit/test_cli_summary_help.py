@@ -74,6 +74,29 @@ def test_summary_shows_a_failed_shards_rows_and_unknown_as_question_mark(tmp_pat
     assert "c.parquet (rows unknown: not readable as Parquet)" in text
 
 
+
+def test_a_nightly_summary_says_what_drifted_or_why_nothing_was_compared(tmp_path, monkeypatch):
+    shards = _shards(tmp_path)
+    results = [ShardResult(shards[0], str(tmp_path / "o" / "a.parquet"), "ok", rows_in=3, rows_out=3)]
+    m = build_manifest(small_config(), "r", str(tmp_path), str(tmp_path / "o"), results, [], seconds=1.0,
+                       engines=EngineUsage.snapshot({}), engine_load_seconds=0.0, execution={})
+    m["metrics"] = {"answered": 3, "errors": 0, "low_confidence": 0, "fast_path": 0}
+    uri = "/o/date=2026-12-02/_report/drift.json"
+    for drift, want in [({"status": "compared", "moved": ["answers:claim", "low_confidence_rate"],
+                          "baseline": ["2026-11-30", "2026-12-01"], "uri": uri},
+                         f"drift: answers:claim, low_confidence_rate (baseline: 2 nights): {uri}"),
+                        ({"status": "compared", "moved": [], "baseline": ["2026-12-01"], "uri": uri},
+                         f"drift: nothing moved (baseline: 1 night): {uri}"),
+                        ({"status": "no_baseline", "moved": [], "baseline": [], "uri": uri}, f"drift: no baseline: {uri}")]:
+        buf = io.StringIO()
+        monkeypatch.setattr(console_module, "console", Console(file=buf, width=300))
+        cli.print_summary({**m, "drift": drift})
+        assert want in buf.getvalue()
+    buf = io.StringIO()
+    monkeypatch.setattr(console_module, "console", Console(file=buf, width=300))
+    cli.print_summary(m)
+    assert "drift:" not in buf.getvalue()  # a run without the nightly comparison
+
 def _manifest(tmp_path, failed: int) -> dict:
     shards = _shards(tmp_path)[: 1 + failed]
     results = [ShardResult(shards[0], str(tmp_path / "o" / "a.parquet"), "ok", rows_in=3, rows_out=3)]

@@ -70,7 +70,7 @@ def drift(
 ) -> None:
     """Compare one night with the last K nights before it (drift section of the config).
 
-    Prints the section ("Changes since the last K nights", or "No comparison: <reason>").
+    Prints the section ("Changes since the last K nights", "... the last night", or "No comparison: <reason>").
     Exit codes: 0 = compared (or nothing to compare: first night, no baseline); 1 = a measure of drift.fail_on moved (or no
     baseline under drift.require_baseline), as the nightly flow run would fail; 2 = a bad
     date, config or root, or no partition date=D under the root (nothing is written then)."""

@@ -121,7 +121,8 @@ def compare_per_row(name: str, tonight: float, baseline: list[float], cfg: Drift
     values = [v for v in baseline if v is not None and math.isfinite(v)]
     if tonight is None or not values or not (m := statistics.median(values)):
         return None
-    return _result(name, "per_row", f"relative change vs median of {len(values)} nights",
+    test = f"relative change vs median of {len(values)} nights" if len(values) > 1 else "relative change vs 1 night"
+    return _result(name, "per_row", test,
                    {"value": tonight}, {"value": m}, None, abs(tonight / m - 1), "relative change",
                    cfg.effect_threshold(name, cfg.max_relative_change), cfg)
 
@@ -183,6 +184,21 @@ def describe(r: dict) -> str:
     return "| " + " | ".join(" ".join(c.replace("|", "\\|").split()) for c in _cells(r)) + " |"
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun`` (an English count noun with a plain plural), "1 night", "3 nights"."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def heading(result: dict) -> str:
+    """The heading of a night's comparison ``result`` (without ``##``): "Changes since the last
+    night" (one baseline night), "Changes since the last 3 nights", or "No comparison:
+    <reason>" when nothing was compared (no baseline night, status other than ``compared``)."""
+    k = len(result.get("baseline") or [])
+    if not k or result.get("status", "compared") != "compared":
+        return f"No comparison: {_reason(result)}"
+    return "Changes since the last night" if k == 1 else f"Changes since the last {k} nights"
+
+
 def _reason(result: dict) -> str:
     """Why ``result`` compared nothing, in a few words."""
     if result.get("reason"):
@@ -193,20 +209,18 @@ def _reason(result: dict) -> str:
 
 def markdown(result: dict) -> str:
     """The section of a night's comparison ``result``
-    (:func:`specrag_batch.scheduled.drift_watch.night_drift`): headed "Changes since the last K
-    nights" when nights were compared, else "No comparison: <reason>"; its status lines, then
+    (:func:`specrag_batch.scheduled.drift_watch.night_drift`), headed by :func:`heading`
+    ("Changes since the last night", "... the last K nights" or "No comparison: <reason>"); its status lines, then
     a table of only the measures that moved (a measure of ``drift.fail_on`` marked **fails the
     run** in its effect cell; none moved: one line saying so)."""
-    k = len(result.get("baseline") or [])
-    compared = bool(k) and result.get("status", "compared") == "compared"
-    heading = f"Changes since the last {k} night{'s' if k != 1 else ''}" if compared else f"No comparison: {_reason(result)}"
-    lines = [f"## {heading}", ""]
+    compared = not heading(result).startswith("No comparison:")
+    lines = [f"## {heading(result)}", ""]
     lines += [f"- {n}" for n in result.get("notes") or []]
     moved = [r for r in result.get("measures") or [] if r["moved"]]
     if compared:
         lines += ([""] if result.get("notes") else []) + [
             f"Baseline: {', '.join(result['baseline'])} (config hash `{result.get('config_hash')}`); "
-            f"{len(result['measures'])} measures compared, {len(moved)} moved."]
+            f"{counted(len(result['measures']), 'measure')} compared, {len(moved)} moved."]
     if moved:
         lines += ["", "| measure | tonight | baseline | test | p-value | effect |", "|---|---|---|---|---|---|"]
         lines += [describe({**r, "effect_name": f"**fails the run**: {r['effect_name']}"} if r["fails"] else r)

@@ -136,17 +136,18 @@ def night_drift(output_root: str, date, cfg: DriftConfig) -> dict:
             continue
         baselines.append((n.isoformat(), p))
     if other_hash:
-        out["notes"].append(f"{len(other_hash)} earlier night{'s' if len(other_hash) != 1 else ''} left out: "
+        out["notes"].append(f"{drift.counted(len(other_hash), 'earlier night')} left out: "
                             f"another config hash than this night's `{out['config_hash']}` ({_named(other_hash)})")
     out["baseline"] = [n for n, _ in baselines]
     if not earlier:
         out["notes"].append(f"first night: no earlier night under {out['output_root']}, nothing to compare")
     elif not baselines:
-        out["notes"].append(f"no baseline: none of the {len(out['excluded'])} earlier nights looked at can be "
-                            "compared (reasons above)")
+        n = len(out["excluded"])
+        out["notes"].append("no baseline: the one earlier night looked at cannot be compared (reason above)" if n == 1
+                            else f"no baseline: none of the {n} earlier nights looked at can be compared (reasons above)")
     if not baselines:
         out["status"] = "no_baseline"
-        out["reason"] = "first night" if not earlier else f"no baseline among {len(out['excluded'])} earlier night{'s' if len(out['excluded']) != 1 else ''}"
+        out["reason"] = "first night" if not earlier else f"no baseline among {drift.counted(len(out['excluded']), 'earlier night')}"
         return _finish(out, cfg)
     try:
         out["measures"] = drift.compare(tonight, [p for _, p in baselines], cfg)

@@ -162,7 +162,7 @@ def test_first_night_other_hash_missing_and_corrupt_profiles_each_get_one_line(t
     _write_night(root, "2026-01-02", _profile(config_hash="h2"))
     other = drift_watch.night_drift(str(root), "2026-01-02", CFG)
     assert other["notes"] == ["1 earlier night left out: another config hash than this night's `h2` (2026-01-01)",
-                              "no baseline: none of the 1 earlier nights looked at can be compared (reasons above)"]
+                              "no baseline: the one earlier night looked at cannot be compared (reason above)"]
     _write_night(root, "2026-01-03", raw="{not json")
     _write_night(root, "2026-01-04", _profile(config_hash="h2"), failed=1)
     (root / "date=2026-01-05").mkdir()
@@ -311,6 +311,29 @@ def test_a_measure_that_fails_the_run_keeps_the_tables_six_columns():
     failing = next(line for line in rows if "no_documents" in line)
     assert "**fails the run**" in failing and failing.endswith(" |")
     assert "**fails the run**" not in next(line for line in rows if "`error_rate`" in line)
+
+
+def test_the_heading_reads_naturally_for_one_night_several_and_none():
+    """Trial finding: a night compared with one night was headed "Changes since the last 1
+    night" (and the per-row test "relative change vs median of 1 nights")."""
+    tonight = _profile(seconds=2.0)
+    one = {"status": "compared", "baseline": ["2026-01-01"], "config_hash": "h1", "notes": [],
+           "measures": drift.compare(tonight, [_profile()], CFG)}
+    assert drift.markdown(one).startswith("## Changes since the last night\n")
+    assert next(r for r in one["measures"] if r["measure"] == "seconds_per_row")["test"] == "relative change vs 1 night"
+    three = {**one, "baseline": ["2026-01-03", "2026-01-02", "2026-01-01"],
+             "measures": drift.compare(tonight, [_profile()] * 3, CFG)}
+    assert drift.markdown(three).startswith("## Changes since the last 3 nights\n")
+    assert next(r for r in three["measures"] if r["measure"] == "seconds_per_row")["test"] == \
+        "relative change vs median of 3 nights"
+    assert "; 1 measure compared, 0 moved." in drift.markdown({**one, "measures": [
+        drift.compare_rate("error_rate", 1, 100, 1, 100, CFG)]})
+    for none in ({"status": "no_baseline", "baseline": [], "reason": "first night"},
+                 {"status": "no_baseline", "baseline": [], "reason": "no baseline among 1 earlier night"},
+                 {"status": "compared", "baseline": []}):
+        section = drift.markdown({**none, "notes": [], "measures": []})
+        assert section.startswith(f"## No comparison: {none.get('reason', 'no baseline night')}\n"), section
+        assert "since the last" not in section
 
 
 def test_a_table_cell_from_the_profile_cannot_break_the_row():

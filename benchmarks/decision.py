@@ -406,6 +406,14 @@ def selection_tuning_rows(name: str, shared: Path) -> list[dict]:
     return extra_tuning_rows(SELECTION_TUNING_ARM, name, shared)
 
 
+def report_span(name: str) -> dict:
+    """Where a dataset's reported rows start in its file, for results.json: ``{"first_row"}``,
+    or for :data:`CLAIMS_DECISION` ``{"first_row", "spans"}`` (file row spans [start, end))."""
+    if name == CLAIMS_DECISION:
+        return {"first_row": CLAIMS_DECISION_SPANS[0][0], "spans": [list(s) for s in CLAIMS_DECISION_SPANS]}
+    return {"first_row": REPORT_START[name]}
+
+
 def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
     """The reported rows of a dataset: ``rows`` rows from :data:`REPORT_START`, or every row
     after it when the file has fewer (input-schema dicts, file order); for
@@ -1306,7 +1314,7 @@ def main(argv: list[str] | None = None) -> int:
             **{f"{arm.replace('-', '_').removeprefix('tuning_')}_tuning_rows":
                {ds: {"first_row": EXTRA_TUNING_SPLITS[arm][ds], "rows": len(r)} for ds, r in split.items()}
                for arm, split in extra.items()},
-            "rows": {ds: {"first_row": REPORT_START[ds], "tuning_rows": TUNING_ROWS,
+            "rows": {ds: {**report_span(ds), "tuning_rows": TUNING_ROWS,
                           "query_ids": [r["query_id"] for r in rows]} for ds, rows in data.items()},
             "arms": arms, "notes": notes, "tau_target_coverage": TAU_TARGET_COVERAGE,
             "ablation_datasets": ablation_datasets,

@@ -307,3 +307,17 @@ def test_adaptive_tuning_cells_decide_adaptive_drafting_alone(tmp_path):
     assert res["adaptive"]["choice"] == "one round"
     assert res["adaptive"]["arms"]["nq_open"][decision.ONE_ROUND_ARM]["accuracy"] == 1.0
     assert "**one round** (`sampling.adaptive: false`)" in (tmp_path / "out" / "tables.md").read_text()
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
+def test_claims_decision_analysis_records_its_row_spans(tmp_path):
+    # results.json names where the reported rows come from; the claims decision dataset has two
+    # spans and no REPORT_START entry (its analysis once ended in a KeyError)
+    import json
+
+    decision.main(["--config", str(decision.ROOT / "configs" / "bench.yaml"), "--datasets", decision.CLAIMS_DECISION,
+                   "--rows", "20", "--arms", "standard", "--analyse-only", "--no-archive",
+                   "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())["rows"][decision.CLAIMS_DECISION]
+    assert rows["spans"] == [[40, 140], [300, 600]] and rows["first_row"] == 40
+    assert len(rows["query_ids"]) == 20

@@ -139,10 +139,11 @@ def print_summary(m: dict) -> None:
         text = rep.get("uri") if rep["status"] == "ok" else f"{rep['status']}: {rep.get('error')}"
         console.print(Text(f"report: {text}"), soft_wrap=True)
     if m.get("drift"):  # nightly: the comparison with the nights before (drift_watch)
+        from .drift import counted
+
         d = m["drift"]
         moved = ", ".join(d.get("moved") or []) or "nothing moved"
-        k = len(d.get("baseline") or [])
-        text = (f"{moved} (baseline: {k} night{'s' if k != 1 else ''})" if d["status"] == "compared"
+        text = (f"{moved} (baseline: {counted(len(d.get('baseline') or []), 'night')})" if d["status"] == "compared"
                 else d["status"].replace("_", " "))
         console.print(Text(f"drift: {text}: {d.get('uri')}"), soft_wrap=True)
     for s in failed:

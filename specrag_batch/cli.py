@@ -257,7 +257,7 @@ def report(
         s = write_report(output)
         try:
             kept = restore_section(output)
-        except ValueError as e:  # the report is written: a bad drift.json costs only its section
+        except (ValueError, OSError) as e:  # the report is written: a bad drift.json costs only its section
             err_console.print(Text("warning:", style="yellow"), Text(f"drift section not kept: {e}"), soft_wrap=True)
             kept = None
     console.print(f"report: {s['rows']} rows from {s['shards']} shards -> {s['report_uri']}")

@@ -52,7 +52,7 @@ def nights(output_root: str) -> list[dt.date]:
         return []
     found = []
     for e in entries:
-        m = _NIGHT.match(e.rstrip("/").rsplit("/", 1)[-1])
+        m = _NIGHT.fullmatch(e.rstrip("/").rsplit("/", 1)[-1])  # "$" alone would let a trailing newline in
         if m:
             try:
                 found.append(dt.date.fromisoformat(m.group(1)))

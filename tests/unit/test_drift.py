@@ -518,3 +518,30 @@ def test_a_backfilled_earlier_night_redoes_the_later_nights_whose_baseline_it_en
     marked = drift_watch.later_nights(str(root), {"2026-01-03": "h1"})[1]
     assert marked["date"] == "2026-01-05" and not marked["redone"] and "uri" not in marked
     assert marked["error"].startswith(f"its stored drift section: {root}/date=2026-01-05/_manifest.json: drift.p_value")
+
+
+def test_a_partition_name_with_a_trailing_newline_is_not_a_night(tmp_path):
+    """Trial finding: ``date=2026-11-26\\n`` was counted as night 2026-11-26 ("$" matches before
+    a final newline), and the report then pointed at a path that does not exist."""
+    (tmp_path / "date=2026-12-02").mkdir()
+    (tmp_path / "date=2026-11-26\n").mkdir()
+    (tmp_path / "date=2026-11-27 ").mkdir()
+    import datetime as dt
+
+    assert drift_watch.nights(str(tmp_path)) == [dt.date(2026, 12, 2)]
+
+
+def test_report_by_hand_with_a_drift_json_that_cannot_be_read_warns_and_writes_the_report(tmp_path):
+    """Trial finding: a ``_report/drift.json`` that is a directory ended ``specrag-batch report``
+    with a raw OS error (exit 2) after it had rewritten report.md."""
+    from typer.testing import CliRunner
+
+    from specrag_batch import cli
+
+    night = _finished_night(tmp_path / "answers", "2026-12-04")
+    (tmp_path / "answers" / "date=2026-12-04" / "_report" / "drift.json").mkdir(parents=True)
+    res = CliRunner().invoke(cli.app, ["report", night])
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "drift section not kept" in warnings[0] and "drift.json" in warnings[0]
+    assert (tmp_path / "answers" / "date=2026-12-04" / "_report" / "report.md").exists()

@@ -136,8 +136,8 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
            or (r["status"] == "missing" and not allow_missing)]
     if bad:
         shown = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
-        raise RuntimeError(f"backfill: {len(bad)} of {len(dates)} dates not completed ({shown}); "
-                           f"per-date status in {summary_uri}")
+        why = f"backfill: {len(bad)} of {len(dates)} dates not completed ({shown}); per-date status in {summary_uri}"
+        return Failed(message=why, data=RuntimeError(why))  # a state: one line, no Prefect traceback
     if drift_failures:  # a Failed state, not a raise: its message without Prefect's traceback
         return Failed(message=" | ".join(drift_failures), data=DriftError(" | ".join(drift_failures)))
     return summary

@@ -259,3 +259,19 @@ def test_cli_nightly_and_backfill_commands(tmp_path):
                        timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "1 already done" in r.stdout  # the backfill's result for that date is reused
+
+
+def test_cli_backfill_with_missing_dates_fails_in_one_line(tmp_path):
+    """Fresh-user trial: a backfill whose dates have no input partition printed Prefect's
+    traceback before its one-line error; the flow now ends in a Failed state with that line."""
+    from ..conftest import subprocess_env
+
+    cli = str(Path(sys.executable).with_name("specrag-batch"))
+    (tmp_path / "q").mkdir()
+    r = subprocess.run([cli, "backfill", "--input-root", str(tmp_path / "q"), "--output-root", str(tmp_path / "a"),
+                        "--start", "2026-11-27", "--end", "2026-11-28",
+                        "--config", str(ROOT / "configs" / "test-smollm2.yaml")],
+                       env=subprocess_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert "2 of 2 dates not completed" in r.stderr, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]

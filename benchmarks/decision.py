@@ -254,6 +254,15 @@ are ``speculative-tuned-<label>`` (:func:`parse_tuned_drafters`)."""
 _ONE_ROUND_DEFAULTS = {"sampling.adaptive": False, "selection.use_self_consistency": False,
                        "selection.use_self_reflection": False}
 
+DEFAULTS_ON_TOP = decision_stats.DEFAULTS_ON_TOP
+"""``defaults``: an ablation named only as the suffix of a composed arm, ``<drafter arm>+defaults``
+(e.g. ``speculative-tuned-cf+defaults``): that arm's drafter under the product's defaults, the
+overrides of :data:`ONE_ROUND_ARM` (log ρ_draft alone, no verifier pass, one drafting round). It
+compares a tuned drafter with the untuned one the way the product runs both:
+``decision_stats.baselines_of`` pairs it with :data:`ONE_ROUND_ARM` and ``standard`` (issue 40).
+Not in the ``ablations`` group (on ``speculative`` it is :data:`ONE_ROUND_ARM`, which
+:func:`arm_config` refuses as the same cells)."""
+
 ARM_OVERRIDES: dict[str, dict] = {
     "standard": {"mode": "standard"},
     "speculative": {},
@@ -279,6 +288,7 @@ ARM_OVERRIDES: dict[str, dict] = {
     "dedupe_verifier": {"verifier.deduplicate_drafts": True},  # for a config with it off
     "fallback_standard": {"selection.fallback": "standard"},  # selection.tau_min from the tuning cell
     "evidence_verifier": {"verifier.evidence_aware": True},  # the paper's Score(α|Q,β,δ)
+    DEFAULTS_ON_TOP: _ONE_ROUND_DEFAULTS,  # composed only: <drafter arm>+defaults
 }
 GROUPS = {"main": ("standard", "speculative"), "default": (DEFAULT_ARM, ONE_ROUND_ARM), "tuned": ("speculative-smol", TUNED_ARM),
           "ablations": ("sampling_random", "sampling_single_cluster", "sampling_cover", "adaptive", "question_first",
@@ -523,9 +533,10 @@ def composed_arm(arm: str, tuned_arms: list[str] | tuple[str, ...] | None = None
     if ablation in NOT_COMPOSABLE:
         raise ValueError(f"arm {arm!r}: {ablation} cannot be composed: {NOT_COMPOSABLE[ablation]} "
                          f"(choose from {', '.join(GROUPS['ablations'])})")
-    if ablation not in GROUPS["ablations"]:
+    if ablation not in (*GROUPS["ablations"], DEFAULTS_ON_TOP):
         raise ValueError(f"arm {arm!r}: unknown ablation {ablation!r} (choose from "
-                         f"{', '.join(GROUPS['ablations'])}){_close(ablation, GROUPS['ablations'])}")
+                         f"{', '.join(GROUPS['ablations'])} or {DEFAULTS_ON_TOP})"
+                         f"{_close(ablation, (*GROUPS['ablations'], DEFAULTS_ON_TOP))}")
     return base_arm, ablation
 
 
@@ -563,18 +574,22 @@ def _apply(cfg: RunConfig, over: dict, arm: str) -> RunConfig:
     return RunConfig.model_validate(data)
 
 
-def untuned_arm(model: str, base: RunConfig) -> str | None:
+def untuned_arm(model: str, base: RunConfig, adapter: str | None = None) -> str | None:
     """The arm running the untuned base model of the tuned drafter ``model`` (a model
     directory), from its training manifest's ``base_model``
-    (``drafter_training.train.drafter_identity``): ``speculative`` when that is the config's
-    drafter, ``speculative-smol`` when it is :data:`SMOL_DRAFTER`; None when the base is
+    (``drafter_training.train.drafter_identity``), or ``model`` itself when the drafter is served
+    as a base plus a LoRA ``adapter`` (``drafter.adapter``): ``speculative`` when that is the
+    config's drafter, ``speculative-smol`` when it is :data:`SMOL_DRAFTER`; None when the base is
     unknown (no manifest) or another model."""
     from specrag_batch.drafter_training.train import MANIFEST
     from specrag_batch.identity import drafter_identity
 
-    if not (Path(model) / MANIFEST).is_file():  # (drafter_identity would hash its weights)
+    if adapter:
+        base_model = model
+    elif not (Path(model) / MANIFEST).is_file():  # (drafter_identity would hash its weights)
         return None
-    base_model = drafter_identity(model).get("base_model")
+    else:
+        base_model = drafter_identity(model).get("base_model")
     return {base.drafter.model: "speculative", SMOL_DRAFTER: "speculative-smol"}.get(base_model)
 
 
@@ -613,10 +628,15 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
             raise ValueError(f"arm {arm}: the config of {base_arm} already sets {have} "
                              f"(the same cells as {base_arm})")
         out = _apply(cfg, ARM_OVERRIDES[ablation], arm)
+        if ablation == DEFAULTS_ON_TOP and out == arm_config(base, ONE_ROUND_ARM):
+            raise ValueError(f"arm {arm}: {base_arm} under the defaults is {ONE_ROUND_ARM} (the same cells)")
         if out == cfg:
             raise ValueError(f"arm {arm}: {ablation}'s overrides {ARM_OVERRIDES[ablation]} leave the config of "
                              f"{base_arm} unchanged (the same cells as {base_arm})")
         return out
+    if arm == DEFAULTS_ON_TOP:
+        raise ValueError(f"arm {arm!r}: a suffix only (<drafter arm>+{DEFAULTS_ON_TOP}, e.g. "
+                         f"{TUNED_ARM}-<label>+{DEFAULTS_ON_TOP}); the config's drafter under the defaults is {ONE_ROUND_ARM}")
     if arm not in ARM_OVERRIDES and not is_tuned_arm(arm):
         raise ValueError(f"arm {arm!r}: unknown (choose from {', '.join(ARM_OVERRIDES)} or a group "
                          f"{', '.join(GROUPS)}){_close(arm, ARM_OVERRIDES)}")
@@ -625,7 +645,14 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
         if not drafters.get(arm):
             label = arm.removeprefix(TUNED_ARM).lstrip("-")
             raise ValueError(f"arm {arm} needs --tuned-drafter " + (f"{label}=<model dir>" if label else "<model dir>"))
-        over["drafter.model"] = str(drafters[arm])
+        from specrag_batch.drafter_training.train import served_as
+
+        # a directory `drafter train` wrote with LoRA: its base plus the adapter, unmerged (issue
+        # 40: exact in any engine dtype); any other directory (or one not on this machine) as a model
+        served = served_as(str(drafters[arm]))
+        over["drafter.model"] = served["model"]
+        if served["adapter"] is not None:
+            over["drafter.adapter"] = served["adapter"]
     if arm == LARGE_DRAFTER_ARM:
         if base.drafter.model == base.verifier.model:
             raise ValueError(f"arm {arm}: the config's drafter already is its verifier model "
@@ -667,7 +694,8 @@ def expand_arms(spec: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> list
     ``speculative-tuned-<label>`` arm must be one of them, also as the base of a composed arm
     ``<base arm>+<ablation>`` (:func:`composed_arm`; no group holds composed arms). A composed
     arm brings its base arm in, before it, when not named earlier: the summary compares it with
-    the base arm only when both are in it (a finished base cell is skipped, not run again).
+    the base arm only when both are in it (a finished base cell is skipped, not run again);
+    ``<drafter arm>+defaults`` brings :data:`ONE_ROUND_ARM` instead (its baseline).
 
     Raises:
         ValueError: an unknown arm or group, a labelled tuned arm without its ``label=dir``,
@@ -677,8 +705,11 @@ def expand_arms(spec: str, tuned_arms: list[str] | tuple[str, ...] = ()) -> list
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         for arm in group_arms(part, tuned_arms) if part in GROUPS else (part,):
             if (parts := composed_arm(arm, list(tuned_arms))) is not None:  # raises for a name it refuses
-                if parts[0] not in out:  # its baseline: compared only when both are in the summary
-                    out.append(parts[0])
+                # its baseline: compared only when both are in the summary (<drafter>+defaults: the untuned
+                # drafter under the defaults, not the base arm's verifier pass)
+                baseline = ONE_ROUND_ARM if parts[1] == DEFAULTS_ON_TOP else parts[0]
+                if baseline not in out:
+                    out.append(baseline)
             elif arm not in known and arm not in (TUNING_ARM, *EXTRA_TUNING_SPLITS):
                 hint = (f"; give --tuned-drafter {arm.removeprefix(TUNED_ARM + '-')}=<model dir>"
                         if arm.startswith(TUNED_ARM + "-") else "")
@@ -1124,7 +1155,8 @@ def analyse(cells: list[Cell], data: dict, base: RunConfig, out: Path, meta: dic
             loaded.setdefault(c.dataset, {})[c.arm] = got
     choices = {ds: {r["query_id"]: r["choices"] for r in rows + (tuning_data or {}).get(ds, [])}
                for ds, rows in data.items()}
-    same_base = {c.arm: untuned_arm(c.config.drafter.model, base) for c in cells if is_tuned_arm(c.arm)}
+    same_base = {c.arm: untuned_arm(c.config.drafter.model, base, c.config.drafter.adapter)
+                 for c in cells if is_tuned_arm(c.arm)}
     summary = decision_stats.summarise(loaded, choices, base.claim_labels, seed=base.seed, reps=reps,
                                        tuning=tuning, same_base=same_base)
     if adaptive:

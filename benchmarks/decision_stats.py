@@ -1262,6 +1262,12 @@ UNTUNED_ARMS = ("speculative", "speculative-smol")
 the tuned arms besides ``standard`` (:func:`tuned_table`)."""
 
 
+DEFAULTS_ON_TOP = "defaults"
+"""Suffix of a composed arm ``<drafter arm>+defaults``: that arm's drafter under the product's
+defaults (the overrides of :data:`ONE_ROUND_ARM`, ``benchmarks/decision.py``); compared with
+:data:`ONE_ROUND_ARM` (the untuned drafter the same way) and ``standard`` besides its base arm
+(:func:`baselines_of`). Added for issue 40's tuned-drafter re-measurement."""
+
 COMPOSE_SEP = "+"
 """Separator of a composed arm ``<base arm>+<ablation arm>`` (``benchmarks/decision.py``): the
 base arm's config (``speculative``, ``speculative-smol`` or a tuned drafter) with the
@@ -1277,13 +1283,25 @@ def composed_parts(arm: str) -> tuple[str, str] | None:
     return (base, ablation) if sep else None
 
 
+def composed_baseline(arm: str) -> str | None:
+    """The arm a composed arm is tabled against: its base arm, or for ``<drafter arm>+defaults``
+    :data:`ONE_ROUND_ARM` (the config's drafter under the same defaults); None for any other arm."""
+    parts = composed_parts(arm)
+    if parts is None:
+        return None
+    return ONE_ROUND_ARM if parts[1] == DEFAULTS_ON_TOP else parts[0]
+
+
 def baselines_of(arm: str, same_base: dict[str, str | None] | None = None) -> list[tuple[str, str]]:
     """The comparisons (arm, baseline) of ``arm``: a composed arm (:func:`composed_parts`) vs
-    its base arm only; its :data:`BASELINES`; a tuned arm
+    its base arm only (``<drafter arm>+defaults``: vs :data:`ONE_ROUND_ARM`, ``standard``, then its
+    base arm); its :data:`BASELINES`; a tuned arm
     (:data:`TUNED_PREFIX`) vs ``standard``, ``speculative`` and ``same_base[arm]`` (the untuned
     arm of its base model, when known and not ``speculative``); any other arm but
     ``speculative``/``standard`` vs ``speculative``; plus :data:`ARM_BASELINES`."""
     parts = composed_parts(arm)
+    if parts and parts[1] == DEFAULTS_ON_TOP:
+        return [(arm, ONE_ROUND_ARM), (arm, "standard"), (arm, parts[0])]
     if parts:
         return [(arm, parts[0])]
     if arm.startswith(TUNED_PREFIX):
@@ -1761,7 +1779,8 @@ def tuned_table(res: dict) -> list[str]:
 
 def composed_table(res: dict) -> list[str]:
     """Markdown lines "Ablations on other drafters": per dataset, then pooled, each composed
-    arm ``<base>+<ablation>`` (:func:`composed_parts`) vs its base arm on the same rows
+    arm ``<base>+<ablation>`` (:func:`composed_parts`) vs its base arm (``<base>+defaults``: vs
+    :data:`ONE_ROUND_ARM`, :func:`composed_baseline`) on the same rows
     (:func:`baselines_of`): n paired rows, the accuracy of each, the paired difference
     [bootstrap 95%] with McNemar p, then arm / base: the share of drafts that parse, that
     carry ``answer_forced`` (answer written after a forced ``Answer:`` line) and that are valid
@@ -1769,14 +1788,16 @@ def composed_table(res: dict) -> list[str]:
     seconds per row, and the seconds ratio arm / base over the shards both finished (pooled:
     accuracy, difference and ratio only). Empty when no composed arm was compared."""
     lines = comparison_lines(
-        res, lambda a, b: (composed_parts(a) or ("",))[0] == b,
+        res, lambda a, b: composed_baseline(a) == b,
         (lambda f: _pct(f["drafts"]["parsed"]), lambda f: _pct(flag_share(f, Flag.ANSWER_FORCED)),
          lambda f: _pct(f["drafts"]["valid"]), lambda f: _tokens(drafter_generated_tokens(f)),
          lambda f: f"{f['cost']['s_per_row']:.2f}"))
     if not lines:
         return []
     return ["", "Ablations on other drafters: each composed arm `<base arm>+<ablation>` (the base arm's config, "
-            "e.g. a tuned drafter, with the ablation's overrides on top) vs its base arm on the same rows. "
+            "e.g. a tuned drafter, with the ablation's overrides on top) vs its base arm on the same rows "
+            f"(`<base arm>+{DEFAULTS_ON_TOP}`, a drafter under the product's defaults: vs `{ONE_ROUND_ARM}`, the "
+            "config's drafter under the same defaults). "
             "Accuracy of each on the paired rows; difference arm - base in points [paired bootstrap 95%], "
             "McNemar p (discordant pairs); parsed: drafts without a parse flag; forced: drafts flagged "
             "`answer_forced`; valid: drafts selection may use; drafted tokens: the drafter's generated "

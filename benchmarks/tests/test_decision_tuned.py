@@ -330,3 +330,88 @@ def test_composed_arm_vs_its_base_table(bench, tmp_path):
     assert "| popqa | speculative-tuned-qwen | speculative |" in tuned_part and COMPOSED_QWEN not in tuned_part
     assert f"| popqa | {COMPOSED_QWEN} - " not in text
     assert COMPOSED_QWEN not in text.split("## Tables")[0]
+
+
+def lora_dir(path, base_model: str):
+    """A directory as ``drafter train`` writes it with LoRA: training manifest and ``adapter/``."""
+    tuned_dir(path, base_model)
+    (path / "adapter").mkdir()
+    (path / "adapter" / "adapter_config.json").write_text("{}")
+    return str(path)
+
+
+def test_a_lora_tuned_drafter_is_served_unmerged_as_its_base_plus_adapter(bench, tmp_path):
+    # issue 40: the merged weights round the update away in a bf16 engine; the arm serves the adapter
+    qwen = lora_dir(tmp_path / "qwen", "qwen2.5-coder-0.5b-instruct")
+    cfg = decision.arm_config(bench, "speculative-tuned-qwen", {"speculative-tuned-qwen": qwen})
+    assert (cfg.drafter.model, cfg.drafter.adapter) == ("qwen2.5-coder-0.5b-instruct", str(tmp_path / "qwen" / "adapter"))
+    assert cfg.config_hash() != decision.arm_config(bench, "speculative").config_hash()
+    assert decision.untuned_arm(cfg.drafter.model, bench, cfg.drafter.adapter) == "speculative"
+    smol = lora_dir(tmp_path / "smol", "smollm2-135m-instruct")
+    d = decision.arm_config(bench, "speculative-tuned-smol", {"speculative-tuned-smol": smol}).drafter
+    assert d.model == "smollm2-135m-instruct" and decision.untuned_arm(d.model, bench, d.adapter) == "speculative-smol"
+    # a directory without adapter/ (a full fine-tune, or an archived arm's path not on this machine): the model itself
+    full = tuned_dir(tmp_path / "full", "qwen2.5-coder-0.5b-instruct")
+    for d in (full, "/not/here"):
+        c = decision.arm_config(bench, "speculative-tuned", d)
+        assert (c.drafter.model, c.drafter.adapter) == (d, None)
+
+
+def test_a_drafter_arm_under_the_defaults(bench, tmp_path):
+    # <drafter arm>+defaults: the product's defaults (the one-round arm's overrides) with that arm's drafter
+    qwen = lora_dir(tmp_path / "qwen", "qwen2.5-coder-0.5b-instruct")
+    drafters = {"speculative-tuned-qwen": qwen}
+    arm = "speculative-tuned-qwen+defaults"
+    assert decision.composed_arm(arm, list(drafters)) == ("speculative-tuned-qwen", "defaults")
+    cfg, one_round = decision.arm_config(bench, arm, drafters), decision.arm_config(bench, decision.ONE_ROUND_ARM)
+    tuned = decision.arm_config(bench, "speculative-tuned-qwen", drafters)
+    assert cfg.drafter == tuned.drafter and cfg.drafter.adapter is not None
+    assert (cfg.selection, cfg.sampling) == (one_round.selection, one_round.sampling)
+    assert cfg.model_copy(update={"drafter": one_round.drafter}) == one_round
+    smol = decision.arm_config(bench, "speculative-smol+defaults")
+    assert smol.drafter.model == decision.SMOL_DRAFTER and smol.selection == one_round.selection
+    # refused: the config's own drafter under the defaults is the one-round arm; "defaults" alone is no arm
+    with pytest.raises(ValueError, match=r"arm speculative\+defaults: speculative under the defaults is "
+                       r"speculative-default-one-round \(the same cells\)"):
+        decision.arm_config(bench, "speculative+defaults")
+    with pytest.raises(ValueError, match=r"arm 'defaults': a suffix only \(<drafter arm>\+defaults"):
+        decision.arm_config(bench, "defaults")
+    assert "defaults" not in decision.GROUPS["ablations"]
+    # it brings its baseline, the untuned drafter under the defaults (not the base arm's verifier pass)
+    assert decision.expand_arms(f"standard,{arm}", list(drafters)) == ["standard", decision.ONE_ROUND_ARM, arm]
+    # compared with the untuned drafter under the defaults, with Standard RAG, then with its base arm
+    import decision_stats
+
+    assert decision_stats.baselines_of(arm) == [(arm, decision.ONE_ROUND_ARM), (arm, "standard"),
+                                                (arm, "speculative-tuned-qwen")]
+
+
+def test_a_tuned_drafter_under_the_defaults_is_tabled_against_the_untuned_one(bench, tmp_path):
+    qwen = lora_dir(tmp_path / "m" / "qwen", "qwen2.5-coder-0.5b-instruct")
+    drafters = {"speculative-tuned-qwen": qwen}
+    arm = "speculative-tuned-qwen+defaults"
+    runs = tmp_path / "runs"
+    cells, _ = decision.plan_cells(["popqa"], decision.expand_arms(f"standard,{arm}", list(drafters)), bench, runs,
+                                   tuned_drafter=drafters, ablation_datasets=[], ablation_input={})
+    by = {c.arm: c for c in cells}
+    assert list(by) == ["standard", decision.ONE_ROUND_ARM, arm]
+    write_inputs(runs / "popqa" / "input", input_rows(4), 2)
+    base_model = bench.drafter.model  # the tuned arm's engine is the same base, with the adapter
+
+    def fields(right):
+        return lambda i, r: {"correct": right[i], "drafts": [
+            {"doc_ids": [], "answer": "a", "rationale": "r", "tokens_draft": 7, "flags": []}] * 2}
+    write_cell(by["standard"].input_dir, by["standard"].output_dir, by["standard"].config,
+               [{bench.verifier.model: (100, 10, 1)}] * 2, seconds=4.0, fields=lambda i, r: {"correct": i == 0})
+    for a, sec, right in ((decision.ONE_ROUND_ARM, 3.0, [1, 0, 0, 0]), (arm, 6.0, [1, 1, 0, 0])):
+        c = by[a]
+        write_cell(c.input_dir, c.output_dir, c.config, [{base_model: (500, 100, 5)}] * 2, seconds=sec,
+                   fields=fields([bool(x) for x in right]))
+    res = decision.analyse(cells, {"popqa": input_rows(4)}, bench, tmp_path / "out",
+                           {"config_path": "bench.yaml", "rows_per_dataset": {"popqa": 4}}, 200)
+    cmps = res["datasets"]["popqa"]["comparisons"]
+    assert {k for k in cmps if k.startswith(arm)} == {f"{arm} - {decision.ONE_ROUND_ARM}", f"{arm} - standard"}
+    cmp = cmps[f"{arm} - {decision.ONE_ROUND_ARM}"]
+    assert (cmp["n"], cmp["diff"], cmp["seconds"]["ratio"]) == (4, 0.25, pytest.approx(2.0))
+    text = (tmp_path / "out" / "tables.md").read_text()
+    assert f"| popqa | {arm} | {decision.ONE_ROUND_ARM} | 4 | 50.0 | 25.0 | +25.0 " in text

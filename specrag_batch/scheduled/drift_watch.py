@@ -13,6 +13,9 @@ import datetime as dt
 import json
 import logging
 import re
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from .. import drift, storage
 from ..config import DriftConfig
@@ -217,6 +220,67 @@ def _put_section(rdir: str, section: str) -> bool:
     return True
 
 
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Side(_Open):
+    """One side of a stored measure: a rate (``rate``, ``k``, ``n``), label ``shares``, a
+    ``median`` over ``n`` rows, or a ``value``."""
+
+    rate: Optional[StrictFloat] = None
+    k: Optional[StrictInt] = None
+    n: Optional[StrictInt] = None
+    shares: Optional[dict[StrictStr, StrictFloat]] = None
+    median: Optional[StrictFloat] = None
+    value: Optional[StrictFloat] = None
+
+
+class _Measure(_Open):
+    measure: StrictStr
+    test: StrictStr
+    tonight: _Side
+    baseline: _Side
+    p_value: Optional[StrictFloat]
+    effect: Optional[StrictFloat]
+    effect_name: StrictStr
+    threshold: StrictFloat
+    moved: StrictBool
+    fails: StrictBool
+
+
+class StoredComparison(_Open):
+    """The fields of a night's comparison (:func:`night_drift`, stored as ``_report/drift.json``)
+    that :func:`drift.markdown` renders, with strict types (the string ``"false"`` is no
+    boolean): ``date``, ``status``, ``baseline`` (night dates), ``notes``, ``config_hash``,
+    ``measures`` (each ``measure``, ``test``, its ``tonight`` and ``baseline`` sides, ``p_value``,
+    ``effect``, ``effect_name``, ``threshold``, ``moved``, ``fails``). Other keys are allowed."""
+
+    date: StrictStr
+    status: Literal["compared", "no_baseline", "no_profile", "error"]
+    reason: Optional[StrictStr] = None
+    config_hash: Optional[StrictStr] = None
+    baseline: list[StrictStr]
+    notes: list[StrictStr] = []
+    measures: list[_Measure] = []
+
+
+def stored_result(data: object, uri: str) -> dict:
+    """A night's stored comparison checked against :class:`StoredComparison`, so a file of
+    another shape is refused rather than rendered with wrong values. Returns ``data`` itself.
+
+    Raises:
+        ValueError: naming ``uri`` and the first field that is missing or of the wrong type
+            (``measures.0.moved: Input should be a valid boolean``)."""
+    try:
+        StoredComparison.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "the file"
+        raise ValueError(f"{redact_text(uri)}: not a drift comparison ({where}: {err['msg']})") from None
+    return data
+
+
 def restore_section(prefix: str) -> str | None:
     """Put the drift section back at the top of ``<prefix>/_report/report.md`` from the night's
     stored comparison ``<prefix>/_report/drift.json`` (read as written, nothing recomputed),
@@ -226,13 +290,15 @@ def restore_section(prefix: str) -> str | None:
 
     Raises:
         ValueError: ``drift.json`` is not JSON or not a comparison result (a field missing or
-            of the wrong type), naming the file; the report is left as it is.
+            of the wrong type, :func:`stored_result`), naming the file and the field; the report
+            is left as it is.
         OSError: the report cannot be read or written."""
     rdir = storage.join(prefix, REPORT_DIR)
     uri = storage.join(rdir, DRIFT_FILE)
     result = storage.read_json_object(uri)
     if result is None:
         return None
+    stored_result(result, uri)
     try:
         section = drift.markdown(result)
     except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -464,7 +464,18 @@ def test_report_by_hand_keeps_the_drift_section_from_drift_json(tmp_path, drift_
     assert res.exit_code == 0 and drift_watch.SECTION_START not in md.read_text()
     assert [line for line in res.output.splitlines() if line.startswith("warning:")] == [
         f"warning: drift section not kept: {second}/_report/drift.json: not a drift comparison "
-        "(TypeError: object of type 'int' has no len())"], res.output
+        "(date: Field required)"], res.output
+    # wrong types are refused naming the field, never rendered (trial finding: a "false" string showed as moved)
+    measure = stored["measures"][0]
+    for bad, field in (({**stored, "measures": [{**measure, "moved": "false"}]}, "measures.0.moved"),
+                       ({**stored, "baseline": "2026-12-03"}, "baseline"),
+                       ({**stored, "status": "fine"}, "status"),
+                       ({**stored, "measures": [{**measure, "p_value": "0.01"}]}, "measures.0.p_value")):
+        stored_uri.write_text(json.dumps(bad))
+        res = report(second)
+        assert res.exit_code == 0 and drift_watch.SECTION_START not in md.read_text()
+        warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
+        assert len(warnings) == 1 and f"not a drift comparison ({field}: " in warnings[0], res.output
 
 
 def test_a_backfilled_earlier_night_redoes_the_later_nights_whose_baseline_it_enters(tmp_path, monkeypatch):

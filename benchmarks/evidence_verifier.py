@@ -30,7 +30,9 @@ verifier, paper's terms) and D (log ρ_draft alone, the product's default), E - 
 with paired bootstrap 95% intervals (stratified by cell when pooled) and McNemar's exact p;
 within-row AUROC of each term (right vs wrong drafts of one row, ties 1/2) under both
 verifier inputs; evidence-aware verifier prompt tokens per draft. Markdown on stdout and in
-``<out>/evidence_verifier.md``, figures in ``<out>/evidence_verifier.json``.
+``<out>/evidence_verifier.md``, figures in ``<out>/evidence_verifier.json``. Killed? Run the same
+command again: the rows already scored (``<out>/scored.jsonl``, :data:`SCORED`) are read back,
+not scored again.
 
     python benchmarks/decision.py --config configs/bench.yaml --analyse-only --arms tuning-verifier \\
         --datasets climate_fever,hotpotqa,nq_open --runs /tmp/runs-ea --out /tmp/ea-analyse
@@ -217,6 +219,39 @@ def score_rows(rows: list, records: dict, cfg, engine) -> dict:
     return {row.query_id: (row.drafts, None if row.selection is None else row.selection.index) for row in rows}
 
 
+SCORED = "scored.jsonl"
+"""Resume file in ``--out``: one line per scored row (``config_hash``, ``cell``, ``query_id``, the
+drafts' records with their evidence-aware scores, the selected index), appended after each
+verifier call, so a killed run scores only the rows it had not."""
+
+
+def load_scored(path: Path, config_hash: str) -> dict:
+    """(cell, query_id) -> (drafts, selected index or None) of the lines of ``path`` written
+    under ``config_hash`` (other configs' lines and a torn last line are ignored); {} without
+    the file."""
+    from specrag_batch.records import Draft
+
+    out: dict = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            x = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+        if x.get("config_hash") == config_hash:
+            out[(x["cell"], x["query_id"])] = ([Draft.from_record(d) for d in x["drafts"]], x["index"])
+    return out
+
+
+def save_scored(path: Path, config_hash: str, cell: str, got: dict) -> None:
+    """Append the rows of ``got`` (:func:`score_rows`) to ``path`` (:data:`SCORED`)."""
+    with path.open("a") as f:
+        for q, (drafts, idx) in got.items():
+            f.write(json.dumps({"config_hash": config_hash, "cell": cell, "query_id": q,
+                                "drafts": [d.to_record() for d in drafts], "index": idx}) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", required=True, help="the cells' config (its verifier is loaded)")
@@ -267,13 +302,21 @@ def main(argv: list[str] | None = None) -> int:
                                cfg, get_engine(cfg.drafter, cfg.seed), args.check_drafter)
         print(f"[evidence] drafter check: {dcheck}", file=sys.stderr)
         close_engines()
-    engine = get_engine(cfg.verifier, cfg.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = load_scored(args.out / SCORED, ecfg.config_hash())
+    engine = None
     for cell, (rows, by_id) in prepared.items():
-        with tqdm(total=len(rows), desc=f"{cell} rows") as bar:
-            for s in range(0, len(rows), args.batch_rows):
-                chunk = rows[s:s + args.batch_rows]
-                scored_rows.update({(cell, q): (*v, ds.draft_correct(by_id[q], None, labels))
-                                    for q, v in score_rows(chunk, by_id, ecfg, engine).items()})
+        scored_rows.update({(cell, q): (drafts, idx, ds.draft_correct(by_id[q], None, labels))
+                            for (c, q), (drafts, idx) in done.items() if c == cell and q in by_id})
+        todo = [row for row in rows if (cell, row.query_id) not in done]
+        if todo and engine is None:
+            engine = get_engine(cfg.verifier, cfg.seed)
+        with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"{cell} rows") as bar:
+            for s in range(0, len(todo), args.batch_rows):
+                chunk = todo[s:s + args.batch_rows]
+                got = score_rows(chunk, by_id, ecfg, engine)
+                save_scored(args.out / SCORED, ecfg.config_hash(), cell, got)
+                scored_rows.update({(cell, q): (*v, ds.draft_correct(by_id[q], None, labels)) for q, v in got.items()})
                 bar.update(len(chunk))
     res = figures(units, scored_rows, labels, args.reps)
     res["subset_check"] = {"hits": check[0], "drafts": check[1], "expected_random": check[2]}
@@ -284,7 +327,6 @@ def main(argv: list[str] | None = None) -> int:
                        "drafts_scored": res["pooled"]["auroc"]["n_drafts"]}
     md = table(res, cells)
     print(md)
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "evidence_verifier.md").write_text(md)
     (args.out / "evidence_verifier.json").write_text(json.dumps(
         {"config": args.config, "verifier": cfg.verifier.model, "cells": cells, "figures": res}, indent=1,

@@ -123,6 +123,19 @@ def test_rescoring_selects_what_an_evidence_aware_run_selects(tree, tmp_path, mo
                  "E - P", "E - D", *ev.MEASURES):
         assert f"| {name} |" in md
 
+    # killed and run again: the rows already scored are read back, not scored again, and the figures are the same
+    lines = (tmp_path / "out" / ev.SCORED).read_text().splitlines()
+    assert len(lines) > 1 and len({json.loads(x)["query_id"] for x in lines}) == len(lines)  # one line per scored row
+    (tmp_path / "out" / ev.SCORED).write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])  # last line torn
+    calls = []
+    real = ev.score_rows
+    monkeypatch.setattr(ev, "score_rows", lambda rows, *a: calls.append(len(rows)) or real(rows, *a))
+    assert ev.main(["--config", str(cfg_file), "--out", str(tmp_path / "out"), "--runs", str(tree["runs"]),
+                    "--cells", "popqa/tuning-verifier", "--reps", "50"]) == 0
+    assert calls == [1]  # only the row of the torn line
+    again = json.loads((tmp_path / "out" / "evidence_verifier.json").read_text())
+    assert again["figures"]["pooled"]["selection"] == out["figures"]["pooled"]["selection"]
+
 
 def test_a_config_drafting_adaptively_is_refused(tmp_path):
     cfg = small_config(**{"sampling.adaptive": True})

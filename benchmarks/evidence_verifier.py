@@ -25,8 +25,13 @@ outcome, so only those rows (``mixed``; consensus fast-path rows excepted: they 
 answer) are scored; every other row keeps its stored outcome, which every selection shares.
 Accuracy, paired differences and McNemar's p are therefore exact over all graded rows.
 
-Output: selection accuracy of E (evidence-aware, paper's terms), P (the stored rationale-only
-verifier, paper's terms) and D (log ρ_draft alone, the product's default), E - P and E - D
+A cell that ran without a verifier pass (the product's defaults: log ρ_draft alone, e.g. the
+1.5B drafter's ``speculative-default-large-drafter`` cells) holds no rationale-only scores: the
+verifier then scores those rows' drafts over [Q, α_j, β_j, R] here as well (the paper's terms,
+``verifier.evidence_aware`` off), before the evidence-aware pass.
+
+Output: selection accuracy of E (evidence-aware, paper's terms), P (the rationale-only verifier,
+stored or scored here, paper's terms) and D (log ρ_draft alone, the product's default), E - P and E - D
 with paired bootstrap 95% intervals (stratified by cell when pooled) and McNemar's exact p;
 within-row AUROC of each term (right vs wrong drafts of one row, ties 1/2) under both
 verifier inputs; evidence-aware verifier prompt tokens per draft. Markdown on stdout and in
@@ -184,6 +189,35 @@ def evidence_config(cfg):
                                                       "use_self_reflection": True})})
 
 
+def paper_config(cfg):
+    """``cfg`` with the paper's terms on and ``verifier.evidence_aware`` off (the P arm, for cells
+    whose drafts hold no stored verifier scores)."""
+    return cfg.model_copy(update={
+        "verifier": cfg.verifier.model_copy(update={"evidence_aware": False}),
+        "selection": cfg.selection.model_copy(update={"use_draft_score": True, "use_self_consistency": True,
+                                                      "use_self_reflection": True})})
+
+
+def has_verifier_scores(records) -> bool:
+    """Whether any valid draft of ``records`` holds a stored log ρ_SC (the cell ran a verifier pass)."""
+    return any(d.get("score_self_consistency") is not None for r in records for d in r.get("drafts") or []
+               if ds.is_valid_draft(d.get("flags") or []))
+
+
+SCORE_FIELDS = ("score_self_consistency", "score_self_reflection", "score", "logprob_yes", "logprob_no",
+                "tokens_answer", "tokens_rationale")
+"""Fields :func:`fill_scores` copies from the scored drafts into the stored ones."""
+
+
+def fill_scores(by_id: dict, got: dict) -> None:
+    """Write the verifier scores of ``got`` (:func:`score_rows`: query_id -> (drafts, index)) into
+    the stored records' drafts (``by_id``: query_id -> output record), as if the cell had run
+    the verifier pass; the rows' stored answers are kept."""
+    for q, (drafts, _) in got.items():
+        by_id[q]["drafts"] = [{**rec, **{k: getattr(d, k) for k in SCORE_FIELDS}}
+                              for rec, d in zip(by_id[q]["drafts"], drafts)]
+
+
 def mixed_units(units: list[dict], records: list[dict], labels: Sequence[str]) -> list[int]:
     """Positions of the units (rows selected again) whose valid drafts differ in correctness."""
     by_id = {r["query_id"]: r for r in records}
@@ -303,8 +337,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[evidence] drafter check: {dcheck}", file=sys.stderr)
         close_engines()
     args.out.mkdir(parents=True, exist_ok=True)
-    done = load_scored(args.out / SCORED, ecfg.config_hash())
     engine = None
+    if unscored := [c for c in cells if not has_verifier_scores(prepared[c][1].values())]:
+        # cells that ran without a verifier pass (the product's defaults): P is scored here, on the same rows
+        pcfg = paper_config(cfg)
+        done = load_scored(args.out / SCORED, pcfg.config_hash())
+        for cell in unscored:
+            rows, by_id = prepared[cell]
+            todo = [row for row in rows if (cell, row.query_id) not in done]
+            if todo and engine is None:
+                engine = get_engine(cfg.verifier, cfg.seed)
+            got = {q: v for (c, q), v in done.items() if c == cell and q in by_id}
+            with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"{cell} rows (P)") as bar:
+                for s in range(0, len(todo), args.batch_rows):
+                    part = score_rows(todo[s:s + args.batch_rows], by_id, pcfg, engine)
+                    save_scored(args.out / SCORED, pcfg.config_hash(), cell, part)
+                    got.update(part)
+                    bar.update(len(part))
+            fill_scores(by_id, got)
+            units[cell] = ds.selection_diagnosis_rows(list(by_id.values()), {}, labels, seed=cfg.seed)
+        print(f"[evidence] the rationale-only verifier (P) scored here, no stored scores: {', '.join(unscored)}",
+              file=sys.stderr)
+    done = load_scored(args.out / SCORED, ecfg.config_hash())
     for cell, (rows, by_id) in prepared.items():
         scored_rows.update({(cell, q): (drafts, idx, ds.draft_correct(by_id[q], None, labels))
                             for (c, q), (drafts, idx) in done.items() if c == cell and q in by_id})
@@ -382,7 +436,7 @@ def table(res: dict, cells: Sequence[str]) -> str:
              "McNemar p (b/c)", "", "| | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     lines.append("| rows (scored: drafts differ in correctness) | " + " | ".join(
         f"{res[k]['selection']['vs_paper']['n']} ({res[k]['auroc']['n_rows']})" for k in cols) + " |")
-    for name, key, sel in (("P: rationale-only verifier (stored)", "vs_paper", "paper"),
+    for name, key, sel in (("P: rationale-only verifier", "vs_paper", "paper"),
                            ("D: log ρ_draft alone", "vs_draft", "draft"),
                            ("E: evidence-aware verifier", "vs_paper", "evidence_aware")):
         lines.append(f"| {name} | " + " | ".join(ds._pct(res[k]["selection"][key]["accuracy"][sel]) for k in cols) + " |")

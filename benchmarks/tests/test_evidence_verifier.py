@@ -119,7 +119,7 @@ def test_rescoring_selects_what_an_evidence_aware_run_selects(tree, tmp_path, mo
     assert a["n_drafts"] > 0
     assert out["figures"]["verifier"]["drafts_scored"] == a["n_drafts"]
     assert out["figures"]["drafter_check"]["drafts"] > 0
-    for name in ("P: rationale-only verifier (stored)", "D: log ρ_draft alone", "E: evidence-aware verifier",
+    for name in ("P: rationale-only verifier", "D: log ρ_draft alone", "E: evidence-aware verifier",
                  "E - P", "E - D", *ev.MEASURES):
         assert f"| {name} |" in md
 
@@ -148,3 +148,34 @@ def test_a_config_drafting_adaptively_is_refused(tmp_path):
 def test_input_dir_of_tuning_and_reported_cells(tmp_path):
     assert ev.input_dir(tmp_path, "hotpotqa/tuning-verifier") == tmp_path / "hotpotqa" / "input-tuning-verifier"
     assert ev.input_dir(tmp_path, "hotpotqa/speculative") == tmp_path / "hotpotqa" / "input"
+
+
+def test_a_cell_without_verifier_scores_gets_the_rationale_only_pass_scored_here(tree, tmp_path, monkeypatch):
+    """The product's defaults (and the 1.5B drafter's cells) ran no verifier pass: P is scored by
+    the script and gives what the stored paper-configuration run gave."""
+    import shutil
+
+    import specrag_batch.engines as engines
+
+    runs = tmp_path / "runs"
+    shutil.copytree(tree["runs"] / "popqa" / "input-tuning-verifier", runs / "popqa" / "input-tuning-verifier")
+    (runs / "popqa" / "tuning-verifier").mkdir(parents=True)
+    for k in range(0, len(tree["stored"]), 4):
+        part = [dict(r, drafts=[dict(d, **{f: None for f in ev.SCORE_FIELDS}) for d in r["drafts"]])
+                for r in tree["stored"][k:k + 4]]
+        pq.write_table(pa.Table.from_pylist(part), runs / "popqa" / "tuning-verifier" / f"part-{k // 4:04d}.parquet")
+    assert not ev.has_verifier_scores(ev.load_rows(runs, "popqa/tuning-verifier")[0])
+    assert ev.has_verifier_scores(tree["stored"])
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(json.dumps(tree["cfg"].model_dump(mode="json")))
+    monkeypatch.setattr(engines, "get_engine", lambda *a, **k: tree["engine"])
+    args = ["--config", str(cfg_file), "--runs", str(runs), "--cells", "popqa/tuning-verifier", "--reps", "50"]
+    assert ev.main([*args, "--out", str(tmp_path / "out")]) == 0
+    got = json.loads((tmp_path / "out" / "evidence_verifier.json").read_text())["figures"]["pooled"]
+    assert ev.main([*args, "--runs", str(tree["runs"]), "--out", str(tmp_path / "stored")]) == 0  # the stored P
+    want = json.loads((tmp_path / "stored" / "evidence_verifier.json").read_text())["figures"]["pooled"]
+    assert got["selection"] == want["selection"]
+    assert got["auroc"]["paper:self_reflection"] == want["auroc"]["paper:self_reflection"]
+    # both passes resume: P lines and E lines in scored.jsonl, under two config hashes
+    hashes = {json.loads(x)["config_hash"] for x in (tmp_path / "out" / ev.SCORED).read_text().splitlines()}
+    assert len(hashes) == 2

@@ -27,13 +27,16 @@ re-answered rows); 2 is refused input (docs/cli.md, "Exit codes of calibrate")."
 
 def check_out(out: str) -> None:
     """``--out`` (a local path or a storage URI) can take the snippet, checked before any run
-    is read: a local path is not a directory and its parent is an existing, writable directory;
-    on ``s3://`` the bucket exists and answers; a URI is not a directory (a prefix).
+    is read: a local path is not a directory, a link or a special file (a device, a pipe), and
+    its parent is an existing, writable directory; on ``s3://`` the bucket exists and answers;
+    a URI is not a directory (a prefix). A file already there is replaced only when it is a
+    snippet ``calibrate`` wrote (it begins with :data:`SNIPPET_HEAD`): another file, such as the
+    run config the snippet is meant to be merged into, is refused.
 
     Raises:
-        ValueError: one line naming ``--out`` and the path (an empty value, a directory, a
-            missing or non-directory parent, a bucket not there or not reachable, a scheme
-            without its file system installed)."""
+        ValueError: one line naming ``--out`` and the path (an empty value, a directory, a link or
+            special file, a file calibrate did not write, a missing or non-directory parent, a
+            bucket not there or not reachable, a scheme without its file system installed)."""
     from . import storage
     from .redaction import redact_text
 
@@ -49,8 +52,12 @@ def check_out(out: str) -> None:
             raise ValueError(f"--out {name}: directory {p.parent} does not exist")
         if not p.parent.is_dir():
             raise ValueError(f"--out {name}: {p.parent} is not a directory")
+        if p.is_symlink() or (p.exists() and not p.is_file()):
+            raise ValueError(f"--out {name}: is a link or a special file, not a regular file; give a file name")
         if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
             raise ValueError(f"--out {name}: not writable")
+        if p.exists():
+            _refuse_foreign(name, p.open("rb").read(len(SNIPPET_HEAD)))
         return
     try:
         fs, key = storage.filesystem(out)
@@ -59,10 +66,28 @@ def check_out(out: str) -> None:
             raise ValueError(f"--out {name}: bucket {bucket!r} does not exist or cannot be reached")
         if not key.strip("/") or (proto in storage.S3_PROTOCOLS and key.strip("/") == bucket) or fs.isdir(key):
             raise ValueError(f"--out {name}: is a bucket or directory; give a file name")
+        if fs.isfile(key):
+            _refuse_foreign(name, fs.cat_file(key, start=0, end=len(SNIPPET_HEAD)))
     except ValueError:
         raise
     except Exception as e:  # noqa: BLE001 - no fsspec implementation, no credentials, no endpoint
         raise ValueError(f"--out {name}: cannot be checked: {_first_line(e)}") from None
+
+
+SNIPPET_HEAD = b"# specrag-batch calibrate "
+"""How every snippet ``calibrate`` writes begins (its header comment): a file at ``--out`` that
+begins otherwise is not replaced (:func:`check_out`)."""
+
+
+def _refuse_foreign(name: str, head: bytes) -> None:
+    """Refuse to replace a file at ``--out`` that ``calibrate`` did not write (``head``: its
+    first bytes), e.g. the run config the snippet is meant to be merged into, or a data shard.
+
+    Raises:
+        ValueError: one line naming ``--out``."""
+    if not head.startswith(SNIPPET_HEAD):
+        raise ValueError(f"--out {name}: a file calibrate did not write is there (a run config, a data file?); "
+                         "it is not replaced: give another file name, or remove it first")
 
 
 def _first_line(e: Exception) -> str:
@@ -189,10 +214,13 @@ def calibrate(
         head = f"specrag-batch calibrate {redact_text(output)} ({target}, measure {confidence})"
         if confidence == "calibrated":  # a model per task (specrag_batch.confidence_fit)
             from .confidence_fit import calibrate_run
-            text, lines = calibrate_run(data.rows, data.config, target_accuracy=target_accuracy,
-                                        target_coverage=target_coverage, header=head)
+            text, lines, warnings = calibrate_run(data.rows, data.config, target_accuracy=target_accuracy,
+                                                  target_coverage=target_coverage, header=head)
             write_out(out, text)
-            console.print("\n".join([*lines, f"config snippet -> {out}"]))
+            console.print("\n".join(lines))
+            for line in warnings:  # also in the snippet
+                console.print(Text("warning:", style="yellow"), Text(line))
+            console.print(f"config snippet -> {out}")
             import yaml
 
             sel = yaml.safe_load(text)["selection"]

@@ -142,9 +142,14 @@ def out_of_fold(x: np.ndarray, correct: np.ndarray, folds: int = 5, seed: int = 
 
 
 def calibrate_run(df: pl.DataFrame, config: dict, *, target_accuracy: float | None = None,
-                  target_coverage: float | None = None, header: str = "") -> tuple[str, list[str]]:
+                  target_coverage: float | None = None, header: str = "") -> tuple[str, list[str], list[str]]:
     """Models per task for a labelled run, τ_min on their probability for the target, and the
     config snippet (``selection.confidence: calibrated``, ``calibration``, ``tau_min``).
+
+    Each task's model is fitted on all its graded rows; τ_min, the AUROC and the coverage and
+    accuracy it gives are read from out-of-fold probabilities (:func:`out_of_fold`: each row's
+    probability from a model not fitted on it), so they say what the model does on rows it has
+    not seen, not on the rows it learnt.
 
     Args:
         df: the run's output rows (:func:`specrag_batch.report.load_rows`).
@@ -152,38 +157,57 @@ def calibrate_run(df: pl.DataFrame, config: dict, *, target_accuracy: float | No
             :meth:`~specrag_batch.config.RunConfig.scoring_hash`.
 
     Returns:
-        (the YAML snippet, one line per task: rows, accuracy, and τ_min with the coverage and
-        accuracy it gives on the fitted probabilities, or that the target is not met).
+        (the YAML snippet, one line per task: rows, accuracy, out-of-fold AUROC, and τ_min with
+        the coverage and accuracy it gives or the target not reached with the best accuracy and
+        its coverage, the warnings: τ_min resting on fewer than ``calibration.MIN_KEPT_ROWS``
+        kept rows, a model ranking right rows no higher than wrong ones; also in the snippet as
+        ``# WARNING`` comments).
 
     Raises:
-        CalibrationInputError: see :func:`fit`; ValueError: bad targets."""
+        CalibrationInputError: no run config (an empty ``config``: which run the model belongs
+            to is unknown), a config that does not load (naming the field), see :func:`fit`;
+            ValueError: bad targets."""
     import yaml
 
-    from .calibration import calibrate_task, choose_tau, Curve
+    from .calibration import Curve, TaskThreshold, _nearest, auroc, calibrate_task, choose_tau, risk_coverage
     from .config import RunConfig
 
     choose_tau(Curve(np.array([]), np.array([]), np.array([]), 0), target_accuracy, target_coverage)
+    if not config:
+        raise CalibrationInputError("no run config recorded (_manifest.json or _run.json): a calibrated model "
+                                    "is tied to the config of the run it is fitted on; calibrate the run's output "
+                                    "prefix as the run wrote it")
     try:
         scoring = RunConfig.model_validate(config).scoring_hash()
     except ValueError as e:
-        raise CalibrationInputError(f"the run's config (its manifest) cannot be read: {str(e).splitlines()[0]}") from None
+        errs = getattr(e, "errors", lambda: [])()
+        where = ".".join(str(x) for x in errs[0]["loc"]) + ": " + errs[0]["msg"] if errs else str(e).splitlines()[0]
+        raise CalibrationInputError(f"the run's recorded config cannot be read: {where}") from None
     models = fit(df, scoring)
     g = labelled(df)
-    taus: dict[str, tuple[float, float, float] | None] = {}
-    for task, m in models.items():
+    target = f"accuracy >= {target_accuracy}" if target_accuracy is not None else f"coverage >= {target_coverage}"
+    res: dict[str, TaskThreshold] = {}
+    for task in models:
         t = g.filter(pl.col("task") == task)
-        p = m.predict(feature_matrix(t))
-        tau, cov, acc, _, _ = calibrate_task(p, t["correct"].to_numpy(), np.zeros(len(p), bool),
-                                             target_accuracy=target_accuracy,
+        y = t["correct"].to_numpy().astype(bool)
+        p = out_of_fold(feature_matrix(t), y)
+        always = np.zeros(len(p), bool)
+        tau, cov, acc, _, _ = calibrate_task(p, y, always, target_accuracy=target_accuracy,
                                              target_coverage=target_coverage, n_boot=1)
-        taus[task] = None if tau is None else (tau, cov, acc)
+        res[task] = TaskThreshold(task, "calibrated", t.height, tau, cov, acc, None, 0, {"calibrated": auroc(p, y)},
+                                  0, len(p), 0 if cov is None else int(round(cov * t.height)), target,
+                                  None if tau is not None else _nearest(risk_coverage(p, y, always),
+                                                                        target_accuracy is not None))
     body = {"selection": {"confidence": "calibrated",
                           "calibration": {k: m.config() for k, m in models.items()},
-                          "tau_min": {k: round(v[0], 6) for k, v in taus.items() if v} or None}}
-    notes = "".join(f"# {k}: target not met on the fitted probabilities; left out, never flagged\n"
-                    for k, v in taus.items() if v is None)
+                          "tau_min": {k: round(r.tau, 6) for k, r in res.items() if r.tau is not None} or None}}
+    warnings = [w for r in res.values() for w in (r.few_rows, r.no_ranking) if w]
+    notes = "".join(f"# {k}: target not met on out-of-fold probabilities; left out, never flagged\n"
+                    for k, r in res.items() if r.tau is None) + "".join(f"# WARNING {w}\n" for w in warnings)
     text = "".join(f"# {line}\n" for line in header.splitlines()) + notes + yaml.safe_dump(body, sort_keys=False)
-    lines = [f"{k}: {m.rows} rows, accuracy {m.accuracy:.3f}; " + (
-        f"τ_min {taus[k][0]:.3f} keeps {taus[k][1]:.3f} of the rows at accuracy {taus[k][2]:.3f}"
-        if taus[k] else "target not met") for k, m in models.items()]
-    return text, lines
+    a = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = [f"{k}: {m.rows} rows, accuracy {m.accuracy:.3f}, AUROC {a(res[k].auroc['calibrated'])} on rows "
+             "not fitted on (5-fold); " + (
+                 f"τ_min {res[k].tau:.3f} keeps {res[k].coverage:.3f} of the rows at accuracy {res[k].accuracy:.3f}"
+                 if res[k].tau is not None else res[k].unmet.split(": ", 1)[1]) for k, m in models.items()]
+    return text, lines, warnings

@@ -76,4 +76,64 @@ def test_an_unmet_target_exits_3_as_without_a_model(tmp_path, monkeypatch):
                                  "--target-accuracy", "0.9", "--out", str(out)])
     assert r.exit_code == 3, r.output
     assert "error: accuracy >= 0.9 not met for task(s) qa: the snippet leaves them out" in r.output
+    # the best accuracy reached and at what coverage, as without a model (trial finding: only "target not met")
+    assert "qa: 60 rows, accuracy 0.500" in r.output and "accuracy >= 0.9 not reached: best accuracy" in r.output
     assert load_config(out).selection.tau_for("qa") is None
+
+
+def test_a_run_without_a_recorded_config_is_refused(tmp_path):
+    """Trial finding: shards copied without _manifest.json/_run.json got a model stamped with the
+    default config's hash, which any default-config run would then accept."""
+    prefix = _run_dir(tmp_path / "run")
+    m = tmp_path / "run" / "_manifest.json"
+    m.write_text(json.dumps({k: v for k, v in json.loads(m.read_text()).items() if k != "config"}))
+    out = tmp_path / "cal.yaml"
+    r = CliRunner().invoke(app, ["calibrate", prefix, "--confidence", "calibrated", "--target-accuracy", "0.9",
+                                 "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert "no run config recorded (_manifest.json or _run.json)" in r.output and "Traceback" not in r.output
+    assert not out.exists()
+
+
+def test_calibrated_prints_out_of_fold_auroc_and_the_warnings_the_plain_measure_prints(tmp_path):
+    """Trial finding: --confidence calibrated gave no warning for a τ_min on a handful of rows, no
+    AUROC, and an unmet target said only 'target not met'."""
+    prefix = _run_dir(tmp_path / "run")
+    out = tmp_path / "cal.yaml"
+    r = CliRunner().invoke(app, ["calibrate", prefix, "--confidence", "calibrated", "--target-coverage", "0.05",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "on rows not fitted on (5-fold)" in r.output
+    assert "warning: qa: τ_min rests on 3 of 60 graded rows" in " ".join(r.output.split())
+    assert "# WARNING qa: τ_min rests on 3 of 60" in out.read_text()
+
+
+def test_out_never_replaces_a_file_calibrate_did_not_write(tmp_path):
+    """Trial finding: --out replaced the user's run config, a data shard, a symlink and /dev/full."""
+    import os
+
+    prefix = _run_dir(tmp_path / "run")
+    args = ["calibrate", prefix, "--target-accuracy", "0.5", "--out"]
+    config = tmp_path / "run.yaml"
+    config.write_text("drafter:\n  model: x\n")
+    link = tmp_path / "link.yaml"
+    os.symlink(config, link)
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    for path, line in ((config, "a file calibrate did not write is there"),
+                       (tmp_path / "run" / "a.parquet", "a file calibrate did not write is there"),
+                       (link, "is a link or a special file"), (fifo, "is a link or a special file")):
+        before = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        r = CliRunner().invoke(app, [*args, str(path)])
+        assert r.exit_code == 2 and line in r.output and "Traceback" not in r.output, r.output
+        if before is not None:
+            assert path.read_bytes() == before
+    assert link.is_symlink() and config.read_text() == "drafter:\n  model: x\n"
+    # its own snippet is replaced on a rerun
+    out = tmp_path / "tau.yaml"
+    assert CliRunner().invoke(app, [*args, str(out)]).exit_code in (0, 3)
+    first = out.read_text()
+    assert first.startswith("# specrag-batch calibrate ")
+    r = CliRunner().invoke(app, ["calibrate", prefix, "--target-coverage", "0.5", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_text() != first

@@ -163,11 +163,14 @@ def json_object(raw: bytes, uri: str) -> dict:
     """``raw`` (the bytes of the file at ``uri``) parsed as a JSON object.
 
     Raises:
-        ValueError: not JSON (or not UTF-8), or JSON that is not an object, naming ``uri``."""
+        ValueError: not JSON (or not UTF-8), nested deeper than Python's recursion limit, or
+            JSON that is not an object, naming ``uri``."""
     try:
         v = json.loads(raw)
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{uri}: not JSON ({e})") from None
+    except RecursionError:  # arrays or objects nested deeper than the parser's recursion limit
+        raise ValueError(f"{uri}: not a JSON file this reads (nested too deep)") from None
     if not isinstance(v, dict):
         raise ValueError(f"{uri}: expected a JSON object, got {type(v).__name__}")
     return v

@@ -343,7 +343,8 @@ def load_rows(prefix: str) -> RunData:
         FileNotFoundError: ``prefix`` does not exist, lists no finished shard (no done
             marker, no ``ok`` manifest entry), or every listed one is gone (naming them).
         ValueError: the manifest, ``_run.json`` or a done marker is not a JSON object or has
-            a field of the wrong type (naming the file and field); a listed shard is a
+            a field of the wrong type (naming the file and field; also the recorded config's
+            ``claim_labels``, which the report reads); a listed shard is a
             directory, not Parquet, lacks an essential column, has a column of another type,
             or its values cannot be cast (naming the shard and column)."""
     prefix = storage.normalize_uri(prefix)
@@ -353,6 +354,11 @@ def load_rows(prefix: str) -> RunData:
         _check_manifest(manifest, muri)
     run_uri = storage.join(prefix, RUN_FILE)
     config = (manifest or {}).get("config") or _field(storage.read_json_object(run_uri) or {}, "config", dict, run_uri) or {}
+    labels = config.get("claim_labels") if isinstance(config, dict) else None
+    if labels is not None and not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
+        where = muri if (manifest or {}).get("config") else run_uri
+        raise ValueError(f"{where}: field 'config.claim_labels': expected a list of label strings, "
+                         f"got {type(labels).__name__} {str(labels)[:80]!r}")
     listed = listed_outputs(prefix, manifest)
     if not listed and not storage.exists(prefix):
         raise FileNotFoundError(f"{prefix!r} does not exist")

@@ -470,12 +470,25 @@ def test_report_by_hand_keeps_the_drift_section_from_drift_json(tmp_path, drift_
     for bad, field in (({**stored, "measures": [{**measure, "moved": "false"}]}, "measures.0.moved"),
                        ({**stored, "baseline": "2026-12-03"}, "baseline"),
                        ({**stored, "status": "fine"}, "status"),
-                       ({**stored, "measures": [{**measure, "p_value": "0.01"}]}, "measures.0.p_value")):
-        stored_uri.write_text(json.dumps(bad))
+                       ({**stored, "measures": [{**measure, "p_value": "0.01"}]}, "measures.0.p_value"),
+                       # second trial: out-of-range numbers, a contradictory status, huge strings, shapes the
+                       # renderer would end in a KeyError on, JSON nested past the parser's recursion limit
+                       ({**stored, "measures": [{**measure, "p_value": float("inf")}]}, "measures.0.p_value"),
+                       ({**stored, "measures": [{**measure, "p_value": 1.5}]}, "measures.0.p_value"),
+                       ({**stored, "baseline": []}, "the file"),
+                       ({**stored, "reason": "x" * 5_000_000}, "reason"),
+                       ({**stored, "measures": [{**measure, "measure": "m" * 3000}]}, "measures.0.measure"),
+                       ({k: v for k, v in stored.items() if k != "measures"}, "measures"),
+                       ({**stored, "measures": [{**measure, "tonight": {}}]}, "measures.0.tonight"),
+                       ({**stored, "moved": "low_confidence_rate"}, "moved"),
+                       ({**stored, "error": {"x": 1}}, "error"),
+                       ('{"measures": ' + "[" * 100_000 + "]" * 100_000 + "}", "drift.json: not a JSON file")):
+        stored_uri.write_text(bad if isinstance(bad, str) else json.dumps(bad))
         res = report(second)
         assert res.exit_code == 0 and drift_watch.SECTION_START not in md.read_text()
         warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
-        assert len(warnings) == 1 and f"not a drift comparison ({field}: " in warnings[0], res.output
+        want = field if field.startswith("drift.json") else f"not a drift comparison ({field}: "
+        assert len(warnings) == 1 and want in warnings[0] and len(res.output) < 5000, res.output[:3000]
 
 
 def test_a_backfilled_earlier_night_redoes_the_later_nights_whose_baseline_it_enters(tmp_path, monkeypatch):

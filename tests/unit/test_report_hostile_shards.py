@@ -228,3 +228,19 @@ def test_a_value_the_cast_refuses_names_its_shard(tmp_path):
     assert result.exit_code == 2, result.output
     assert bad in result.output and "draft_rounds" in result.output
     assert str(tmp_path / "run" / "a.parquet") not in result.output
+
+
+@pytest.mark.parametrize("labels", [5, "SUPPORTS", ["SUPPORTS", 3]])
+def test_recorded_claim_labels_of_the_wrong_type_are_refused_naming_the_field(tmp_path, labels):
+    """Trial finding: ``_run.json`` with ``claim_labels: 5`` ended ``report`` in a traceback
+    (TypeError), and the string ``"SUPPORTS"`` was read as a set of single letters."""
+    from pathlib import Path
+
+    prefix = _run(tmp_path / "run", _rows())
+    m = Path(prefix) / "_manifest.json"
+    m.write_text(json.dumps({k: v for k, v in json.loads(m.read_text()).items() if k != "config"}))
+    (Path(prefix) / "_run.json").write_text(json.dumps({"config": {"claim_labels": labels}}))
+    result = _report(prefix)
+    assert result.exit_code == 2, result.output
+    assert "_run.json: field 'config.claim_labels': expected a list of label strings" in result.output
+    assert "Traceback" not in result.output

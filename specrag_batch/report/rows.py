@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 import polars as pl
 
@@ -342,12 +343,18 @@ def load_rows(prefix: str) -> RunData:
     Raises:
         FileNotFoundError: ``prefix`` does not exist, lists no finished shard (no done
             marker, no ``ok`` manifest entry), or every listed one is gone (naming them).
-        ValueError: the manifest, ``_run.json`` or a done marker is not a JSON object or has
+        ValueError: an empty ``prefix`` or one that is a local file; the manifest,
+            ``_run.json`` or a done marker is not a JSON object or has
             a field of the wrong type (naming the file and field; also the recorded config's
             ``claim_labels``, which the report reads); a listed shard is a
             directory, not Parquet, lacks an essential column, has a column of another type,
             or its values cannot be cast (naming the shard and column)."""
+    if not prefix.strip():
+        raise ValueError("an empty output prefix; give the run's output directory or URI")
     prefix = storage.normalize_uri(prefix)
+    if storage.split_uri(prefix)[0] == "file" and Path(storage.split_uri(prefix)[1]).is_file():
+        raise ValueError(f"{prefix!r}: a file, not a run's output prefix (the directory its shards and "
+                         f"{MANIFEST} are in)")
     muri = storage.join(prefix, MANIFEST)
     manifest = storage.read_json_object(muri)
     if manifest is not None:

@@ -248,7 +248,7 @@ def test_an_unmet_target_exits_3_and_leaves_no_older_snippet(tmp_path, args):
     went on with a stale file. Now exit 3 and the older file is removed, saying so."""
     spec, std = _pair(tmp_path)
     out = tmp_path / "f.yaml"
-    out.write_text("selection: {fallback: none}\n")  # an earlier run's snippet
+    out.write_text("# specrag-batch calibrate earlier/ --fallback-run std/\nselection: {fallback: none}\n")  # an earlier run's snippet
     r = _cli("calibrate", spec, "--fallback-run", std, *args, "--out", str(out))
     assert r.exit_code == cli_calibrate.UNMET == 3, r.output
     assert not out.exists()

@@ -244,3 +244,26 @@ def test_recorded_claim_labels_of_the_wrong_type_are_refused_naming_the_field(tm
     assert result.exit_code == 2, result.output
     assert "_run.json: field 'config.claim_labels': expected a list of label strings" in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_empty_prefix_or_a_file_is_no_output_prefix(tmp_path, monkeypatch):
+    """Trial finding: ``report ""`` read the working directory, and a shard given as the prefix
+    ended in a raw errno naming ``.../part-0000.parquet/_manifest.json``."""
+    prefix = _run(tmp_path / "run", _rows())
+    monkeypatch.chdir(tmp_path / "run")  # a run's directory: an empty prefix must not read it
+    for cmd in (("report",), ("calibrate", "--target-accuracy", "0.5", "--out", str(tmp_path / "t.yaml"))):
+        result = _invoke(*cmd[:1], "", *cmd[1:])
+        assert result.exit_code == 2 and "an empty output prefix" in result.output, result.output
+        result = _invoke(*cmd[:1], f"{prefix}/a.parquet", *cmd[1:])
+        assert result.exit_code == 2 and "a file, not a run's output prefix" in result.output, result.output
+        assert "Errno" not in result.output
+
+
+def test_calibrate_refuses_a_query_id_graded_twice(tmp_path):
+    """Trial finding: plain calibrate counted a duplicated query_id twice (docs/cli.md lists it as exit 2)."""
+    rows = _rows()
+    prefix = _run(tmp_path / "run", rows + [dict(rows[0])])
+    result = _invoke("calibrate", prefix, "--target-accuracy", "0.5", "--out", str(tmp_path / "t.yaml"))
+    assert result.exit_code == 2, result.output
+    assert f"query_id={rows[0]['query_id']!r}" in result.output and "graded more than once" in result.output
+    assert not (tmp_path / "t.yaml").exists()

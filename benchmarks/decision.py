@@ -19,7 +19,8 @@ Arms (``--arms``, comma-separated; groups ``main``, ``tuned``, ``ablations``, ``
   :data:`SMOL_DRAFTER` (SmolLM2-135M-Instruct) as drafter, the same verifier: the untuned
   baseline of a tuned SmolLM2 drafter (``speculative`` is the untuned baseline of a tuned
   Qwen2.5-Coder-0.5B, the config's drafter); skipped when the config's drafter already is it;
-* ``speculative-tuned`` - drafter ``--tuned-drafter <model dir>``; skipped without it. With
+* ``speculative-tuned`` - drafter ``--tuned-drafter <model dir>`` (a LoRA-tuned directory served
+  as its base plus ``adapter/``, unmerged; or ``<base model>::<adapter dir>``); skipped without it. With
   several tuned drafters, ``--tuned-drafter smol=<dir>,qwen=<dir>`` (``label=dir`` pairs,
   :func:`parse_tuned_drafters`) gives one arm ``speculative-tuned-<label>`` per pair instead
   (group ``tuned``, or named one by one in ``--arms``). ``decision_stats`` compares each tuned
@@ -451,6 +452,12 @@ def reported_rows(name: str, shared: Path, rows: int) -> list[dict]:
     return list(CONVERTERS[name](shared))[start:start + rows]
 
 
+ADAPTER_SEP = "::"
+"""``--tuned-drafter label=<base model>::<adapter dir>``: a LoRA-tuned drafter named by its base and
+adapter, the config a tuned directory with ``adapter/`` gives (``<dir>/adapter`` on the base of its
+training manifest) without reading the directory, so archived cells are found where it is not."""
+
+
 def parse_tuned_drafters(spec: str | None) -> dict[str, str]:
     """Tuned drafters of ``--tuned-drafter``: arm name -> model directory. One directory (no
     ``=``, no ``,``) -> ``{"speculative-tuned": dir}`` (the arm of earlier run directories);
@@ -648,8 +655,10 @@ def arm_config(base: RunConfig, arm: str, tuned_drafter: str | dict[str, str] | 
         from specrag_batch.drafter_training.train import served_as
 
         # a directory `drafter train` wrote with LoRA: its base plus the adapter, unmerged (issue
-        # 40: exact in any engine dtype); any other directory (or one not on this machine) as a model
-        served = served_as(str(drafters[arm]))
+        # 40: exact in any engine dtype); <base>::<adapter dir> names both (the same config, also where
+        # the directory is not: re-analysing archived cells); any other directory as a model
+        base_model, sep, adapter = str(drafters[arm]).partition(ADAPTER_SEP)
+        served = {"model": base_model, "adapter": adapter} if sep else served_as(str(drafters[arm]))
         over["drafter.model"] = served["model"]
         if served["adapter"] is not None:
             over["drafter.adapter"] = served["adapter"]
@@ -1216,7 +1225,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tuned-drafter", default=None,
                     help="model dir of the tuned drafter (arm speculative-tuned), or comma-separated "
                     "label=dir pairs, one arm speculative-tuned-<label> each (e.g. "
-                    "smol=/work/train/smol-tuned,qwen=/work/train/qwen-tuned)")
+                    "smol=/work/train/smol-tuned,qwen=/work/train/qwen-tuned); a directory with a LoRA "
+                    "adapter/ is served as its base plus the adapter, unmerged, also named "
+                    "<base model>::<adapter dir> (needs no directory: re-analysing archived cells)")
     ap.add_argument("--ablation-datasets", default="popqa")
     ap.add_argument("--ablation-rows", type=int, default=50, help="first rows of the reported rows")
     ap.add_argument("--shard-rows", type=int, default=10)

@@ -346,6 +346,10 @@ def test_a_lora_tuned_drafter_is_served_unmerged_as_its_base_plus_adapter(bench,
     cfg = decision.arm_config(bench, "speculative-tuned-qwen", {"speculative-tuned-qwen": qwen})
     assert (cfg.drafter.model, cfg.drafter.adapter) == ("qwen2.5-coder-0.5b-instruct", str(tmp_path / "qwen" / "adapter"))
     assert cfg.config_hash() != decision.arm_config(bench, "speculative").config_hash()
+    # named as <base>::<adapter dir>: the same config without the directory (re-analysing archived cells)
+    named = decision.arm_config(bench, "speculative-tuned-qwen",
+                                {"speculative-tuned-qwen": f"qwen2.5-coder-0.5b-instruct::{tmp_path / 'qwen' / 'adapter'}"})
+    assert named.config_hash() == cfg.config_hash()
     assert decision.untuned_arm(cfg.drafter.model, bench, cfg.drafter.adapter) == "speculative"
     smol = lora_dir(tmp_path / "smol", "smollm2-135m-instruct")
     d = decision.arm_config(bench, "speculative-tuned-smol", {"speculative-tuned-smol": smol}).drafter

@@ -57,7 +57,8 @@ def check_out(out: str) -> None:
         if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
             raise ValueError(f"--out {name}: not writable")
         if p.exists():
-            _refuse_foreign(name, p.open("rb").read(len(SNIPPET_HEAD)))
+            with p.open("rb") as f:
+                _refuse_foreign(name, f.read(len(SNIPPET_HEAD)))
         return
     try:
         fs, key = storage.filesystem(out)

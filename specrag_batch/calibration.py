@@ -302,8 +302,8 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
     refuses a positive ``tau_min`` for the same reason).
 
     Raises:
-        ValueError: unknown measure, bad targets, no graded answered rows, a query_id graded
-            twice, a graded row without a task (:func:`tasks`), or a graded row whose ``measure`` is above 0
+        ValueError: unknown measure, bad targets, no graded answered rows, a graded row
+            without a task (:func:`tasks`), or a graded row whose ``measure`` is above 0
             (naming its ``query_id`` and the field)."""
     if measure not in MEASURES:
         raise ValueError(f"unknown confidence measure {measure!r} (expected {', '.join(MEASURES)} or calibrated)")
@@ -311,11 +311,6 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
     g = graded_rows(df)
     if g.height == 0:
         raise ValueError("no answered rows with a gold answer: calibration needs a labelled run")
-    dup = g.filter(pl.col("query_id").is_duplicated()) if "query_id" in g.columns else g.clear()
-    if dup.height:
-        raise ValueError(f"row (query_id={dup['query_id'][0]!r}): field 'query_id': {dup['query_id'].n_unique()} "
-                         "query_id(s) graded more than once (shards of two runs under one prefix?): each row "
-                         "would count twice")
     positive = g.filter(pl.col(measure).cast(pl.Float64).is_finite() & (pl.col(measure) > 0))
     if positive.height:
         raise ValueError(f"row (query_id={positive['query_id'][0]!r}): field '{measure}': "

@@ -212,6 +212,9 @@ def calibrate(
               else f"coverage >= {target_coverage}")
     with offline_errors():
         data = load_rows(output)
+        from .cascade import check_unique
+
+        check_unique(data.rows, f"the run {redact_text(output)}")  # a row counted twice would skew τ_min
         head = f"specrag-batch calibrate {redact_text(output)} ({target}, measure {confidence})"
         if confidence == "calibrated":  # a model per task (specrag_batch.confidence_fit)
             from .confidence_fit import calibrate_run

@@ -265,5 +265,5 @@ def test_calibrate_refuses_a_query_id_graded_twice(tmp_path):
     prefix = _run(tmp_path / "run", rows + [dict(rows[0])])
     result = _invoke("calibrate", prefix, "--target-accuracy", "0.5", "--out", str(tmp_path / "t.yaml"))
     assert result.exit_code == 2, result.output
-    assert f"query_id={rows[0]['query_id']!r}" in result.output and "graded more than once" in result.output
+    assert f"query_id {rows[0]['query_id']!r} appears in 2 rows" in result.output
     assert not (tmp_path / "t.yaml").exists()

@@ -187,9 +187,16 @@ class TaskThreshold:
     def no_ranking(self) -> str | None:
         """The warning when τ is set although its measure ranks right rows no higher than wrong
         ones (AUROC <= 0.5 outside the fast path: τ_min then flags rows about at random or worse),
-        else None."""
+        or when no AUROC can be read (every row outside the fast path is right, or every one
+        wrong: nothing shows that τ_min separates them), else None."""
         a = self.auroc.get(self.measure)
-        if self.tau is None or a is None or a > 0.5:
+        if self.tau is None:
+            return None
+        if a is None:
+            return (f"{self.task}: {self.measure} has no AUROC here (the rows outside the fast path "
+                    "are all right or all wrong): nothing shows τ_min separates right rows from "
+                    "wrong ones; calibrate on labelled rows with both")
+        if a > 0.5:
             return None
         return (f"{self.task}: {self.measure} ranks right rows no higher than wrong ones (AUROC {a:.3g}): "
                 "τ_min flags rows about at random; do not route rows by it on data like this")
@@ -290,6 +297,21 @@ def always_kept(g: pl.DataFrame, column: str) -> np.ndarray:
     return g["always"].to_numpy().astype(bool)
 
 
+def check_log_scale(g: pl.DataFrame, column: str) -> None:
+    """Refuse graded rows whose ``column`` (a log-probability: ``score``, ``mean_logprob``) is
+    above 0: another writer's scores, from which no confidence can be read.
+
+    Raises:
+        ValueError: naming the first such row's ``query_id``, the field and how many rows."""
+    if column not in g.columns:
+        return
+    positive = g.filter(pl.col(column).cast(pl.Float64).is_finite() & (pl.col(column).cast(pl.Float64) > 0))
+    if positive.height:
+        raise ValueError(f"row (query_id={positive['query_id'][0]!r}): field '{column}': "
+                         f"{positive[column][0]} > 0 in {positive.height} graded row(s); confidence "
+                         "measures are natural-log probabilities (<= 0), so no confidence can be read from these")
+
+
 def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: float | None = None,
               target_coverage: float | None = None, n_boot: int = 1000,
               seed: int = 0) -> list[TaskThreshold]:
@@ -311,11 +333,7 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
     g = graded_rows(df)
     if g.height == 0:
         raise ValueError("no answered rows with a gold answer: calibration needs a labelled run")
-    positive = g.filter(pl.col(measure).cast(pl.Float64).is_finite() & (pl.col(measure) > 0))
-    if positive.height:
-        raise ValueError(f"row (query_id={positive['query_id'][0]!r}): field '{measure}': "
-                         f"{positive[measure][0]} > 0 in {positive.height} graded row(s); confidence "
-                         "measures are natural-log probabilities (<= 0), so no τ_min can be chosen from these")
+    check_log_scale(g, measure)
     target = f"accuracy >= {target_accuracy}" if target_accuracy is not None else f"coverage >= {target_coverage}"
     out = []
     for task in tasks(g):

@@ -46,9 +46,10 @@ def _fail(e: Exception, code: int) -> None:
     raise typer.Exit(code)
 
 
-def _offline_errors():
-    """:func:`cli_options.offline_errors` printing with :func:`_fail`."""
-    return offline_errors(_fail)
+def _offline_errors(where: str | None = None):
+    """:func:`cli_options.offline_errors` printing with :func:`_fail`; ``where``: the path an
+    S3 client error is about."""
+    return offline_errors(_fail, where)
 
 
 @app.command()
@@ -253,7 +254,7 @@ def report(
     from .report import write_report
     from .scheduled.drift_watch import restore_section
 
-    with _offline_errors():
+    with _offline_errors(output):
         s = write_report(output)
         try:
             kept = restore_section(output)

@@ -210,7 +210,7 @@ def calibrate(
     confidence = confidence or "score"
     target = (f"accuracy >= {target_accuracy}" if target_accuracy is not None
               else f"coverage >= {target_coverage}")
-    with offline_errors():
+    with offline_errors(where=output):
         data = load_rows(output)
         from .cascade import check_unique
 
@@ -276,7 +276,7 @@ def _fallback_share(output: str, fallback_run: str, target_accuracy: float | Non
     target = next(f"{flag} {v}" for flag, v in (("--target-accuracy", target_accuracy),
                                                 ("--budget-share", budget_share),
                                                 ("--budget-seconds", budget_seconds)) if v is not None)
-    with offline_errors():
+    with offline_errors(where=f"{output} or {fallback_run}"):
         spec, std = load_rows(output), load_rows(fallback_run)
         cascade.check_runs(spec.config, std.config, redact_text(output), redact_text(fallback_run))
         cascade.check_unique(spec.rows, f"the speculative run {redact_text(output)}")

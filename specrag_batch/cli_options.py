@@ -210,20 +210,26 @@ def fail(e: Exception, code: int) -> None:
 
 
 @contextmanager
-def offline_errors(fail_with: Callable[[Exception, int], None] = fail) -> Iterator[None]:
+def offline_errors(fail_with: Callable[[Exception, int], None] = fail, where: str | None = None) -> Iterator[None]:
     """:func:`exit_codes` (printing and exiting with ``fail_with``, by default :func:`fail`)
     for the commands that run no engine (report, calibrate, index build):
     an OSError too (an output directory that is a file or read-only, ``--out`` in a missing
     directory, an embedding model that is not there) exits 2 with its message, which names the
     path, instead of a traceback; so do a URI scheme whose fsspec file system is not installed
     (ImportError, ``gs://`` without gcsfs) and an S3 client that cannot start (botocore: no
-    credentials, an endpoint that does not answer)."""
+    credentials, an endpoint that does not answer): their messages (``Unable to locate
+    credentials``, ``Please install gcsfs``) do not say which location was being read, so
+    ``where`` (the command's path argument, credentials redacted) is put in front of them."""
     from botocore.exceptions import BotoCoreError
+
+    from .redaction import redact_text
 
     with exit_codes(fail_with):
         try:
             yield
-        except (OSError, ImportError, BotoCoreError) as e:
+        except (BotoCoreError, ImportError) as e:
+            fail_with(OSError(f"{redact_text(where)}: {e}") if where else e, 2)
+        except OSError as e:
             fail_with(e, 2)
 
 

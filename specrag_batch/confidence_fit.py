@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from .calibration import check_log_scale
 from .confidence import FEATURES, probability, row_features
 
 C = 1.0
@@ -120,8 +121,13 @@ def fit(df: pl.DataFrame, config_hash: str) -> dict[str, TaskModel]:
     them. Checks every task before fitting any (nothing is half-written).
 
     Raises:
-        CalibrationInputError: see :func:`labelled` and :func:`fit_task`."""
+        CalibrationInputError: see :func:`labelled` and :func:`fit_task`; a graded row whose
+            ``score`` (log ρ) is above 0 (:func:`~specrag_batch.calibration.check_log_scale`)."""
     g = labelled(df)
+    try:
+        check_log_scale(g, "score")
+    except ValueError as e:
+        raise CalibrationInputError(str(e)) from None
     if g["task"].null_count():
         raise CalibrationInputError("a graded row has no task: a model is fitted per task (qa, claim, choice)")
     return {task: fit_task(feature_matrix(t), t["correct"].to_numpy(), task=task, config_hash=config_hash)

@@ -94,6 +94,14 @@ def test_fit_of_a_run_without_gold_is_refused():
         fit(rows.drop("correct"), "0" * 16)
 
 
+def test_fit_refuses_positive_scores_naming_the_row_as_plain_calibrate_does():
+    rows = pl.DataFrame({"query_id": ["q1", "q2"], "task": ["qa", "qa"], "answer": ["a", "b"],
+                         "error": [None, None], "correct": [True, False], "score": [-1.0, 2.5]},
+                        schema_overrides={"error": pl.String})
+    with pytest.raises(CalibrationInputError, match=r"query_id='q2'.*field 'score'.*2.5 > 0"):
+        fit(rows, "0" * 16)
+
+
 def _model(config_hash, agreement_weight=4.0):
     return {"features": ["agreement"], "coefficients": [agreement_weight], "intercept": -2.0,
             "fill": [0.5], "config_hash": config_hash}

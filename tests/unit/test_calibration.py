@@ -179,3 +179,11 @@ def test_a_tau_from_a_score_that_ranks_wrong_rows_first_is_warned_about(tmp_path
     assert f"# WARNING {qa.no_ranking}" in calibration.config_snippet(list(res.values()), "calibrate out/")
     right = {r.task: r for r in calibration.calibrate(_rows(), target_coverage=0.5, n_boot=20)}
     assert right["qa"].auroc["score"] > 0.5 and right["qa"].no_ranking is None
+
+
+def test_a_tau_over_rows_of_one_class_says_no_auroc_backs_it():
+    res = {r.task: r for r in calibration.calibrate(_rows(), target_coverage=0.5, n_boot=20)}
+    claim = res["claim"]  # three rows, all wrong: coverage is met, nothing is ranked
+    assert claim.tau is not None and claim.auroc["score"] is None
+    assert claim.no_ranking.startswith("claim: score has no AUROC here (the rows outside the fast path are all right or all wrong)")
+    assert f"# WARNING {claim.no_ranking}" in calibration.config_snippet(list(res.values()), "calibrate out/")

@@ -155,9 +155,11 @@ def test_unusable_storage_exits_2_with_the_reason(monkeypatch, prefix):
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("SPECRAG_S3_ENDPOINT_URL", "http://127.0.0.1:9")
-    result = _invoke("report", prefix)
-    assert result.exit_code == 2, result.output
-    assert ("gcsfs" if prefix.startswith("gs") else "credentials") in result.output
+    for command in (["report", prefix], ["calibrate", prefix, "--target-coverage", "0.5"]):
+        result = _invoke(*command)
+        assert result.exit_code == 2, result.output
+        assert ("gcsfs" if prefix.startswith("gs") else "credentials") in result.output
+        assert prefix in result.output  # which location could not be read
 
 
 def test_calibrate_snippet_does_not_carry_a_url_password(tmp_path):

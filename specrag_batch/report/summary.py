@@ -13,6 +13,7 @@ and per ``draft_rounds`` (adaptive drafting) are counted when the run wrote them
 from __future__ import annotations
 
 import math
+import re
 
 import polars as pl
 
@@ -185,9 +186,20 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def md_code(text) -> str:
+    """``text`` (a path, a bucket key, a column name: data, any characters) as one Markdown
+    code span that shows it as it is: control characters (a newline, a tab, ESC) written as
+    their escapes (``\\n``) so that the span stays on its line, and fenced by one more backtick
+    than its longest run of backticks (padded by a space where it begins or ends with one)."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    fence = "`" * (max((len(m) for m in re.findall("`+", shown)), default=0) + 1)
+    pad = " " if shown.startswith("`") or shown.endswith("`") else ""
+    return f"{fence}{pad}{shown}{pad}{fence}"
+
+
 def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
     """The report as Markdown (``plots``: name -> file name relative to the report)."""
-    lines = [f"# Run report: `{s['output']}`", "",
+    lines = [f"# Run report: {md_code(s['output'])}", "",
              "| | |", "|---|---|",
              f"| shards read | {s['shards']} |", f"| rows | {s['rows']} |",
              f"| answered | {s['answered']} |", f"| row errors | {s['errors']} |",
@@ -200,13 +212,13 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
         lines.append(f"| verifier passes saved (repeated drafts) | {s['verifier_drafts_deduplicated']} |")
     if s["shards_missing"] or s["columns_read_as_null"]:
         lines += ["", "## Shards not read as written", ""]
-        lines += [f"- `{u}`: listed as finished, data object missing: not read" for u in s["shards_missing"]]
-        lines += [f"- `{u}`: columns " + ", ".join(f"`{c}`" for c in cols) + " missing: read as null"
+        lines += [f"- {md_code(u)}: listed as finished, data object missing: not read" for u in s["shards_missing"]]
+        lines += [f"- {md_code(u)}: columns " + ", ".join(md_code(c) for c in cols) + " missing: read as null"
                   for u, cols in s["columns_read_as_null"].items()]
     if s.get("shards_not_answered"):
         lines += ["", "## Input files not answered", "",
                   "Their rows are not in this output (nor in the numbers below)."]
-        lines += [f"- `{x['input']}`: {x['status']}: {' '.join(x['reason'].split())}" for x in s["shards_not_answered"]]
+        lines += [f"- {md_code(x['input'])}: {x['status']}: {' '.join(x['reason'].split())}" for x in s["shards_not_answered"]]
     lines += ["", "## Accuracy per task (where gold exists)", "",
               "| task | n with gold | accuracy (match for qa) | exact match | F1 |", "|---|---|---|---|---|"]
     lines += [f"| {t} | {m['n_with_gold']} | {_fmt(m['accuracy'])} | {_fmt(m.get('exact_match'))} | "
@@ -257,7 +269,7 @@ def cost_markdown(s: dict) -> list[str]:
               for k, v in s["tokens_per_row"].items()]
     if o["engines_unrecorded"]:
         lines += ["", "Engine usage not recorded for resumed shards (manifest written before resumed "
-                  "shards kept it): " + ", ".join(f"`{u}`" for u in o["engines_unrecorded"])]
+                  "shards kept it): " + ", ".join(md_code(u) for u in o["engines_unrecorded"])]
     lines += ["", f"## This invocation (run {t.get('run_id') or '–'})", ""]
     if not t["computed_shards"]:
         lines.append(f"Computed nothing: {_count(t['resumed_shards'], 'shard')} already done"

@@ -182,3 +182,13 @@ def test_failed_and_skipped_input_files_are_listed_with_their_reason(tmp_path):
     assert "- `in/notes.txt`: skipped: not a .parquet file" in md
     clean = write_report(_write_run(tmp_path / "clean", {"a.parquet": ok}))
     assert clean["shards_not_answered"] == [] and "not answered" not in clean["markdown"]
+
+
+def test_hostile_file_names_stay_one_code_span_on_their_line(tmp_path):
+    """A bucket key may hold a newline or backticks: report.md showed it across two lines, or
+    closed its code span early."""
+    ok = pa.Table.from_pylist([_row(0)], schema=OUTPUT_SCHEMA)
+    prefix = _write_run(tmp_path / "out", {"a.parquet": ok},
+                        skipped_files=[{"input": "in/two\nlines``x.txt", "reason": "not a .parquet file"}])
+    md = write_report(prefix)["markdown"].splitlines()
+    assert "- ```in/two\\nlines``x.txt```: skipped: not a .parquet file" in md

@@ -23,6 +23,7 @@ from .cli_options import (
     config_location,
     execution_from_flags,
     exit_codes,
+    fail,
     hide_flag_types,
     offline_errors,
     with_config_options,
@@ -41,9 +42,7 @@ from .cli_calibrate import calibrate  # noqa: E402
 from .cli_drift import drift  # noqa: E402  (night over night: specrag_batch.cli_drift)
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
 app.add_typer(drafter_app, name="drafter")
-def _fail(e: Exception, code: int) -> None:
-    err_console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
-    raise typer.Exit(code)
+_fail = fail  # the one "error: <message>" printer (cli_options.fail)
 
 
 def _offline_errors(where: str | None = None):

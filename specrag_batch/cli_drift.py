@@ -7,15 +7,10 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.text import Text
 
 from .cli_options import CONFIG_HELP, config_location, exit_codes
-from .console import console, err_console
-
-
-def _fail(e: Exception, code: int) -> None:
-    err_console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
-    raise typer.Exit(code)
+from .cli_options import fail as _fail
+from .console import console
 
 
 def _hint(output_root: str, found: list) -> str:

@@ -93,7 +93,9 @@ def test_error_lines_and_tables_are_not_folded_when_not_a_terminal(monkeypatch):
     buf = io.StringIO()
     c = cli.make_console(buf)
     assert c.width == cli.NON_TTY_WIDTH
-    monkeypatch.setattr(cli, "err_console", c)  # errors go to standard error's console
+    import specrag_batch.console as console_module
+
+    monkeypatch.setattr(console_module, "err_console", c)  # errors go to standard error's console
     with pytest.raises(typer.Exit):
         cli._fail(FileNotFoundError(f"{path}: no such file"), 2)
     assert f"error: {path}: no such file" in buf.getvalue().splitlines()

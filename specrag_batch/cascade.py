@@ -38,6 +38,7 @@ import yaml
 
 from .calibration import MIN_KEPT_ROWS, always_kept, graded_rows, measure_values
 from .confidence_fit import CalibrationInputError
+from .records import ErrorReason
 
 _NOT_STANDARD = (("drafter",), ("sampling",), ("selection",), ("chunk_rows",), ("mode",),
                  ("reflection_question",), ("retrieval", "fallback_top_n"),
@@ -164,12 +165,17 @@ class Frontier:
 def check_unique(rows: pl.DataFrame, name: str) -> None:
     """Refuse a run (report rows, ``name`` as the message calls it) holding a ``query_id`` in
     more than one row: the runs are joined on ``query_id``, so a repeated id would count its
-    rows twice (null ids join nothing and are not checked).
+    rows twice. Not checked: null ids (they join nothing) and the rows ``run`` itself wrote
+    for an input's repeated id (``error_reason`` ``duplicate_query_id``: unanswered, ungraded,
+    beside the one row that carries the id's answer).
 
     Raises:
         CalibrationInputError: one line naming ``name``, the first duplicated id (sorted), its
             number of rows and how many other ids are duplicated."""
-    dup = (rows.filter(pl.col("query_id").is_not_null()).group_by("query_id").len()
+    keep = pl.col("query_id").is_not_null()
+    if "error_reason" in rows.columns:
+        keep &= pl.col("error_reason").fill_null("") != ErrorReason.DUPLICATE_QUERY_ID.value
+    dup = (rows.filter(keep).group_by("query_id").len()
            .filter(pl.col("len") > 1).sort("query_id"))
     if dup.height:
         more = f" (and {dup.height - 1} other duplicated id(s))" if dup.height > 1 else ""

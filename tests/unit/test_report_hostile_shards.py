@@ -267,3 +267,21 @@ def test_calibrate_refuses_a_query_id_graded_twice(tmp_path):
     assert result.exit_code == 2, result.output
     assert f"query_id {rows[0]['query_id']!r} appears in 2 rows" in result.output
     assert not (tmp_path / "t.yaml").exists()
+
+
+def test_calibrate_takes_a_run_holding_its_own_duplicate_query_id_rows(tmp_path):
+    """Trial finding: ``run`` answers the first row of a repeated input id and writes the others as
+    unanswered ``duplicate_query_id`` error rows; calibrate refused such a run as "shards of two
+    runs copied together". Those rows are not counted; two answered rows of one id still are."""
+    rows = _rows()
+    dup = {**rows[0], "answer": None, "score": None, "score_draft": None, "correct": None,
+           "error": "in.parquet: row 6: field 'query_id': duplicate id 'q0', held by row 0 of this shard",
+           "error_reason": "duplicate_query_id"}
+    prefix = _run(tmp_path / "run", rows + [dup])
+    out = tmp_path / "t.yaml"
+    result = _invoke("calibrate", prefix, "--target-accuracy", "0.5", "--out", str(out))
+    assert result.exit_code in (0, 3) and "appears in" not in result.output, result.output
+    assert load_rows(prefix).rows.height == 7  # the error row is still read (and reported), only not graded
+    again = _run(tmp_path / "twice", rows + [dup, dict(rows[0])])
+    result = _invoke("calibrate", again, "--target-accuracy", "0.5", "--out", str(out))
+    assert result.exit_code == 2 and "query_id 'q0' appears in 2 rows" in result.output, result.output

@@ -31,10 +31,11 @@ def check_out(out: str) -> None:
     its parent is an existing, writable directory; on ``s3://`` the bucket exists and answers;
     a URI is not a directory (a prefix). A file already there is replaced only when it is a
     snippet ``calibrate`` wrote (it begins with :data:`SNIPPET_HEAD`): another file, such as the
-    run config the snippet is meant to be merged into, is refused.
+    run config the snippet is meant to be merged into, is refused; so is a name starting with
+    ``_`` (a run's own files: ``_manifest.json``, which may not be written yet).
 
     Raises:
-        ValueError: one line naming ``--out`` and the path (an empty value, a directory, a link or
+        ValueError: one line naming ``--out`` and the path (an empty value, a ``_`` name, a directory, a link or
             special file, a file calibrate did not write, a missing or non-directory parent, a
             bucket not there or not reachable, a scheme without its file system installed)."""
     from . import storage
@@ -44,6 +45,9 @@ def check_out(out: str) -> None:
         raise ValueError("--out: an empty path; give the snippet's file name (e.g. fallback.yaml)")
     name = redact_text(out)
     proto, path = storage.split_uri(out)
+    if path.rstrip("/").rsplit("/", 1)[-1].startswith("_"):  # _manifest.json, _run.json, _report/
+        raise ValueError(f"--out {name}: a name starting with '_' is kept for a run's own files (_manifest.json, "
+                         "_run.json) in an output prefix; give another name (e.g. tau.yaml)")
     if proto == "file":
         p = Path(path)
         if p.is_dir():

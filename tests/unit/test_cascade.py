@@ -193,22 +193,26 @@ def test_target_errors_name_the_flags(tmp_path, args, line):
 
 # Bad-input trial of calibrate --fallback-run (issue 39 item 3 follow-up).
 
-@pytest.mark.parametrize("where", ["missing_parent", "a_directory", "under_a_file", "empty"])
+@pytest.mark.parametrize("where", ["missing_parent", "a_directory", "under_a_file", "empty", "run_manifest"])
 @pytest.mark.parametrize("fallback", [True, False])
 def test_an_unwritable_out_is_refused_before_any_run_is_read(tmp_path, monkeypatch, where, fallback):
     """--out in a missing directory, a directory, a path under a file, or "" was a traceback
     after the whole frontier was computed; now one line naming --out and the path, exit 2,
-    before a run is read (plain calibrate shares the check)."""
+    before a run is read (plain calibrate shares the check). A ``_`` name (a run's
+    ``_manifest.json`` not yet written) is refused too."""
     spec, std = _pair(tmp_path)
     (tmp_path / "file").write_text("in the way")
     out = {"missing_parent": str(tmp_path / "no" / "f.yaml"), "a_directory": str(tmp_path),
-           "under_a_file": str(tmp_path / "file" / "f.yaml"), "empty": ""}[where]
+           "under_a_file": str(tmp_path / "file" / "f.yaml"), "empty": "",
+           "run_manifest": str(tmp_path / "no_manifest_yet" / "_manifest.json")}[where]
+    (tmp_path / "no_manifest_yet").mkdir()  # trial: a run still going had no manifest, and the snippet took its name
     monkeypatch.setattr("specrag_batch.report.load_rows", lambda *a: pytest.fail("a run was read"))
     args = ["--fallback-run", std, "--target-accuracy", "0.9"] if fallback else ["--target-accuracy", "0.5"]
     r = _cli("calibrate", spec, *args, "--out", out)
     assert r.exit_code == 2 and len(r.output.splitlines()) == 1, r.output
     assert r.output.startswith(f"error: --out {out}" if out else "error: --out: an empty path"), r.output
     assert not (tmp_path / "no").exists() and (tmp_path / "file").read_text() == "in the way"
+    assert not (tmp_path / "no_manifest_yet" / "_manifest.json").exists()
 
 
 def test_out_may_be_a_uri(tmp_path):

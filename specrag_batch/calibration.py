@@ -248,17 +248,26 @@ def graded_rows(df: pl.DataFrame) -> pl.DataFrame:
                           .fill_null(False)))
 
 
-def tasks(g: pl.DataFrame) -> list[str]:
+def tasks(g: pl.DataFrame, *, config_tasks: bool = False) -> list[str]:
     """The tasks of :func:`graded_rows` ``g``, sorted (thresholds and accuracy are per task).
+    ``config_tasks``: each must be one a config's per-task τ_min can name (qa, claim, choice),
+    as a snippet written for it must load.
 
     Raises:
-        ValueError: a graded row has a null task (another writer's output), naming its
-            ``query_id``."""
-    missing = g.filter(pl.col("task").is_null())
-    if missing.height:
-        qid = missing["query_id"][0] if "query_id" in missing.columns else None
-        raise ValueError(f"row (query_id={qid!r}): field 'task': null in {missing.height} graded row(s); "
-                         "accuracy and τ_min are per task (qa, claim, choice)")
+        ValueError: a graded row has a null task, or (``config_tasks``) another one (another
+            writer's output), naming its ``query_id``."""
+    from .schema import TASKS
+
+    checks = [(pl.col("task").is_null(), "null")]
+    if config_tasks:
+        checks.append((~pl.col("task").is_in(TASKS), "not qa, claim or choice"))
+    for bad, what in checks:
+        missing = g.filter(bad)
+        if missing.height:
+            qid = missing["query_id"][0] if "query_id" in missing.columns else None
+            value = "" if what == "null" else f" ({missing['task'][0]!r})"
+            raise ValueError(f"row (query_id={qid!r}): field 'task'{value}: {what} in {missing.height} graded "
+                             "row(s); accuracy and τ_min are per task (qa, claim, choice)")
     return sorted(g["task"].unique().to_list())
 
 
@@ -325,7 +334,7 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
 
     Raises:
         ValueError: unknown measure, bad targets, no graded answered rows, a graded row
-            without a task (:func:`tasks`), or a graded row whose ``measure`` is above 0
+            without a task or with one not qa, claim or choice (:func:`tasks`), or a graded row whose ``measure`` is above 0
             (naming its ``query_id`` and the field)."""
     if measure not in MEASURES:
         raise ValueError(f"unknown confidence measure {measure!r} (expected {', '.join(MEASURES)} or calibrated)")
@@ -336,7 +345,7 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
     check_log_scale(g, measure)
     target = f"accuracy >= {target_accuracy}" if target_accuracy is not None else f"coverage >= {target_coverage}"
     out = []
-    for task in tasks(g):
+    for task in tasks(g, config_tasks=True):
         t = g.filter(pl.col("task") == task)
         correct, always = t["correct"].to_numpy(), t["always"].to_numpy()
         conf = measure_values(t, measure)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .calibration import check_log_scale
+from .calibration import check_log_scale, tasks
 from .confidence import FEATURES, probability, row_features
 
 C = 1.0
@@ -122,17 +122,16 @@ def fit(df: pl.DataFrame, config_hash: str) -> dict[str, TaskModel]:
 
     Raises:
         CalibrationInputError: see :func:`labelled` and :func:`fit_task`; a graded row whose
-            ``score`` (log ρ) is above 0 (:func:`~specrag_batch.calibration.check_log_scale`)."""
+            ``score`` (log ρ) is above 0 (:func:`~specrag_batch.calibration.check_log_scale`), a graded row
+            with a null task or one not qa, claim or choice (:func:`~specrag_batch.calibration.tasks`)."""
     g = labelled(df)
     try:
         check_log_scale(g, "score")
+        names = tasks(g, config_tasks=True)  # a model per task the config can name
     except ValueError as e:
         raise CalibrationInputError(str(e)) from None
-    if g["task"].null_count():
-        raise CalibrationInputError("a graded row has no task: a model is fitted per task (qa, claim, choice)")
     return {task: fit_task(feature_matrix(t), t["correct"].to_numpy(), task=task, config_hash=config_hash)
-            for task in sorted(g["task"].unique().to_list())
-            for t in [g.filter(pl.col("task") == task)]}
+            for task in names for t in [g.filter(pl.col("task") == task)]}
 
 
 def out_of_fold(x: np.ndarray, correct: np.ndarray, folds: int = 5, seed: int = 0) -> np.ndarray:

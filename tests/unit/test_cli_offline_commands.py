@@ -79,6 +79,24 @@ def test_graded_rows_without_a_task_are_named_not_a_crash(tmp_path):
         assert "q2" in result.output and "'task'" in result.output
 
 
+def test_calibrate_refuses_a_task_no_config_can_name(tmp_path):
+    """Trial finding: an int ``task`` column (another writer's) was read as '1' and calibrate
+    wrote ``tau_min: {'1': ...}``, a snippet the config loader then refused. Now one line naming
+    the row and the value, and no snippet; ``report`` still summarises such rows."""
+    prefix = _run(tmp_path / "run", _rows(40, task="1"))
+    out = tmp_path / "t.yaml"
+    result = _invoke("calibrate", prefix, "--target-accuracy", "0.5", "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert "row (query_id='q0'): field 'task' ('1'): not qa, claim or choice" in result.output, result.output
+    assert not out.exists()
+    assert _invoke("report", prefix).exit_code == 0
+    from specrag_batch.confidence_fit import CalibrationInputError, fit
+    from specrag_batch.report import load_rows
+
+    with pytest.raises(CalibrationInputError, match="field 'task' \\('1'\\): not qa, claim or choice"):
+        fit(load_rows(prefix).rows, "cafe")  # --confidence calibrated: a model per task
+
+
 def test_summary_json_is_strict_json_when_a_value_is_nan(tmp_path):
     """A NaN F1 (another writer's) is no number: summary.json stays JSON that strict parsers
     (JavaScript, jq) read, with null in its place."""

@@ -250,8 +250,11 @@ def report(
 
     A nightly partition's drift section ("Changes since ...") is kept: re-rendered from its
     _report/drift.json, never recomputed (`specrag-batch drift` does that)."""
+    from . import stopping
     from .report import write_report
     from .scheduled.drift_watch import restore_section
+
+    stopping.computes_no_shards()
 
     with _offline_errors(output):
         s = write_report(output)

@@ -25,6 +25,11 @@ UNMET = 3
 re-answered rows); 2 is refused input (docs/cli.md, "Exit codes of calibrate")."""
 
 
+MAX_BOOTSTRAP = 100_000
+"""Most ``--bootstrap`` resamples: far more than a 95% interval's ends need (a few thousand),
+and still seconds per task; a larger count is refused rather than run for hours unannounced."""
+
+
 def check_out(out: str) -> None:
     """``--out`` (a local path or a storage URI) can take the snippet, checked before any run
     is read: a local path is not a directory, a link or a special file (a device, a pipe), and
@@ -180,7 +185,8 @@ def calibrate(
     confidence: Optional[str] = typer.Option(None, "--confidence", help="Measure: score (log ρ, the "
                                              "default), mean_logprob (per token), or calibrated (fit a model "
                                              "per task); with --fallback-run the run's own by default."),
-    bootstrap: int = typer.Option(1000, "--bootstrap", min=1, help="Bootstrap resamples."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", min=1, max=MAX_BOOTSTRAP,
+                                  help="Bootstrap resamples of the 95% intervals."),
     out: Optional[str] = typer.Option(None, "--out", help="Config snippet to write (YAML; a path or a URI "
                                       "such as s3://bucket/key); default tau_min.yaml (fallback.yaml with "
                                       "--fallback-run) in the current directory."),
@@ -195,10 +201,13 @@ def calibrate(
     Exit 2: refused input (flags, --out, the runs), nothing written. Exit 3 (UNMET): the target
     is not met: plain, the snippet is written leaving those tasks out; with --fallback-run
     nothing is written and a file already at --out (not this run's) is removed."""
+    from . import stopping
     from .calibration import calibrate as calibrate_rows
     from .calibration import config_snippet
     from .redaction import redact_text
     from .report import load_rows
+
+    stopping.computes_no_shards()
 
     try:  # before reading the run, naming the flags
         check_flags({"--target-accuracy": target_accuracy, "--target-coverage": target_coverage,

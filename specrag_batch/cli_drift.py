@@ -44,11 +44,13 @@ def drift(
     baseline under drift.require_baseline), as the nightly flow run would fail; 2 = a bad
     date, config or root, or no partition date=D under the root (nothing is written then)."""
     from . import drift as drift_measures
-    from . import storage
+    from . import stopping, storage
     from .config import read_run_config
     from .redaction import redact_text
     from .scheduled.drift_watch import night_drift, nights, stored_drift_config, write_drift
     from .scheduled.partitions import parse_date, partition_uri
+
+    stopping.computes_no_shards()
 
     with exit_codes(_fail):
         day = parse_date(date, "--date")

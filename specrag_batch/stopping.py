@@ -71,6 +71,18 @@ takes at most 25 s: within Kubernetes' default grace period of 30 s before SIGKI
 _received: list[int] = []
 _exiting = threading.Lock()
 
+SHARD_NOTE = ("Shards finished before it keep their output and done marker; a shard still computing was "
+              "not marked done and the next run computes it again. To resume, run the same command again.")
+"""What :func:`exit_stopped` says a stop keeps, for the commands that compute shards."""
+_note = [SHARD_NOTE]
+
+
+def computes_no_shards() -> None:
+    """Mark this process's command as one that computes no shards (report, calibrate, drift):
+    a stop then says only that nothing was left half-written (their files are written
+    atomically, :mod:`specrag_batch.storage`) and that running the command again starts over."""
+    _note[0] = "Nothing it writes is left half-written; run the command again to start over."
+
 
 class StopRequested(KeyboardInterrupt):
     """The process got SIGTERM or SIGINT (``signum``) and is stopping; raised in the main
@@ -179,10 +191,7 @@ def exit_stopped() -> NoReturn:
     name = signal.Signals(signum).name
     try:
         sys.stdout.flush()
-        print(f"\nspecrag-batch: stopped by {name}. Shards finished before it keep their output and "
-              "done marker; a shard still computing was not marked done and the next run computes it "
-              f"again. To resume, run the same command again. Exit code {code}.",
-              file=sys.stderr, flush=True)
+        print(f"\nspecrag-batch: stopped by {name}. {_note[0]} Exit code {code}.", file=sys.stderr, flush=True)
     except OSError:  # a closed stdout/stderr must not keep the process alive
         pass
     worker = threading.Thread(target=_stop_started_services, name="specrag-stop", daemon=True)

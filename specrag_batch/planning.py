@@ -154,7 +154,9 @@ def read_ids(shard_uri: str, task: str | None = None) -> list[str | None]:
     Raises:
         InputSchemaError: a missing column or a type the input schema does not accept (a
             float ``query_id`` names its first row, :func:`schema.check_query_ids`).
-        OSError, pyarrow.ArrowInvalid: the file cannot be read as Parquet."""
+        OSError, pyarrow.ArrowInvalid: the file cannot be read as Parquet (or is a link to
+            nothing, a FIFO, socket or device: :func:`storage.check_regular_file`)."""
+    storage.check_regular_file(shard_uri)
     fs, path = storage.filesystem(shard_uri)
     with fs.open(path, "rb") as f:
         pf = pq.ParquetFile(f)
@@ -184,6 +186,7 @@ def footer_rows(shard_uri: str) -> int | None:
     """The number of rows a shard's Parquet footer records, or None when the file cannot be
     read as Parquet (not Parquet, truncated, gone). Reads the footer only."""
     try:
+        storage.check_regular_file(shard_uri)
         fs, path = storage.filesystem(shard_uri)
         with fs.open(path, "rb") as f:
             return pq.ParquetFile(f).metadata.num_rows

@@ -306,12 +306,39 @@ def name_too_long(uri: str) -> str | None:
     return None
 
 
+def check_regular_file(uri: str) -> None:
+    """Refuse a local path that is listed but holds no file to read: a symbolic link to nothing
+    (an unfetched git-annex or DVC file) or a FIFO, socket or device, which a read would wait
+    on for ever. Object stores hold only objects: nothing is checked there.
+
+    Raises:
+        FileNotFoundError: a symbolic link whose target does not exist, naming both.
+        OSError: not a regular file, naming its kind."""
+    proto, path = split_uri(uri)
+    if proto != "file":
+        return
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise FileNotFoundError(f"{uri}: a symbolic link to {os.readlink(path)!r}, which does not exist") from None
+        raise
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+        raise OSError(f"{uri}: {kind}, not a regular file (not read)")
+
+
 def read_parquet(uri: str) -> pa.Table:
     """Read one Parquet file (the whole object, then parsed in memory).
 
     Raises:
-        FileNotFoundError: nothing at ``uri``.
+        FileNotFoundError: nothing at ``uri`` (or a link to nothing, :func:`check_regular_file`).
+        OSError: a FIFO, socket or device (:func:`check_regular_file`).
         pyarrow.ArrowInvalid: the object is not Parquet."""
+    check_regular_file(uri)
     return pq.read_table(io.BytesIO(read_bytes(uri)))
 
 

@@ -40,7 +40,20 @@ def list_shards(input_uri: str, task: str | None = None):
     """(shard files, skipped files, per shard its query ids or its file-level error
     (:func:`run.read_all_ids`: footer and ``query_id`` column only), input fingerprints)."""
     shards, skipped = plan_shards(input_uri)
-    return shards, skipped, read_all_ids(shards, task), [resume.input_fingerprint(s) for s in shards]
+    ids = read_all_ids(shards, task)
+    return shards, skipped, ids, [_fingerprint(s, ids[s]) for s in shards]
+
+
+def _fingerprint(shard: str, ids: list | str) -> dict:
+    """:func:`resume.input_fingerprint`, or for a shard that failed its footer read (``ids``
+    is its error) and has no size to read (a link to nothing), ``{"size": None, "tag": None}``,
+    which no done marker matches: the shard fails with its error instead of the whole run."""
+    try:
+        return resume.input_fingerprint(shard)
+    except OSError:
+        if isinstance(ids, str):
+            return {"size": None, "tag": None}
+        raise
 
 
 @_io_task("read-shard")

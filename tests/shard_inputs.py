@@ -29,14 +29,13 @@ def planned_run(inp, out, config, verifier) -> dict[str, tuple[str, str | None]]
     shard job and done markers; no Prefect, drafter None, ``verifier`` an engine or fake):
     {shard name: (status, error)}; ``"done"`` for shards the plan skips."""
     from specrag_batch import resume
-    from specrag_batch.planning import plan_run, plan_shards, read_all_ids, require_shards
+    from specrag_batch.planning import plan_run, require_shards
     from specrag_batch.shard import ShardJob, StorageIO, process_shard
+    from specrag_batch.storage_tasks import list_shards
 
     inp, out = str(inp), str(out)
-    shards, skipped = plan_shards(inp)
+    shards, skipped, ids, fps = list_shards.fn(inp, config.task)  # the flow's listing task, unwrapped
     require_shards(inp, shards, skipped, False)
-    ids = read_all_ids(shards, config.task)
-    fps = [resume.input_fingerprint(s) for s in shards]
     status = {}
     for p, fp in zip(plan_run(inp, out, config.config_hash(), shards, ids, fps), fps):
         name = p.shard.rsplit("/", 1)[-1]

@@ -84,6 +84,27 @@ def test_wrong_types_and_not_parquet_fail_at_planning(tmp_path, verifier):
     assert str(inp / "csv.parquet") in st["csv.parquet"][1]
 
 
+def test_a_link_to_nothing_and_a_fifo_fail_their_shard_only(tmp_path, verifier):
+    """Trial finding: a ``.parquet`` symbolic link to nothing (an unfetched git-annex or DVC
+    file) ended the whole run in a traceback, and a FIFO named ``.parquet`` made it wait for
+    ever. Each now fails its own shard at planning, naming it; the shard beside them is answered."""
+    import os
+
+    inp, out = tmp_path / "in", tmp_path / "out"
+    write(inp, "ok.parquet", shard("ok"))
+    (inp / "annexed.parquet").symlink_to(tmp_path / "not-fetched")
+    os.mkfifo(inp / "pipe.parquet")
+    st = run(inp, out, verifier)
+    assert st["ok.parquet"] == ("ok", None)
+    assert st["annexed.parquet"] == ("failed at planning", f"FileNotFoundError: {inp / 'annexed.parquet'}: a symbolic "
+                                     f"link to {str(tmp_path / 'not-fetched')!r}, which does not exist")
+    assert st["pipe.parquet"] == ("failed at planning", f"OSError: {inp / 'pipe.parquet'}: a FIFO, not a regular "
+                                  "file (not read)")
+    from specrag_batch.planning import footer_rows
+
+    assert footer_rows(str(inp / "pipe.parquet")) is None  # the manifest's rows_in: unknown, not a wait
+
+
 def test_a_shard_failing_at_run_time_then_deleted_or_fixed(tmp_path, verifier):
     """``a`` passes planning (footer and ids are fine) but fails reading its ``query`` (not
     UTF-8): in that run its ids were claimed, so ``b``'s copies say ``duplicate_query_id``.

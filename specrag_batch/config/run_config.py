@@ -166,7 +166,8 @@ class RunConfig(_Strict):
         is at least ``sampling.num_drafts`` drafts every subset in its first round, as a
         non-adaptive run does (the default first round, 2, with m <= 2 is not named: a user
         who asked for few drafts did not ask for rounds); ``verifier.evidence_aware`` on where no
-        verifier pass scores drafts (:attr:`verifier_reads_documents` false); and, not idle but
+        verifier pass scores drafts (:attr:`verifier_reads_documents` false); no score term at all
+        in log ρ (every draft scores 0); and, not idle but
         never meant, a ``sampling.num_drafts`` above the distinct subsets N documents give or
         above :data:`MAX_DRAFTS` (:func:`_draft_count_warnings`)."""
         smp, out = self.sampling, []
@@ -200,6 +201,12 @@ class RunConfig(_Strict):
             out.append(f"sampling.first_round ({smp.first_round}) >= sampling.num_drafts ({smp.num_drafts}): "
                        "adaptive drafting drafts every subset in its first round, so it never stops a row early; "
                        f"set sampling.first_round below {smp.num_drafts} or sampling.adaptive: false")
+        sel = self.selection
+        if self.mode == "speculative" and not (sel.use_draft_score or sel.use_self_consistency
+                                               or sel.use_self_reflection):
+            out.append("selection.use_draft_score, use_self_consistency and use_self_reflection are all false: "
+                       "every draft's log ρ is 0, so no score ranks the drafts (argmax takes one by order, like the paper's "
+                       "random-draft ablation of Table 3) and selection.tau_min compares nothing; turn a term on")
         if self.mode == "speculative":
             out += _draft_count_warnings(smp.num_drafts, self.retrieval.top_n, smp.num_clusters, smp.strategy)
         return out

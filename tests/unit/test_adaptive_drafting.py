@@ -112,3 +112,15 @@ def test_a_first_round_set_while_adaptive_drafting_is_off_is_named_in_the_flow(t
     on = RunConfig(sampling={"first_round": 3}, selection={"use_self_reflection": True})
     assert on.adaptive_drafting and RunConfig.model_validate(flow_config(on)).idle_settings() == []
     assert flow_config({"mode": "standard"}) == {"mode": "standard"} and flow_config(None) is None
+
+
+def test_a_selection_without_any_score_term_is_warned():
+    """Trial finding: use_draft_score false with both verifier terms off (their defaults) scored
+    every draft 0 without a word; the run now logs that no score ranks the drafts."""
+    from specrag_batch.config import RunConfig
+
+    idle = RunConfig(selection={"use_draft_score": False}).idle_settings()
+    assert any("all false: every draft's log ρ is 0" in w for w in idle), idle
+    assert not any("log ρ is 0" in w for w in RunConfig().idle_settings())
+    assert not any("log ρ is 0" in w for w in RunConfig(mode="standard", selection={"use_draft_score": False})
+                   .idle_settings())

@@ -74,6 +74,15 @@ def test_readme_links_resolve(site):
             page = Path(path).relative_to("docs").with_suffix("")
             html = site / (page.parent if page.name == "index" else page) / "index.html"
             assert f'id="{anchor}"' in html.read_text(encoding="utf-8"), f"no anchor: {link}"
+            assert anchor in _github_anchors(ROOT / path), f"the anchor differs on GitHub: {link}"
+
+
+def _github_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown page (lower case, characters other
+    than letters, digits, ``_``, ``-`` and spaces dropped, each space a ``-``: ``n = 400`` gives
+    ``n--400`` there and ``n-400`` in mkdocs), so a README link works in both places."""
+    heads = re.findall(r"^#{1,6} (.+)$", page.read_text(encoding="utf-8"), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
 
 
 def _subcommands(*group: str) -> list[str]:

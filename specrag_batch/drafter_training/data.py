@@ -251,7 +251,12 @@ def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
     results = []
     for shard in shards:
         out = shard_output_uri(input_uri, shard, output_uri)
-        fp = resume.input_fingerprint(shard)
+        try:
+            storage.check_regular_file(shard)  # a link to nothing or a FIFO fails this shard only
+            fp = resume.input_fingerprint(shard)
+        except OSError as e:
+            results.append({"input": shard, "output": None, "status": "failed", "error": f"{type(e).__name__}: {e}"})
+            continue
         done = resume.completed_shard(output_uri, out, key, fp)
         if done:
             results.append({**done["result"], "resumed": True})

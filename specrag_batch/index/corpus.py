@@ -71,9 +71,12 @@ def open_shard(uri: str) -> pq.ParquetFile:
     """The Parquet file at ``uri``, opened for reading its footer and streaming its batches.
 
     Raises:
-        IndexBuildError: not a Parquet file."""
+        FileNotFoundError: nothing at ``uri`` (or a link to nothing).
+        IndexBuildError: not a Parquet file (a FIFO, socket or device is not opened:
+            :func:`storage.check_regular_file`)."""
     fs, path = storage.filesystem(uri)
     try:
+        storage.check_regular_file(uri)
         return pq.ParquetFile(fs.open(path, "rb"))
     except (pa.ArrowInvalid, OSError) as e:
         if isinstance(e, FileNotFoundError):

@@ -63,3 +63,24 @@ def test_a_record_without_an_expected_field_names_dataset_and_data(tmp_path):
 def test_an_unknown_dataset_is_still_a_bad_datasets_value(tmp_path):
     result = _inputs(tmp_path, "popqa", tmp_path)
     assert result.exit_code == 2 and "--datasets" in result.output and "not a training source" in result.output
+
+
+def test_the_data_step_fails_a_link_to_nothing_or_a_fifo_as_its_shard_only(tmp_path):
+    """A ``.parquet`` link to nothing ended the data step in a traceback (its input fingerprint)
+    and a FIFO would make it wait for ever; each is now that shard's failure, named, before
+    any teacher engine loads (neither shard reaches one here)."""
+    import os
+
+    from specrag_batch.config import RunConfig
+    from specrag_batch.drafter_training.data import build_training_data
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "annexed.parquet").symlink_to(tmp_path / "not-fetched")
+    os.mkfifo(inp / "pipe.parquet")
+    manifest = build_training_data(str(inp), str(tmp_path / "out"), RunConfig())
+    errors = {s["input"].rsplit("/", 1)[-1]: (s["status"], s["error"]) for s in manifest["shards"]}
+    assert errors == {
+        "annexed.parquet": ("failed", f"FileNotFoundError: {inp / 'annexed.parquet'}: a symbolic link to "
+                                      f"{str(tmp_path / 'not-fetched')!r}, which does not exist"),
+        "pipe.parquet": ("failed", f"OSError: {inp / 'pipe.parquet'}: a FIFO, not a regular file (not read)")}

@@ -5,6 +5,7 @@ what is wrong, exit 2, no traceback, and nothing written in place of an index: n
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -61,6 +62,12 @@ def _corpus(tmp_path, case: str) -> tuple[str, list[str]]:
         pq.write_table(passages(3, 6), second)  # d3..d8: d3 is in p0 too
     elif case == "not_parquet":
         second.write_bytes(b"doc_id,text\na,b\n")
+    elif case == "fifo":  # a read would wait for a writer for ever
+        second.unlink()
+        os.mkfifo(second)
+    elif case == "link_to_nothing":  # an unfetched git-annex or DVC file
+        second.unlink()
+        second.symlink_to(tmp_path / "not-fetched")
     elif case == "bad_utf8":  # found by the check's streamed read of the shard (so is a null vector)
         pq.write_table(pa.table({"doc_id": ["u0", "u1"], "title": ["t", "t"], "text": _BAD_UTF8}), second)
     elif case in ("wrong_width", "not_fixed_size", "null_vector"):
@@ -86,6 +93,8 @@ CASES = {
                      "missing (the first shard has it: string)",
     "duplicate_across": "p1.parquet: column 'doc_id': duplicate doc_id 'd3' (row 0; also {root}/p0.parquet row 3)",
     "not_parquet": "p1.parquet: not a Parquet file",
+    "fifo": "p1.parquet: not a Parquet file (",  # ... a FIFO, not a regular file (not read))
+    "link_to_nothing": "p1.parquet: a symbolic link to '{tmp}/not-fetched', which does not exist",
     "bad_utf8": "p1.parquet: column 'text': row 1: not valid UTF-8",
     "wrong_width": f"p0.parquet: column 'emb': vectors of width {DIM + 3}; the embedding model makes {DIM}",
     "not_fixed_size": "p0.parquet: column 'emb': got list<",  # then: embeddings need a fixed_size_list of floats
@@ -100,7 +109,8 @@ CASES = {
 def test_bad_input_is_one_line_and_writes_no_index(tmp_path, case):
     corpus, flags = _corpus(tmp_path, case)
     line = _one_error_line(_build("--corpus", corpus, "-o", str(tmp_path / "index"), *flags))
-    assert CASES[case].format(root=corpus) in line, line
+    assert CASES[case].format(root=corpus, tmp=tmp_path) in line, line
+    assert case != "fifo" or "a FIFO" in line, line
     assert not (tmp_path / "index" / "meta.json").exists()
     assert not (tmp_path / "index").exists()  # refused by the checks before anything is embedded or created
 

@@ -197,15 +197,23 @@ def execution_from_flags(task_runner: str, ray_address: str | None, stages: str)
 
 
 def fail(e: Exception, code: int) -> None:
-    """Print ``error: <e>`` on stderr (one line per line of the message) and exit ``code``.
+    """Print ``error: <e>`` on stderr (one line per line of the message; control characters
+    inside a value of the command's parameters that the message repeats are escaped, :func:`console.one_line`)
+    and exit ``code``.
 
     Raises:
         typer.Exit: always, with ``code``."""
     from rich.text import Text
 
-    from .console import err_console
+    from .console import err_console, one_line
 
-    err_console.print(Text("error:", style="red"), Text(str(e)), soft_wrap=True)
+    import click
+
+    message, ctx = str(e), click.get_current_context(silent=True)
+    for value in (ctx.params.values() if ctx is not None else ()):  # a path given with a newline in it
+        if isinstance(value, str):  # stays on its error line
+            message = one_line(message, only=value)
+    err_console.print(Text("error:", style="red"), Text(message), soft_wrap=True)
     raise typer.Exit(code)
 
 

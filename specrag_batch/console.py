@@ -3,6 +3,7 @@ run summary table printed after ``run``, ``nightly``, ``backfill`` and ``claims`
 
 from __future__ import annotations
 
+import re
 import sys
 
 from rich.console import Console
@@ -149,5 +150,21 @@ def print_summary(m: dict) -> None:
     for s in failed:
         rows = ("rows unknown: not readable as Parquet" if s.get("rows_in") is None
                 else f"{s['rows_in']} rows, none written")
-        console.print(Text("shard failed", style="red"), Text(f"{s['input']} ({rows}): {s['error']}"),
+        console.print(Text("shard failed", style="red"), Text(one_line(f"{s['input']} ({rows}): {s['error']}")),
                       soft_wrap=True)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str, only: str | None = None) -> str:
+    """``text`` with its control characters (newline, carriage return, tab, escape, C1, the
+    Unicode line and paragraph separators) written as Python escapes (``\\n``, ``\\x1b``), so a
+    path or key holding one stays on its line and cannot move the terminal's cursor. ``only``:
+    escape them only inside the occurrences of that string (a message's own line breaks kept)."""
+    def esc(t: str) -> str:
+        return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), t)
+
+    if only is None:
+        return esc(text)
+    return text.replace(only, esc(only)) if only and _CONTROL.search(only) else text

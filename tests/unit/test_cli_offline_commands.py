@@ -214,3 +214,14 @@ def test_index_build_refuses_an_output_that_is_a_file_before_embedding(tmp_path,
     (tmp_path / "index").write_text("a file")
     result = _invoke("index", "build", "--corpus", str(tmp_path / "corpus.parquet"), "-o", str(tmp_path / "index"))
     assert result.exit_code == 2 and f"{tmp_path / 'index'}: a file" in result.output, result.output
+
+
+def test_a_path_with_a_newline_stays_on_its_error_line(tmp_path):
+    """Trial finding: ``report 'out<newline>'`` printed its error over two lines; the path is
+    escaped where the message repeats it, and the message is one line."""
+    missing = str(tmp_path / "gone\n")
+    for args in (("report", missing), ("calibrate", missing, "--target-accuracy", "0.5",
+                                        "--out", str(tmp_path / "t.yaml"))):
+        result = _invoke(*args)
+        assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+        assert str(tmp_path / "gone") + "\\n" in result.output, result.output

@@ -19,6 +19,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
+from prefect.utilities import engine as prefect_engine
 
 from . import resume, storage
 from .config import RunConfig, load_config
@@ -32,6 +33,9 @@ from .manifest import build_manifest, computed_part, count_failed_rows, new_run_
 from .planning import check_foreign_outputs, check_layout, plan_run, plan_shards, require_shards
 from .shard import ShardJob, ShardResult, draft_shard, process_shard, verify_shard
 from .storage_tasks import PrefectIO, list_shards
+from .stopping import hook_prefect_sigterm
+
+hook_prefect_sigterm(prefect_engine)  # a stop's watchdog starts when SIGTERM reaches Prefect's handler
 
 install_log_filter()  # run logs (console and Prefect API) never carry a URL password or token
 IO = PrefectIO()

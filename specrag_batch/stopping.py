@@ -22,7 +22,8 @@ returns or raises with :func:`requested` true):
 1. The first SIGTERM or SIGINT sets :data:`STOP` and raises :class:`StopRequested` in the main
    thread (a ``KeyboardInterrupt``: Prefect records the flow run ``Crashed``, "aborted by an
    interrupt signal"). Under a flow run SIGTERM first goes through Prefect's handler, which
-   hands it on to this one.
+   hands it on to this one once it has recorded the crash; :func:`hook_prefect_sigterm` sets
+   :data:`STOP` and starts the watchdog as soon as it arrives there.
 2. The flow's task runner (:class:`~specrag_batch.execution.StoppableThreadPoolTaskRunner`)
    cancels the shard tasks not started (Prefect's cancel events and queued futures) and does
    not wait for the one in flight.
@@ -131,6 +132,9 @@ def _watchdog() -> None:
     exit_stopped()
 
 
+_installed = [False]
+
+
 def install() -> None:
     """Handle SIGTERM and SIGINT as described in the module docstring. Call from the main
     thread before the command runs (Python only runs signal handlers there).
@@ -139,6 +143,33 @@ def install() -> None:
         ValueError: not called from the main thread (``signal.signal``)."""
     for s in EXIT_CODES:
         signal.signal(s, _on_signal)
+    _installed[0] = True
+
+
+def hook_prefect_sigterm(prefect_engine) -> None:
+    """Start the stop's watchdog when SIGTERM reaches Prefect's own handler during a flow run
+    (``prefect.utilities.engine._prefect_sigterm_handler``, which raises ``TerminationSignal``
+    and hands the signal on to :func:`_on_signal` only after recording the crash): a SIGTERM
+    sent to the whole process group (``timeout``, systemd's ``KillMode=control-group``) has
+    also ended Prefect's ephemeral API server, and Prefect's client would retry recording the
+    crash for minutes. Only in a process that called :func:`install` (the CLI); a Prefect
+    worker's flow run keeps Prefect's handling. Idempotent.
+
+    Args:
+        prefect_engine: the module ``prefect.utilities.engine`` (its handler is replaced
+            before any flow run installs it)."""
+    original = prefect_engine._prefect_sigterm_handler
+    if getattr(original, "_specrag_hooked", False):
+        return
+
+    def handler(signum: int, *args: object):
+        if _installed[0] and not STOP.is_set():
+            STOP.set()  # as _on_signal: the shard in flight writes nothing from now on
+            threading.Thread(target=_watchdog, name="specrag-stop-watchdog", daemon=True).start()
+        return original(signum, *args)
+
+    handler._specrag_hooked = True
+    prefect_engine._prefect_sigterm_handler = handler
 
 
 def requested() -> bool:

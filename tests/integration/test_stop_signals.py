@@ -4,6 +4,9 @@ the process ends promptly with 143 / 130, the shards finished before the signal 
 markers, the shard in flight gets none, no process of the run is left behind (Prefect's
 ephemeral API server), and running the same command again computes the rest, every input row
 exactly once, without recomputing the finished shards (docs/operations.md, "Stopping a run").
+SIGTERM to the whole group (``timeout``, systemd) is tried on ``claims`` (its flow runs
+``run``'s as a subflow); the slow stop it caused with the real engine (Prefect retrying to record
+the crash against its API server, ended by the same signal) is tests/engine/test_stop_group_sigterm.py.
 
 A real ``specrag-batch`` process (the CLI, Prefect's flow and task runner, storage, resume) with
 tests/fakes.py's FakeEngine in place of vLLM (tests/fake_engine_cli.py), each engine call taking
@@ -39,8 +42,8 @@ STOP_BOUND_SECONDS = 60
 (minutes with a real model); the stop itself takes a few seconds here."""
 
 
-def cli(inp, out, *extra) -> list[str]:
-    return [sys.executable, "-m", "tests.fake_engine_cli", "run", "-i", inp, "-o", out, "-c", CONFIG, *extra]
+def cli(inp, out, *extra, command: str = "run") -> list[str]:
+    return [sys.executable, "-m", "tests.fake_engine_cli", command, "-i", inp, "-o", out, "-c", CONFIG, *extra]
 
 
 def markers(out: str) -> dict[str, dict]:
@@ -60,9 +63,11 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("sig, to_group, code", [(signal.SIGTERM, False, 143), (signal.SIGINT, True, 130)],
-                         ids=["SIGTERM-to-process", "SIGINT-to-group"])
-def test_a_signal_stops_the_run_promptly_and_the_next_run_resumes(tmp_path, sig, to_group, code):
+@pytest.mark.parametrize("sig, to_group, code, command", [(signal.SIGTERM, False, 143, "run"),
+                                                          (signal.SIGINT, True, 130, "run"),
+                                                          (signal.SIGTERM, True, 143, "claims")],
+                         ids=["SIGTERM-to-process", "SIGINT-to-group", "SIGTERM-to-group-claims"])
+def test_a_signal_stops_the_run_promptly_and_the_next_run_resumes(tmp_path, sig, to_group, code, command):
     inp, out = str(tmp_path / "in"), str(tmp_path / "out")
     shards = {f"s{i}.parquet": sample_rows("climate_fever", 2, skip=2 * i) for i in range(N_SHARDS)}
     for name, t in shards.items():
@@ -70,7 +75,7 @@ def test_a_signal_stops_the_run_promptly_and_the_next_run_resumes(tmp_path, sig,
     expected = sorted(q for t in shards.values() for q in t.column("query_id").to_pylist())
     env = {**subprocess_env(tmp_path), "SPECRAG_TEST_ENGINE_DELAY": "4"}
     log = open(tmp_path / "first-run.log", "wb")
-    p = subprocess.Popen(cli(inp, out), env=env, cwd=ROOT, start_new_session=True, stdout=log, stderr=log)
+    p = subprocess.Popen(cli(inp, out, command=command), env=env, cwd=ROOT, start_new_session=True, stdout=log, stderr=log)
     try:
         deadline = time.time() + 600
         while time.time() < deadline and not markers(out) and p.poll() is None:
@@ -103,9 +108,10 @@ def test_a_signal_stops_the_run_promptly_and_the_next_run_resumes(tmp_path, sig,
         assert storage.read_parquet(m["output"]).num_rows == m["result"]["rows_out"] == 2
 
     env["SPECRAG_TEST_ENGINE_DELAY"] = "0"
-    r = subprocess.run(cli(inp, out, "--json"), env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(cli(inp, out, command=command), env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    manifest = json.loads(r.stdout[r.stdout.index("{"):])
+    manifest = json.loads(storage.read_bytes(storage.join(out, "_manifest.json")))
     assert manifest["resumed_shards"] == len(done_at_signal) and manifest["failed_shards"] == 0
     rows = [row for f in sorted(storage.list_files(out)) if f.endswith(".parquet")
             for row in storage.read_parquet(f).to_pylist()]

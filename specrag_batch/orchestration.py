@@ -27,6 +27,7 @@ from .engine_usage import EngineUsage, merge_dtypes
 from .engines import check_cpu_env, loaded_engines, usage_now, used_dtypes
 from .lazy_engine import LazyEngine, loaded_since
 from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
+from .index.search import check_index
 from .models import check_config_models
 from .redaction import install_log_filter
 from .manifest import build_manifest, computed_part, count_failed_rows, new_run_id, write_manifest
@@ -36,7 +37,6 @@ from .storage_tasks import PrefectIO, list_shards
 from .stopping import hook_prefect_sigterm
 
 hook_prefect_sigterm(prefect_engine)  # a stop's watchdog starts when SIGTERM reaches Prefect's handler
-
 install_log_filter()  # run logs (console and Prefect API) never carry a URL password or token
 IO = PrefectIO()
 
@@ -260,6 +260,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     check_layout(input_uri, output_uri, shards)
     check_foreign_outputs(input_uri, output_uri, shards)
     check_config_models(cfg)  # before anything is written or loaded: a bad name writes nothing
+    check_index(cfg.retrieval, load=not ex.distributed)  # a bad index: one error, before the engines
     key = resume.claim_output(output_uri, input_uri, cfg.config_hash(), cfg.model_dump(mode="json"),
                               run_id, overwrite)
     resume.remove_stale_temporaries(output_uri)
@@ -386,12 +387,13 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
         run.InputLayoutError: output inside input, two shards sharing an output name, or an
             output prefix without a run key already holding a shard's output file
             (:func:`run.check_foreign_outputs`) (these, like a missing input, are refused
-            before the flow starts: one clear line)."""
+            before the flow starts: one clear line).
+        IndexFormatError: a missing or damaged ``retrieval.index`` (:func:`index.search.check_index`)."""
     config = flow_config(config)
-    # a conflicting output is refused before the flow starts (the flow checks again, for
-    # callers that start it directly): a clean error, no failed flow run with a traceback
+    # refused before the flow starts (the flow checks again, for callers that start it directly)
     cfg = RunConfig.model_validate(config or {})
     check_config_models(cfg)
+    check_index(cfg.retrieval, load=not ExecutionConfig.coerce(execution).distributed)
     check_cpu_env()
     resume.check_output(storage.normalize_uri(output_uri), storage.normalize_uri(input_uri),
                         cfg.config_hash(), overwrite, cfg.model_dump(mode="json"))

@@ -214,3 +214,43 @@ def retriever_for(retrieval) -> _Base:
     (:class:`~specrag_batch.config.sections.RetrievalConfig`) asks for (``index`` must be set)."""
     return get_retriever(retrieval.index, retrieval.method, nprobe=retrieval.nprobe, ef_search=retrieval.ef_search,
                          rrf_k=retrieval.rrf_k, candidates=retrieval.hybrid_candidates)
+
+
+def check_index(retrieval, *, load: bool = True) -> None:
+    """Open the run's index (``retrieval.index``) before any engine loads, so that a missing or
+    damaged index is one error naming it rather than every shard failing after the models
+    start: its ``meta.json``, its passage store, the parts ``retrieval.method`` searches, and a
+    dense index holding one vector per passage. ``load``: load the FAISS and BM25 parts (kept
+    for the run's shards in this process, :func:`open_index`); False (shards searched in other
+    processes, e.g. on Ray) only checks that their files are there.
+
+    No index configured: nothing to check.
+
+    Raises:
+        IndexFormatError: naming the index and what is wrong (a file missing or not readable,
+            a vector count that differs from the passage count), saying to rebuild it."""
+    uri = retrieval.index
+    if not uri:
+        return
+    try:
+        retriever = retriever_for(retrieval)  # meta.json and the passages; bm25/hybrid: a BM25 part exists
+        index, passages = retriever.index, len(retriever.index.store)
+        if not load:
+            if not index.legacy:
+                for part in (DENSE_FILE, *((BM25_DIR,) if retrieval.method != "dense" else ())):
+                    if not (index.local / part).exists():
+                        raise FileNotFoundError(f"{index.local / part} is missing")
+            return
+        vectors = index.dense().ntotal
+        if retrieval.method != "dense":
+            index.bm25()
+    except IndexFormatError:
+        raise
+    except Exception as e:  # noqa: BLE001 - FAISS (RuntimeError), Arrow, OSError, bm25s: all mean a damaged index
+        open_index.cache_clear()  # nothing half-opened is kept for the shards
+        raise IndexFormatError(f"index {uri}: cannot be opened ({type(e).__name__}: {e}); rebuild it with "
+                               "`specrag-batch index build`") from None
+    if vectors != passages:
+        open_index.cache_clear()
+        raise IndexFormatError(f"index {uri}: its dense index holds {vectors} vectors for {passages} passages (parts "
+                               "of two builds?); rebuild it with `specrag-batch index build`")

@@ -136,3 +136,55 @@ def test_a_missing_corpus_and_an_empty_prefix(tmp_path):
     (tmp_path / "empty" / "notes.txt").write_text("x")
     line = _one_error_line(_build("--corpus", str(tmp_path / "empty"), "-o", str(tmp_path / "index")))
     assert f"{tmp_path / 'empty'}: no .parquet file under this prefix" in line
+
+
+@pytest.mark.parametrize("damage", ["passages_truncated", "dense_missing", "dense_truncated", "meta_empty",
+                                    "dense_of_another_build", "bm25_missing", "no_index"])
+@pytest.mark.parametrize("load", [True, False])
+def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_path, damage, load):
+    """Trial finding: ``run --index`` over a missing or damaged index loaded the engines, then
+    failed every shard with a raw FAISS/Arrow error that named the input shard (a truncated
+    passages.arrow: "Not an Arrow file"), and a dense index of another build answered from the
+    wrong passages with exit 0. :func:`check_index` (run before the engines load) names the
+    index; ``load=False`` (shards on Ray) checks files only."""
+    import json as json_module
+    import shutil
+
+    from specrag_batch.config import RunConfig
+    from specrag_batch.index import IndexFormatError
+    from specrag_batch.index.search import check_index
+
+    def build(name, sizes):
+        assert _build("--corpus", str(write_shards(tmp_path / f"corpus-{name}", sizes)), "-o",
+                      str(tmp_path / name)).exit_code == 0
+        meta = json_module.loads((tmp_path / name / "meta.json").read_text())
+        return tmp_path / name / meta["data"]
+
+    data = build("index", [6, 6])
+    retrieval = RunConfig(retrieval={"index": str(tmp_path / "index"), "method": "hybrid"}).retrieval
+    check_index(retrieval, load=load)  # the intact index passes
+    open_index.cache_clear()
+    if damage == "passages_truncated":
+        (data / "passages.arrow").write_bytes((data / "passages.arrow").read_bytes()[:100])
+    elif damage == "dense_missing":
+        (data / "dense.faiss").unlink()
+    elif damage == "dense_truncated":
+        (data / "dense.faiss").write_bytes((data / "dense.faiss").read_bytes()[:50])
+    elif damage == "meta_empty":
+        (tmp_path / "index" / "meta.json").write_text("{}")
+    elif damage == "dense_of_another_build":
+        shutil.copy(build("other", [3]) / "dense.faiss", data / "dense.faiss")
+    elif damage == "bm25_missing":
+        shutil.rmtree(data / "bm25")
+    else:
+        retrieval = RunConfig(retrieval={"index": str(tmp_path / "none"), "method": "hybrid"}).retrieval
+    if not load and damage in ("dense_truncated", "dense_of_another_build"):
+        check_index(retrieval, load=False)  # files present: only loading them finds this
+        return
+    with pytest.raises(IndexFormatError) as refused:
+        check_index(retrieval, load=load)
+    message = str(refused.value)
+    assert (str(tmp_path / "none") if damage == "no_index" else f"index {tmp_path / 'index'}") in message, message
+    assert "rebuild" in message or "build one" in message, message
+    if damage == "dense_of_another_build":
+        assert "holds 3 vectors for 12 passages" in message, message

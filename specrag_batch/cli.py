@@ -204,7 +204,8 @@ def _drift_cell(d: dict | None) -> str:
 def claims(
     input: str = typer.Option(..., "--input", "-i", help="Input URI of claim shards (Parquet)."),
     output: str = typer.Option(..., "--output", "-o", help="Output URI prefix."),
-    labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated label set "
+    labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated label set, no quoting: "
+                                         "at least two, distinct ignoring case, each at most 64 characters "
                                          "(default: claim_labels of the config)."),
     config_path: str | None = None,
     overwrite: bool = False,
@@ -224,15 +225,17 @@ def claims(
     from .models import check_config_models
     from .scheduled.claim_verification import claim_verification_flow
 
-    label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
+    label_list = [x.strip() for x in labels.split(",")] if labels is not None else None  # "A,,B": refused
     with exit_codes(_fail):
+        if labels is not None and not labels.strip():  # an unset shell variable: not "the config's labels"
+            raise ValueError("--labels: empty; give comma-separated labels (SUPPORTS,REFUTES) or leave the flag out")
         try:  # labels, config and models checked before the flow starts: no failed flow run first
             cfg = note_sources(load_config(config_path, {"claim_labels": label_list}),
                                {"claim_labels": label_list}, {"claim_labels": "--labels"})
         except ValidationError as e:
             err = e.errors()[0]
             if label_list and err["loc"] and err["loc"][0] == "claim_labels":
-                raise typer.BadParameter(str(err["msg"]), param_hint="--labels") from None
+                raise ValueError(f"--labels: {err['msg']}".replace("Value error, ", "")) from None
             raise explain_config_error(e, config_path, {"claim_labels": label_list},
                                        {"claim_labels": "--labels"}) from None
         check_config_models(cfg)

@@ -16,6 +16,9 @@ from .identity import hashed_view
 from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
                        RetrievalConfig, SamplingConfig, SelectionConfig, VerifierConfig, _Strict)
 
+MAX_LABEL_CHARS = 64
+"""Longest claim label (characters): a label is a short answer the drafter writes (SUPPORTS)."""
+
 
 class RunConfig(_Strict):
     """Full configuration of one batch run. Hash = identity of a run's results."""
@@ -59,7 +62,7 @@ class RunConfig(_Strict):
         None, description="fixed task for every row (e.g. 'claim' for bulk claim "
         "verification): the input's `task` column becomes optional and a row naming another "
         "task gets a row error; None = per-row `task` column")
-    claim_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_CLAIM_LABELS))
+    claim_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_CLAIM_LABELS))  # ≤ MAX_LABEL_CHARS each
     reflection_question: str = Field(REFLECTION_QUESTION, min_length=1)
     drift: DriftConfig = Field(default_factory=DriftConfig, description="night-over-night comparison "
                                "of the nightly and backfill flows; not in the config hash")
@@ -78,10 +81,23 @@ class RunConfig(_Strict):
     @field_validator("claim_labels")
     @classmethod
     def _labels(cls, v: list[str]) -> list[str]:
+        """Raises ValueError: an empty label, one over :data:`MAX_LABEL_CHARS` or holding a
+        control character (a newline), two labels equal but for case, fewer than two labels."""
         v = [x.strip() for x in v]
         if any(not x for x in v):
             raise ValueError("claim_labels must not contain empty labels")
-        if len(v) < 2 or len({x.strip().lower() for x in v}) != len(v):
+        for x in v:
+            if len(x) > MAX_LABEL_CHARS:
+                raise ValueError(f"a label of {len(x)} characters ({x[:30]!r}...); a label is a short answer the "
+                                 f"drafter writes, at most {MAX_LABEL_CHARS} characters")
+            if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in x):
+                raise ValueError(f"the label {x!r} holds a control character (a newline?)")
+        seen: dict[str, str] = {}
+        for x in v:
+            if x.lower() in seen:
+                raise ValueError(f"{seen[x.lower()]!r} and {x!r} are one label (labels are compared ignoring case)")
+            seen[x.lower()] = x
+        if len(v) < 2:
             raise ValueError("claim_labels needs at least two distinct labels")
         return v
 

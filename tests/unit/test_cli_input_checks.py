@@ -150,3 +150,25 @@ def test_an_output_that_is_a_file_is_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     assert "is a file; give a directory or prefix" in result.output and "Traceback" not in result.output
     assert (tmp_path / "outfile").read_text() == "file"
+
+
+@pytest.mark.parametrize("labels, line", [
+    ("A", "error: --labels: claim_labels needs at least two distinct labels"),
+    ("", "error: --labels: empty; give comma-separated labels"),
+    ("A,,B", "error: --labels: claim_labels must not contain empty labels"),
+    ("SUPPORTS,supports", "error: --labels: 'SUPPORTS' and 'supports' are one label (labels are compared ignoring case)"),
+    ("A," + "x" * 100_000, "error: --labels: a label of 100000 characters"),
+    ("A,B\nC", "error: --labels: the label 'B\\nC' holds a control character"),
+])
+def test_claims_labels_that_cannot_work_get_one_line(tmp_path, monkeypatch, labels, line):
+    """Trial findings: "" fell back to the config's labels, "A,,B" dropped the empty one, a
+    100,000-character label ran and failed every row as a prompt too long, a newline split the
+    summary; "A" printed a usage block where "," printed one line. Each is now one line, exit 2,
+    before the flow starts."""
+    from specrag_batch.scheduled import claim_verification
+
+    monkeypatch.setattr(claim_verification, "claim_verification_flow",
+                        lambda *a, **k: pytest.fail("the flow started"))
+    result = CliRunner().invoke(app, ["claims", "-i", str(tmp_path), "-o", str(tmp_path / "o"), "--labels", labels])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith(line), result.output

@@ -125,7 +125,7 @@ def nightly(
     date: Optional[str] = typer.Option(None, "--date", help="Partition YYYY-MM-DD (default: "
                                        "today in --timezone minus --lag-days)."),
     timezone: str = typer.Option("UTC", "--timezone", help="IANA timezone of the schedule."),
-    lag_days: int = typer.Option(1, "--lag-days", min=0, help="1 = yesterday's partition."),
+    lag_days: int = typer.Option(1, "--lag-days", min=0, max=36_500, help="1 = yesterday's partition."),
     config_path: str | None = None,
     overwrite: bool = False,
     execution=None,

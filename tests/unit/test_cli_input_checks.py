@@ -172,3 +172,10 @@ def test_claims_labels_that_cannot_work_get_one_line(tmp_path, monkeypatch, labe
     result = CliRunner().invoke(app, ["claims", "-i", str(tmp_path), "-o", str(tmp_path / "o"), "--labels", labels])
     assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
     assert result.output.startswith(line), result.output
+
+
+def test_nightly_lag_days_beyond_any_date_is_a_usage_error(tmp_path):
+    """Trial finding: --lag-days 999999999 ended in an OverflowError traceback, exit 1."""
+    result = CliRunner().invoke(app, ["nightly", "--input-root", str(tmp_path), "--output-root", str(tmp_path / "o"),
+                                      "--lag-days", "999999999"])
+    assert result.exit_code == 2 and "--lag-days" in result.output and "Traceback" not in result.output, result.output

@@ -21,32 +21,12 @@ from .schema import check_query_ids, check_schema, validate_table
 
 
 def plan_shards(input_uri: str) -> tuple[list[str], list[dict]]:
-    """(Parquet shard URIs, skipped files with reasons). Files whose name starts with ``.`` or
-    ``_`` (``_SUCCESS``, ``.crc``) are skipped silently as file-system metadata; files inside a
-    ``.``/``_`` directory (e.g. Spark's ``_temporary/`` while a writer is still running) and
-    non-Parquet files are reported as skipped, as are S3 keys holding ``?versionId=`` (s3fs
-    would read them as a version of another key). Listed paths are used as they are, never
-    re-parsed (:func:`storage.split_uri`).
+    """(Parquet shard URIs, skipped files with reasons) under ``input_uri``: the rules of
+    :func:`storage.parquet_files`, which ``index build`` lists its corpus by too.
 
     Raises:
         FileNotFoundError: nothing exists at ``input_uri`` (:func:`storage.list_files`)."""
-    shards, skipped = [], []
-    base = input_uri.rstrip("/")
-    for f in storage.list_files(input_uri):
-        name = f.rstrip("/").rsplit("/", 1)[-1]
-        if name.startswith((".", "_")):
-            continue
-        rel = f[len(base):].lstrip("/") if f.startswith(base + "/") else name
-        if any(part.startswith((".", "_")) for part in rel.split("/")[:-1]):
-            skipped.append({"input": f, "reason": "inside a hidden or temporary directory (. or _)"})
-        elif storage.S3_VERSION_MARK in f and storage.split_uri(f)[0] in ("s3", "s3a"):
-            skipped.append({"input": f, "reason": f"key contains {storage.S3_VERSION_MARK!r}, which "
-                                                  "the S3 client reads as an object version"})
-        elif name.endswith(".parquet"):
-            shards.append(f)
-        else:
-            skipped.append({"input": f, "reason": "not a .parquet file"})
-    return shards, skipped
+    return storage.parquet_files(input_uri)
 
 
 class InputLayoutError(ValueError):

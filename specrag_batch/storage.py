@@ -373,3 +373,32 @@ def list_files(prefix: str) -> list[str]:
     found = fs.find(path, detail=True)
     files = sorted(name for name, info in found.items() if not _is_directory_marker({**info, "name": name}))
     return [proto + f if proto and not f.startswith(proto) else f for f in files]
+
+
+def parquet_files(prefix: str) -> tuple[list[str], list[dict]]:
+    """(Parquet file URIs, skipped files with reasons) under ``prefix``: files whose name starts
+    with ``.`` or ``_`` (``_SUCCESS``, ``.crc``) are left out silently as file-system metadata;
+    files inside a ``.``/``_`` directory (e.g. Spark's ``_temporary/`` while a writer is still
+    running) and non-Parquet files (a name not ending in ``.parquet``) are reported as skipped,
+    as are S3 keys holding ``?versionId=`` (s3fs would read them as a version of another key).
+    Listed paths are used as they are, never re-parsed (:func:`split_uri`).
+
+    Raises:
+        FileNotFoundError: nothing exists at ``prefix`` (:func:`list_files`)."""
+    shards, skipped = [], []
+    base = prefix.rstrip("/")
+    for f in list_files(prefix):
+        name = f.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith((".", "_")):
+            continue
+        rel = f[len(base):].lstrip("/") if f.startswith(base + "/") else name
+        if any(part.startswith((".", "_")) for part in rel.split("/")[:-1]):
+            skipped.append({"input": f, "reason": "inside a hidden or temporary directory (. or _)"})
+        elif S3_VERSION_MARK in f and split_uri(f)[0] in ("s3", "s3a"):
+            skipped.append({"input": f, "reason": f"key contains {S3_VERSION_MARK!r}, which "
+                                                  "the S3 client reads as an object version"})
+        elif name.endswith(".parquet"):
+            shards.append(f)
+        else:
+            skipped.append({"input": f, "reason": "not a .parquet file"})
+    return shards, skipped

@@ -11,6 +11,7 @@ corpus brings its own embeddings, a ``fixed_size_list`` column of floats named b
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -49,9 +50,11 @@ def _is_string(t: pa.DataType) -> bool:
 
 
 def list_corpus(corpus_uri: str) -> list[str]:
-    """The Parquet shards of a corpus: ``corpus_uri`` itself when it is a file, else every
-    ``.parquet`` file under the prefix, sorted (listed by :func:`storage.list_files`, each used
-    as listed, never parsed again as a URL or glob).
+    """The Parquet shards of a corpus: ``corpus_uri`` itself when it is a file, else the
+    ``.parquet`` files under the prefix, sorted, by the rules a run lists its input by
+    (:func:`storage.parquet_files`: ``.``/``_`` names and files inside ``.``/``_`` directories,
+    such as Spark's ``_temporary/``, are not shards; each skipped file is logged as a warning
+    with its reason); each used as listed, never parsed again as a URL or glob.
 
     Raises:
         FileNotFoundError: nothing at ``corpus_uri``.
@@ -61,7 +64,9 @@ def list_corpus(corpus_uri: str) -> list[str]:
         raise FileNotFoundError(f"corpus {corpus_uri!r} does not exist")
     if fs.isfile(path):
         return [corpus_uri]
-    shards = [u for u in storage.list_files(corpus_uri) if u.endswith(".parquet")]
+    shards, skipped = storage.parquet_files(corpus_uri)
+    for s in skipped:
+        logging.getLogger(__name__).warning("index build: skipping %s: %s", s["input"], s["reason"])
     if not shards:
         raise IndexBuildError(f"{corpus_uri}: no .parquet file under this prefix")
     return shards

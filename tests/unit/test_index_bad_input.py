@@ -188,3 +188,27 @@ def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_pat
     assert "rebuild" in message or "build one" in message, message
     if damage == "dense_of_another_build":
         assert "holds 3 vectors for 12 passages" in message, message
+
+
+def test_index_build_lists_its_corpus_as_a_run_lists_its_input(tmp_path, caplog):
+    """Trial finding: ``index build`` embedded ``.hidden.parquet``, ``_x.parquet`` and Spark's
+    ``_temporary/`` copies (which a run skips), so a writer's staging copy made the build refuse
+    a duplicate doc_id; an upper-case ``.PARQUET`` was left out without a word."""
+    import shutil
+
+    from specrag_batch.planning import plan_shards
+
+    corpus = write_shards(tmp_path / "corpus", [6, 6])
+    (corpus / "_temporary" / "0").mkdir(parents=True)
+    shutil.copy(corpus / "p0.parquet", corpus / "_temporary" / "0" / "p0.parquet")  # a writer's staging copy
+    shutil.copy(corpus / "p0.parquet", corpus / ".hidden.parquet")
+    shutil.copy(corpus / "p0.parquet", corpus / "UPPER.PARQUET")
+    with caplog.at_level("WARNING"):
+        result = _build("--corpus", str(corpus), "-o", str(tmp_path / "index"))
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "index" / "meta.json").read_text())
+    assert meta["documents"] == 12, meta
+    assert f"skipping {corpus / 'UPPER.PARQUET'}: not a .parquet file" in caplog.text
+    assert f"skipping {corpus / '_temporary' / '0' / 'p0.parquet'}" in caplog.text
+    shards = plan_shards(str(corpus))[0]  # what a run over the same prefix reads
+    assert len(shards) == 2 and not [s for s in shards if "_temporary" in s or "hidden" in s or "UPPER" in s]

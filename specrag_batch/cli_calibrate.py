@@ -72,8 +72,10 @@ def check_out(out: str) -> None:
     try:
         fs, key = storage.filesystem(out)
         bucket = key.split("/", 1)[0]
-        if proto in storage.S3_PROTOCOLS and not fs.exists(bucket):
-            raise ValueError(f"--out {name}: bucket {bucket!r} does not exist or cannot be reached")
+        try:
+            storage.require_bucket(out, f"--out {name}")
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
         if not key.strip("/") or (proto in storage.S3_PROTOCOLS and key.strip("/") == bucket) or fs.isdir(key):
             raise ValueError(f"--out {name}: is a bucket or directory; give a file name")
         if fs.isfile(key):

@@ -394,6 +394,7 @@ def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str
     cfg = RunConfig.model_validate(config or {})
     check_config_models(cfg)
     check_index(cfg.retrieval, load=not ExecutionConfig.coerce(execution).distributed)
+    storage.require_bucket(output_uri, "output")  # S3: "the specified bucket does not exist" named no bucket
     check_cpu_env()
     resume.check_output(storage.normalize_uri(output_uri), storage.normalize_uri(input_uri),
                         cfg.config_hash(), overwrite, cfg.model_dump(mode="json"))

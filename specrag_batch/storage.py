@@ -402,3 +402,15 @@ def parquet_files(prefix: str) -> tuple[list[str], list[dict]]:
         else:
             skipped.append({"input": f, "reason": "not a .parquet file"})
     return shards, skipped
+
+
+
+def require_bucket(uri: str, what: str) -> None:
+    """Refuse an S3 URI whose bucket is not there, naming the bucket and ``what`` the URI is
+    for (S3 says only "The specified bucket does not exist"); other URIs: nothing checked.
+
+    Raises:
+        FileNotFoundError: ``<what>: bucket '<name>' does not exist or cannot be reached``."""
+    proto, path = split_uri(uri)
+    if proto in S3_PROTOCOLS and not filesystem(uri)[0].exists(path.split("/", 1)[0]):
+        raise FileNotFoundError(f"{what}: bucket {path.split('/', 1)[0]!r} does not exist or cannot be reached")

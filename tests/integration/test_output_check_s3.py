@@ -27,3 +27,16 @@ def test_foreign_output_check_on_s3_with_odd_keys(s3_bucket):
         check_foreign_outputs(inp, out, shards)
     resume.mark_done(out, f"{out}/sub__c%20.parquet", "h", {}, "r", {"status": "ok"})
     check_foreign_outputs(inp, out, shards)
+
+
+def test_an_output_bucket_that_is_not_there_is_named_before_the_run(s3_bucket, tmp_path):
+    """Trial finding: ``run -o s3://no-such-bucket/out`` said only "The specified bucket does not
+    exist" (S3's words), not which bucket, nor that it is the output's."""
+    from specrag_batch import orchestration, storage
+
+    from ..conftest import sample_rows
+
+    storage.write_parquet_atomic(str(tmp_path / "in" / "a.parquet"), sample_rows("popqa", 1))
+    with pytest.raises(FileNotFoundError, match="output: bucket 'no-such-bucket' does not exist or cannot be reached"):
+        orchestration.run_batch(str(tmp_path / "in"), "s3://no-such-bucket/out")
+    storage.require_bucket(f"{s3_bucket}/out", "output")  # the fixture's bucket is there

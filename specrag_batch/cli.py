@@ -168,10 +168,11 @@ def backfill(
 ) -> None:
     """Backfill (flows/backfill.py): every date of --start..--end as its own resumable run."""
     from .scheduled.backfill import backfill_flow
-    from .scheduled.partitions import dates_between
+    from .scheduled.partitions import dates_between, require_directory
 
     with exit_codes(_fail):
         dates_between(start, end, names=("--start", "--end"))
+        require_directory(input_root, "--input-root")  # before the flow: no failed flow run's traceback
         _check_config(config_path)
         s = backfill_flow(input_root, output_root, start, end, max_concurrency,
                           config_path=config_path, execution=execution,

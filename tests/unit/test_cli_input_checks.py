@@ -179,3 +179,15 @@ def test_nightly_lag_days_beyond_any_date_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(app, ["nightly", "--input-root", str(tmp_path), "--output-root", str(tmp_path / "o"),
                                       "--lag-days", "999999999"])
     assert result.exit_code == 2 and "--lag-days" in result.output and "Traceback" not in result.output, result.output
+
+
+def test_backfill_over_a_missing_input_root_is_one_line_before_the_flow(tmp_path, monkeypatch):
+    """Trial finding: a traceback of the failed flow run came first, and the line named the
+    Python parameter 'input_root' (nightly names '--input-root')."""
+    from specrag_batch.scheduled import backfill
+
+    monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))
+    result = CliRunner().invoke(app, ["backfill", "--input-root", str(tmp_path / "nope"), "--output-root",
+                                      str(tmp_path / "o"), "--start", "2026-12-01", "--end", "2026-12-02"])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith(f"error: parameter '--input-root': '{tmp_path / 'nope'}' does not exist")

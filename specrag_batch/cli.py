@@ -214,7 +214,8 @@ def claims(
 ) -> None:
     """Bulk claim verification (flows/claim_verification.py); prints the label counts.
 
-    Every row is a claim (the task column may be absent), answered with one of the labels.
+    Every row is a claim (the task column may be absent; a row tagged qa or choice gets the row
+    error task_not_in_run), answered with one of the labels.
 
     Exit codes as `run`: 0 = every shard ok; 1 = a shard failed (its file is bad or
     computing it failed; the manifest is written); 2 = refused before any shard ran (bad

@@ -172,8 +172,8 @@ def backfill(
 
     with exit_codes(_fail):
         dates_between(start, end, names=("--start", "--end"))
-        require_directory(input_root, "--input-root")  # before the flow: no failed flow run's traceback
         _check_config(config_path)
+        require_directory(input_root, "--input-root")  # before the flow: no failed flow run's traceback
         s = backfill_flow(input_root, output_root, start, end, max_concurrency,
                           config_path=config_path, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)

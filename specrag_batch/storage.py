@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import stat
 import time
 import uuid
 
@@ -308,8 +309,8 @@ def name_too_long(uri: str) -> str | None:
 
 def check_regular_file(uri: str) -> None:
     """Refuse a local path that is listed but holds no file to read: a symbolic link to nothing
-    (an unfetched git-annex or DVC file) or a FIFO, socket or device, which a read would wait
-    on for ever. Object stores hold only objects: nothing is checked there.
+    (an unfetched git-annex or DVC file) or a FIFO, socket or device (a read would wait for
+    ever). Object stores hold only objects: nothing is checked there.
 
     Raises:
         FileNotFoundError: a symbolic link whose target does not exist, naming both.
@@ -317,8 +318,6 @@ def check_regular_file(uri: str) -> None:
     proto, path = split_uri(uri)
     if proto != "file":
         return
-    import stat
-
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -326,8 +325,7 @@ def check_regular_file(uri: str) -> None:
             raise FileNotFoundError(f"{uri}: a symbolic link to {os.readlink(path)!r}, which does not exist") from None
         raise
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
         raise OSError(f"{uri}: {kind}, not a regular file (not read)")
 
 
@@ -376,12 +374,10 @@ def list_files(prefix: str) -> list[str]:
 
 
 def parquet_files(prefix: str) -> tuple[list[str], list[dict]]:
-    """(Parquet file URIs, skipped files with reasons) under ``prefix``: files whose name starts
-    with ``.`` or ``_`` (``_SUCCESS``, ``.crc``) are left out silently as file-system metadata;
-    files inside a ``.``/``_`` directory (e.g. Spark's ``_temporary/`` while a writer is still
-    running) and non-Parquet files (a name not ending in ``.parquet``) are reported as skipped,
-    as are S3 keys holding ``?versionId=`` (s3fs would read them as a version of another key).
-    Listed paths are used as they are, never re-parsed (:func:`split_uri`).
+    """(Parquet file URIs, skipped files with reasons) under ``prefix``: ``.``/``_`` names
+    (``_SUCCESS``, ``.crc``) are left out silently; files inside a ``.``/``_`` directory (Spark's
+    ``_temporary/``), names not ending in ``.parquet`` and S3 keys holding ``?versionId=`` (read
+    by s3fs as a version of another key) are skipped. Paths are used as listed (:func:`split_uri`).
 
     Raises:
         FileNotFoundError: nothing exists at ``prefix`` (:func:`list_files`)."""
@@ -406,11 +402,19 @@ def parquet_files(prefix: str) -> tuple[list[str], list[dict]]:
 
 
 def require_bucket(uri: str, what: str) -> None:
-    """Refuse an S3 URI whose bucket is not there, naming the bucket and ``what`` the URI is
-    for (S3 says only "The specified bucket does not exist"); other URIs: nothing checked.
+    """Refuse an S3 URI whose bucket is not there (404 to ``HeadBucket``), naming the bucket and
+    ``what`` the URI is for; S3 says only "The specified bucket does not exist". Credentials that
+    may not probe the bucket (403: a policy granting a prefix) and other URIs pass.
 
     Raises:
-        FileNotFoundError: ``<what>: bucket '<name>' does not exist or cannot be reached``."""
+        FileNotFoundError: ``<what>: bucket '<name>' does not exist``."""
     proto, path = split_uri(uri)
-    if proto in S3_PROTOCOLS and not filesystem(uri)[0].exists(path.split("/", 1)[0]):
-        raise FileNotFoundError(f"{what}: bucket {path.split('/', 1)[0]!r} does not exist or cannot be reached")
+    bucket = path.split("/", 1)[0]
+    if proto not in S3_PROTOCOLS:
+        return
+    try:
+        filesystem(uri)[0].call_s3("head_bucket", Bucket=bucket)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what}: bucket {bucket!r} does not exist") from None
+    except Exception:  # noqa: BLE001 - not allowed to probe, or no answer: not a refusal
+        return

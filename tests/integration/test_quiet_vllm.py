@@ -49,6 +49,10 @@ def test_every_engine_start_is_demoted_and_the_drafter_data_teacher_is_such_an_e
         else:
             monkeypatch.delenv(k, raising=False)
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM))
+    # engines.get_engine also imports vllm.lora.request: a stand-in, so the test does not depend on
+    # an earlier test having imported the real one (it failed when run alone)
+    monkeypatch.setitem(sys.modules, "vllm.lora", types.SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", types.SimpleNamespace(LoRARequest=object))
     monkeypatch.setattr(engines, "_ENGINES", {})
     for name in {n for n, _ in quiet.BENIGN_VLLM}:  # as in a fresh process: no filter installed yet
         logging.getLogger(name).filters[:] = [f for f in logging.getLogger(name).filters

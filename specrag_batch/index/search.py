@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from .. import storage
 from ..embeddings import embed
 from ..records import Document
+from ..redaction import redact_text
 from . import dense as dense_mod
 from .bm25 import BM25Index
 from .layout import (BM25_DIR, DENSE_FILE, LEGACY_FILES, PASSAGES_FILE, IndexFormatError, is_legacy,
@@ -244,13 +245,13 @@ def check_index(retrieval, *, load: bool = True) -> None:
         vectors = index.dense().ntotal
         if retrieval.method != "dense":
             index.bm25()
-    except IndexFormatError:
-        raise
+    except IndexFormatError as e:
+        raise IndexFormatError(redact_text(str(e))) from None  # a URL's password never in the message
     except Exception as e:  # noqa: BLE001 - FAISS (RuntimeError), Arrow, OSError, bm25s: all mean a damaged index
         open_index.cache_clear()  # nothing half-opened is kept for the shards
-        raise IndexFormatError(f"index {uri}: cannot be opened ({type(e).__name__}: {e}); rebuild it with "
-                               "`specrag-batch index build`") from None
+        raise IndexFormatError(redact_text(f"index {uri}: cannot be opened ({type(e).__name__}: {e}); rebuild "
+                                           "it with `specrag-batch index build`")) from None
     if vectors != passages:
         open_index.cache_clear()
-        raise IndexFormatError(f"index {uri}: its dense index holds {vectors} vectors for {passages} passages (parts "
+        raise IndexFormatError(f"index {redact_text(uri)}: its dense index holds {vectors} vectors for {passages} passages (parts "
                                "of two builds?); rebuild it with `specrag-batch index build`")

@@ -47,8 +47,17 @@ def test_secrets_never_reach_the_output_bucket_or_the_logs(prefect_harness, s3_b
                  "shard_resources": {"num_cpus": 1, "runtime_env": {"env_vars": env_vars}}}
     inp, out = f"{s3_bucket}/in", f"{s3_bucket}/out"
     write_inputs(inp, {"a.parquet": sample_rows("popqa", 1)})
-    index = f"sftp://svc:{secrets['index']}@index-host/idx"  # never opened: every row has documents
+    index = f"sftp://svc:{secrets['index']}@index-host/idx"  # no SFTP server here: every row has documents
     cfg = small_config(**{"sampling.num_drafts": 2, "retrieval.index": index})
+    from specrag_batch import orchestration
+    from specrag_batch.index import IndexFormatError
+    from specrag_batch.index.search import check_index
+
+    with pytest.raises(IndexFormatError) as refused:  # the check a run makes of its index first
+        check_index(cfg.retrieval)
+    assert secrets["index"] not in str(refused.value) and "index-host/idx" in str(refused.value)
+    # a stand-in (named): the run's own index check would refuse this unreachable index
+    monkeypatch.setattr(orchestration, "check_index", lambda retrieval, load: None)
     m = run_flow(inp, out, cfg.model_dump(mode="json"), execution=execution)
     assert m["failed_shards"] == 0 and m["rows_out"] == 1
 

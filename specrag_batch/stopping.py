@@ -106,9 +106,14 @@ def _on_signal(signum: int, frame) -> None:
         os.kill(os.getpid(), signum)
         return
     _received.append(signum)
+    _begin_stop()
+    raise StopRequested(signum)
+
+
+def _begin_stop() -> None:
+    """Set :data:`STOP` (the shard in flight writes nothing from now on) and start the watchdog."""
     STOP.set()
     threading.Thread(target=_watchdog, name="specrag-stop-watchdog", daemon=True).start()
-    raise StopRequested(signum)
 
 
 def _ephemeral_server_gone() -> bool:
@@ -164,8 +169,7 @@ def hook_prefect_sigterm(prefect_engine) -> None:
 
     def handler(signum: int, *args: object):
         if _installed[0] and not STOP.is_set():
-            STOP.set()  # as _on_signal: the shard in flight writes nothing from now on
-            threading.Thread(target=_watchdog, name="specrag-stop-watchdog", daemon=True).start()
+            _begin_stop()
         return original(signum, *args)
 
     handler._specrag_hooked = True

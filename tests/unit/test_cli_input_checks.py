@@ -156,7 +156,11 @@ def test_an_output_that_is_a_file_is_one_line(tmp_path):
     ("A", "error: --labels: claim_labels needs at least two distinct labels"),
     ("", "error: --labels: empty; give comma-separated labels"),
     ("A,,B", "error: --labels: claim_labels must not contain empty labels"),
-    ("SUPPORTS,supports", "error: --labels: 'SUPPORTS' and 'supports' are one label (labels are compared ignoring case)"),
+    ("SUPPORTS,supports", "error: --labels: 'SUPPORTS' and 'supports' are one label (labels are compared ignoring case, "
+                          "spaces, underscores and hyphens)"),
+    # issue 47 item 9: both were accepted as two labels, and a drafter's answer matched either
+    ("SUPPORTS,NOT ENOUGH INFO,NOT_ENOUGH_INFO", "error: --labels: 'NOT ENOUGH INFO' and 'NOT_ENOUGH_INFO' are one label"),
+    ("A,not-enough-info,Not Enough_Info", "error: --labels: 'not-enough-info' and 'Not Enough_Info' are one label"),
     ("A," + "x" * 100_000, "error: --labels: a label of 100000 characters"),
     ("A,B\nC", "error: --labels: the label 'B\\nC' holds a control character"),
 ])

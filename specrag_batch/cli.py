@@ -134,11 +134,12 @@ def nightly(
 
     Exit codes as `run`: 0 = every shard ok; 1 = a shard failed (listed in the partition's
     manifest; the other shards' outputs are kept); 2 = refused before the flow started (bad
-    date, timezone, flag, config or model, a missing root or partition, an output holding
-    another run without --overwrite); 143 / 130 = stopped by SIGTERM / SIGINT (finished
+    date, timezone, flag, config or model, a missing root or partition, an output partition
+    inside the input one or the reverse, an output holding another run without --overwrite); 143 / 130 = stopped by SIGTERM / SIGINT (finished
     shards kept; run it again to resume)."""
+    from .planning import check_layout
     from .scheduled.nightly import check_partition, nightly_flow
-    from .scheduled.partitions import check_timezone, parse_date, require_directory, scheduled_date
+    from .scheduled.partitions import check_timezone, parse_date, partition_uri, require_directory, scheduled_date
 
     with exit_codes(_fail):  # failed shards (RuntimeError): listed in the partition's manifest
         check_timezone(timezone, "--timezone")
@@ -146,7 +147,8 @@ def nightly(
         _check_config(config_path)
         # a missing root or partition: one error line before the flow starts (no flow-run traceback)
         require_directory(input_root, "--input-root")
-        check_partition(input_root, day)
+        # an output partition inside the input one (or the reverse): the flow's refusal, here
+        check_layout(check_partition(input_root, day), partition_uri(output_root, day), [])
         m = nightly_flow(input_root, output_root, day.isoformat(), lag_days, timezone,
                          config_path=config_path, execution=execution, overwrite=overwrite)
     print_summary(m)

@@ -185,6 +185,22 @@ def test_nightly_lag_days_beyond_any_date_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and "--lag-days" in result.output and "Traceback" not in result.output, result.output
 
 
+@pytest.mark.parametrize("out", ["q/date=2026-12-01/out", "q"])
+def test_nightly_output_inside_its_input_partition_is_one_line_before_the_flow(tmp_path, monkeypatch, out):
+    """Issue 47 item 9: the flow refused it, after Prefect printed the failed flow run's
+    traceback; now the one line, exit 2, before the flow starts."""
+    from specrag_batch.scheduled import nightly
+
+    monkeypatch.setattr(nightly, "nightly_flow", lambda *a, **k: pytest.fail("the flow started"))
+    part = tmp_path / "q" / "date=2026-12-01"
+    part.mkdir(parents=True)
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), part / "a.parquet")
+    result = CliRunner().invoke(app, ["nightly", "--input-root", str(tmp_path / "q"), "--output-root",
+                                      str(tmp_path / out), "--date", "2026-12-01"])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith("error: output ") and f"and input '{part}' overlap" in result.output
+
+
 def test_backfill_over_a_missing_input_root_is_one_line_before_the_flow(tmp_path, monkeypatch):
     """Trial finding: a traceback of the failed flow run came first, and the line named the
     Python parameter 'input_root' (nightly names '--input-root')."""

@@ -169,6 +169,7 @@ def backfill(
     execution=None,
 ) -> None:
     """Backfill (flows/backfill.py): every date of --start..--end as its own resumable run."""
+    from .redaction import redact_text
     from .scheduled.backfill import backfill_flow
     from .scheduled.partitions import dates_between, require_directory
 
@@ -180,12 +181,12 @@ def backfill(
                           config_path=config_path, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)
     t = Table(title=f"backfill {start}..{end}")
-    for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards", "drift"):
+    for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards", "drift", "reason"):
         t.add_column(col)
-    for d in s["dates"]:
+    for d in s["dates"]:  # reason: why a date is missing or failed (its error), as the summary JSON has it
         t.add_row(d["date"], d["status"], *(str(d.get(k, "")) for k in
                                              ("rows_in", "rows_out", "failed_shards", "resumed_shards")),
-                  _drift_cell(d.get("drift")))
+                  _drift_cell(d.get("drift")), redact_text(str(d.get("error") or "")))
     console.print(t)
     for n in s.get("later_nights") or []:  # later nights whose baseline these dates changed
         fails = f" ({', '.join(n['fails'])} of drift.fail_on)" if n.get("fails") else ""

@@ -201,6 +201,26 @@ def test_nightly_output_inside_its_input_partition_is_one_line_before_the_flow(t
     assert result.output.startswith("error: output ") and f"and input '{part}' overlap" in result.output
 
 
+def test_the_backfill_table_gives_the_reason_of_a_missing_date(tmp_path, monkeypatch):
+    """Issue 47 item 9: a missing date's row said "missing" and nothing of why (the summary JSON
+    had it): the table's reason column carries each date's error."""
+    from specrag_batch.scheduled import backfill
+    from specrag_batch.scheduled.nightly import MissingPartitionError, check_partition
+
+    (tmp_path / "q").mkdir()
+    try:  # the flow's own reason for a date without partition (backfill._run_date)
+        check_partition(str(tmp_path / "q"), "2026-12-02")
+    except MissingPartitionError as e:
+        why = str(e)
+    summary = {"dates": [{"date": "2026-12-02", "status": "missing", "error": why}], "later_nights": []}
+    monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: summary)
+    result = CliRunner().invoke(app, ["backfill", "--input-root", str(tmp_path / "q"), "--output-root",
+                                      str(tmp_path / "o"), "--start", "2026-12-02", "--end", "2026-12-02",
+                                      "--allow-missing"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert "reason" in result.output and "does not exist" in result.output, result.output
+
+
 def test_backfill_over_a_missing_input_root_is_one_line_before_the_flow(tmp_path, monkeypatch):
     """Trial finding: a traceback of the failed flow run came first, and the line named the
     Python parameter 'input_root' (nightly names '--input-root')."""

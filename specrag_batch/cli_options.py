@@ -239,8 +239,9 @@ def offline_errors(fail_with: Callable[[Exception, int], None] = fail, where: st
         except (BotoCoreError, ImportError) as e:
             fail_with(OSError(f"{redact_text(where)}: {e}") if where else e, 2)
         except OSError as e:  # s3fs's PermissionError("Forbidden") for refused credentials names no location
-            named = where is None or getattr(e, "filename", None) or where.rstrip("/") in str(e)
-            fail_with(e if named else OSError(f"{redact_text(where)}: {e} ({type(e).__name__})"), 2)
+            shown = where.rstrip("/").encode("unicode_escape").decode() if where else ""  # a newline shown as \\n, on one line
+            named = where is None or getattr(e, "filename", None) or where.rstrip("/") in str(e) or shown in str(e)
+            fail_with(e if named else OSError(f"{redact_text(shown)}: {e} ({type(e).__name__})"), 2)
 
 
 USAGE_ERRORS = (ValueError, FileNotFoundError)

@@ -134,11 +134,12 @@ def nightly(
 
     Exit codes as `run`: 0 = every shard ok; 1 = a shard failed (listed in the partition's
     manifest; the other shards' outputs are kept); 2 = refused before the flow started (bad
-    date, timezone, flag, config or model, a missing root or partition, an output holding
-    another run without --overwrite); 143 / 130 = stopped by SIGTERM / SIGINT (finished
+    date, timezone, flag, config or model, a missing root or partition, an output partition
+    inside the input one or the reverse, an output holding another run without --overwrite); 143 / 130 = stopped by SIGTERM / SIGINT (finished
     shards kept; run it again to resume)."""
+    from .planning import check_layout
     from .scheduled.nightly import check_partition, nightly_flow
-    from .scheduled.partitions import check_timezone, parse_date, require_directory, scheduled_date
+    from .scheduled.partitions import check_timezone, parse_date, partition_uri, require_directory, scheduled_date
 
     with exit_codes(_fail):  # failed shards (RuntimeError): listed in the partition's manifest
         check_timezone(timezone, "--timezone")
@@ -146,7 +147,8 @@ def nightly(
         _check_config(config_path)
         # a missing root or partition: one error line before the flow starts (no flow-run traceback)
         require_directory(input_root, "--input-root")
-        check_partition(input_root, day)
+        # an output partition inside the input one (or the reverse): the flow's refusal, here
+        check_layout(check_partition(input_root, day), partition_uri(output_root, day), [])
         m = nightly_flow(input_root, output_root, day.isoformat(), lag_days, timezone,
                          config_path=config_path, execution=execution, overwrite=overwrite)
     print_summary(m)
@@ -167,6 +169,7 @@ def backfill(
     execution=None,
 ) -> None:
     """Backfill (flows/backfill.py): every date of --start..--end as its own resumable run."""
+    from .redaction import redact_text
     from .scheduled.backfill import backfill_flow
     from .scheduled.partitions import dates_between, require_directory
 
@@ -178,12 +181,12 @@ def backfill(
                           config_path=config_path, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)
     t = Table(title=f"backfill {start}..{end}")
-    for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards", "drift"):
+    for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards", "drift", "reason"):
         t.add_column(col)
-    for d in s["dates"]:
+    for d in s["dates"]:  # reason: why a date is missing or failed (its error), as the summary JSON has it
         t.add_row(d["date"], d["status"], *(str(d.get(k, "")) for k in
                                              ("rows_in", "rows_out", "failed_shards", "resumed_shards")),
-                  _drift_cell(d.get("drift")))
+                  _drift_cell(d.get("drift")), redact_text(str(d.get("error") or "")))
     console.print(t)
     for n in s.get("later_nights") or []:  # later nights whose baseline these dates changed
         fails = f" ({', '.join(n['fails'])} of drift.fail_on)" if n.get("fails") else ""

@@ -227,7 +227,8 @@ def offline_errors(fail_with: Callable[[Exception, int], None] = fail, where: st
     (ImportError, ``gs://`` without gcsfs) and an S3 client that cannot start (botocore: no
     credentials, an endpoint that does not answer): their messages (``Unable to locate
     credentials``, ``Please install gcsfs``) do not say which location was being read, so
-    ``where`` (the command's path argument, credentials redacted) is put in front of them."""
+    ``where`` (the command's path argument, credentials redacted) is put in front of them, as
+    in front of an OSError naming no path (s3fs's ``Forbidden`` for refused credentials)."""
     from botocore.exceptions import BotoCoreError
 
     from .redaction import redact_text
@@ -237,8 +238,10 @@ def offline_errors(fail_with: Callable[[Exception, int], None] = fail, where: st
             yield
         except (BotoCoreError, ImportError) as e:
             fail_with(OSError(f"{redact_text(where)}: {e}") if where else e, 2)
-        except OSError as e:
-            fail_with(e, 2)
+        except OSError as e:  # s3fs's PermissionError("Forbidden") for refused credentials names no location
+            shown = where.rstrip("/").encode("unicode_escape").decode() if where else ""  # a newline shown as \\n, on one line
+            named = where is None or getattr(e, "filename", None) or where.rstrip("/") in str(e) or shown in str(e)
+            fail_with(e if named else OSError(f"{redact_text(shown)}: {e} ({type(e).__name__})"), 2)
 
 
 USAGE_ERRORS = (ValueError, FileNotFoundError)

@@ -65,24 +65,45 @@ def feature_matrix(rows: pl.DataFrame) -> np.ndarray:
     return np.array([row_features(r) for r in rows.select(cols).iter_rows(named=True)]).reshape(-1, len(FEATURES))
 
 
-def fit_task(x: np.ndarray, correct: np.ndarray, *, task: str = "", config_hash: str = "") -> TaskModel:
-    """Fit one task's model on ``x`` (rows, len(FEATURES)) and ``correct`` (rows,) bool.
+def check_counts(correct: np.ndarray, task: str = "") -> None:
+    """The documented minimums of a calibrated confidence, on a task's graded rows of the run
+    (``correct``: (rows,) bool): at least :data:`MIN_ROWS` rows and :data:`MIN_CLASS` right
+    and :data:`MIN_CLASS` wrong ones. The out-of-fold check (:func:`out_of_fold`) then chooses
+    its folds so that any run meeting them can be checked.
 
     Raises:
-        CalibrationInputError: fewer than :data:`MIN_ROWS` rows, fewer than :data:`MIN_CLASS`
-            right or wrong rows, or no usable feature (every signal NaN or equal on every row)."""
+        CalibrationInputError: one line naming the task and the run's counts."""
+    y = np.asarray(correct, bool)
+    n, right = len(y), int(y.sum())
+    where = f"task {task!r}: " if task else ""
+    counts = f"{n} graded rows ({right} right, {n - right} wrong)"
+    if n < MIN_ROWS:
+        raise CalibrationInputError(f"{where}{counts}, fewer than the {MIN_ROWS} a calibrated "
+                                    "confidence is fitted on; calibrate on a larger labelled run")
+    if min(right, n - right) < MIN_CLASS:
+        raise CalibrationInputError(f"{where}{counts}: a model of being right needs at least {MIN_CLASS} "
+                                    f"right and {MIN_CLASS} wrong rows")
+
+
+def fit_task(x: np.ndarray, correct: np.ndarray, *, task: str = "", config_hash: str = "",
+             checked: bool = True) -> TaskModel:
+    """Fit one task's model on ``x`` (rows, len(FEATURES)) and ``correct`` (rows,) bool.
+
+    ``checked``: apply :func:`check_counts` and refuse data with no usable feature (a whole
+    run's task); :func:`out_of_fold` fits its training folds with ``checked=False``: the
+    minimums hold for the run, not for each fold, and a fold without a usable feature gets the
+    intercept-only model (its share right).
+
+    Raises:
+        CalibrationInputError: (``checked``) see :func:`check_counts`; no usable feature
+            (every signal NaN or equal on every row)."""
     from sklearn.linear_model import LogisticRegression
 
     x, y = np.asarray(x, float), np.asarray(correct, bool)
     n, right = len(y), int(y.sum())
     where = f"task {task!r}: " if task else ""
-    if n < MIN_ROWS:
-        raise CalibrationInputError(f"{where}{n} graded rows, fewer than the {MIN_ROWS} a calibrated "
-                                    "confidence is fitted on; calibrate on a larger labelled run")
-    if min(right, n - right) < MIN_CLASS:
-        one = "right" if right < MIN_CLASS else "wrong"
-        raise CalibrationInputError(f"{where}{min(right, n - right)} {one} row(s) of {n}: a model of being "
-                                    f"right needs at least {MIN_CLASS} right and {MIN_CLASS} wrong rows")
+    if checked:
+        check_counts(y, task)
     keep, fill = [], []
     for j, name in enumerate(FEATURES):
         col = x[:, j]
@@ -90,9 +111,12 @@ def fit_task(x: np.ndarray, correct: np.ndarray, *, task: str = "", config_hash:
         if ok.sum() * 2 > n and np.ptp(col[ok]) > 1e-12:
             keep.append(j)
             fill.append(float(np.median(col[ok])))
-    if not keep:
+    if not keep and checked:
         raise CalibrationInputError(f"{where}every signal (score, agreement, margin, ...) is equal or "
                                     f"missing on all {n} rows: nothing tells right from wrong rows")
+    if not keep or right in (0, n):  # a training fold: its share right, as log-odds
+        share = min(max(right / n, 1e-6), 1 - 1e-6) if n else 0.5
+        return TaskModel(task, [], [], float(np.log(share / (1 - share))), [], n, right / n if n else 0.0, config_hash)
     sub = np.where(np.isfinite(x[:, keep]), x[:, keep], np.array(fill))
     mu, sd = sub.mean(axis=0), sub.std(axis=0)
     sd[sd == 0] = 1.0
@@ -134,15 +158,28 @@ def fit(df: pl.DataFrame, config_hash: str) -> dict[str, TaskModel]:
             for task in names for t in [g.filter(pl.col("task") == task)]}
 
 
-def out_of_fold(x: np.ndarray, correct: np.ndarray, folds: int = 5, seed: int = 0) -> np.ndarray:
+FOLDS = 5
+"""Folds of the out-of-fold check (:func:`out_of_fold`), fewer when a class has fewer rows."""
+
+
+def fold_count(correct: np.ndarray) -> int:
+    """Folds of :func:`out_of_fold` for ``correct`` (rows,) bool: :data:`FOLDS`, or the rows
+    of the smaller class when fewer (at least 2), so that every fold holds right and wrong rows
+    and every run meeting :func:`check_counts` can be checked."""
+    y = np.asarray(correct, bool)
+    return max(2, min(FOLDS, int(y.sum()), int((~y).sum())))
+
+
+def out_of_fold(x: np.ndarray, correct: np.ndarray, seed: int = 0) -> np.ndarray:
     """Probabilities of every row from a model fitted on the other folds (stratified K-fold by
-    row): what the confidence says of rows it was not fitted on. (rows,) float."""
+    row, :func:`fold_count` folds; the training folds are not held to the run's minimums):
+    what the confidence says of rows it was not fitted on. (rows,) float."""
     from sklearn.model_selection import StratifiedKFold
 
     y = np.asarray(correct, bool)
     p = np.full(len(y), np.nan)
-    for tr, te in StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, y):
-        p[te] = fit_task(x[tr], y[tr]).predict(x[te])
+    for tr, te in StratifiedKFold(fold_count(y), shuffle=True, random_state=seed).split(x, y):
+        p[te] = fit_task(x[tr], y[tr], checked=False).predict(x[te])
     return p
 
 
@@ -211,8 +248,9 @@ def calibrate_run(df: pl.DataFrame, config: dict, *, target_accuracy: float | No
                     for k, r in res.items() if r.tau is None) + "".join(f"# WARNING {w}\n" for w in warnings)
     text = "".join(f"# {line}\n" for line in header.splitlines()) + notes + yaml.safe_dump(body, sort_keys=False)
     a = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    folds = {k: fold_count(g.filter(pl.col("task") == k)["correct"].to_numpy().astype(bool)) for k in models}
     lines = [f"{k}: {m.rows} rows, accuracy {m.accuracy:.3f}, AUROC {a(res[k].auroc['calibrated'])} on rows "
-             "not fitted on (5-fold); " + (
+             f"not fitted on ({folds[k]}-fold); " + (
                  f"τ_min {res[k].tau:.3f} keeps {res[k].coverage:.3f} of the rows at accuracy {res[k].accuracy:.3f}"
                  if res[k].tau is not None else res[k].unmet.split(": ", 1)[1]) for k, m in models.items()]
     return text, lines, warnings

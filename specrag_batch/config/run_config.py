@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -82,7 +83,8 @@ class RunConfig(_Strict):
     @classmethod
     def _labels(cls, v: list[str]) -> list[str]:
         """Raises ValueError: an empty label, one over :data:`MAX_LABEL_CHARS` or holding a
-        control character (a newline), two labels equal but for case, fewer than two labels."""
+        control character (a newline), two labels equal but for case, spaces, underscores
+        or hyphens (``NOT ENOUGH INFO``, ``NOT_ENOUGH_INFO``), fewer than two labels."""
         v = [x.strip() for x in v]
         if any(not x for x in v):
             raise ValueError("claim_labels must not contain empty labels")
@@ -94,9 +96,11 @@ class RunConfig(_Strict):
                 raise ValueError(f"the label {x!r} holds a control character (a newline?)")
         seen: dict[str, str] = {}
         for x in v:
-            if x.lower() in seen:
-                raise ValueError(f"{seen[x.lower()]!r} and {x!r} are one label (labels are compared ignoring case)")
-            seen[x.lower()] = x
+            key = re.sub(r"[\s_-]+", "", x.casefold())  # NOT ENOUGH INFO = NOT_ENOUGH_INFO = not-enough-info
+            if key in seen:
+                raise ValueError(f"{seen[key]!r} and {x!r} are one label (labels are compared ignoring case, "
+                                 "spaces, underscores and hyphens)")
+            seen[key] = x
         if len(v) < 2:
             raise ValueError("claim_labels needs at least two distinct labels")
         return v

@@ -20,13 +20,14 @@ def _draft(answer, score):
             "tokens_draft": 12, "flags": []}
 
 
-def _run_dir(out, n=60, gold=True, right=None):
-    """n qa rows: a right row's drafts agree (3 of 3), a wrong row's split (1 of 3), scores noisy."""
+def _run_dir(out, n=60, gold=True, right=None, right_rows=None):
+    """n qa rows: a right row's drafts agree (3 of 3), a wrong row's split (1 of 3), scores noisy;
+    right: every row (True/False), else every other row, or with ``right_rows`` the first that many."""
     rng = np.random.default_rng(0)
     out.mkdir(parents=True)
     rows = []
     for i in range(n):
-        ok = (i % 2 == 0) if right is None else right
+        ok = right if right is not None else (i < right_rows) if right_rows is not None else (i % 2 == 0)
         s = float(rng.normal(-5, 1))
         answers = ["x", "x", "x"] if ok else ["x", "y", "z"]
         rows.append({"query_id": f"q{i}", "task": "qa", "answer": "x", "score": s, "score_draft": s,
@@ -53,8 +54,8 @@ def test_calibrated_snippet_loads_as_a_config_and_flags_by_probability(tmp_path)
 
 @pytest.mark.parametrize("kind, line", [
     ("no_gold", "no answered row has a gold answer: calibration needs a labelled run"),
-    ("one_class", "task 'qa': 0 wrong row(s) of 60"),
-    ("few", "task 'qa': 12 graded rows, fewer than the 30"),
+    ("one_class", "task 'qa': 60 graded rows (60 right, 0 wrong): a model of being right needs at least 5"),
+    ("few", "task 'qa': 12 graded rows (6 right, 6 wrong), fewer than the 30"),
 ])
 def test_bad_input_gets_one_line_exit_2_and_no_snippet(tmp_path, kind, line):
     prefix = _run_dir(tmp_path / "run", n=12 if kind == "few" else 60, gold=kind != "no_gold",
@@ -137,3 +138,16 @@ def test_out_never_replaces_a_file_calibrate_did_not_write(tmp_path):
     r = CliRunner().invoke(app, ["calibrate", prefix, "--target-coverage", "0.5", "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert out.read_text() != first
+
+
+@pytest.mark.parametrize("n, right_rows, folds", [(30, None, 5), (30, 5, 5), (37, 6, 5), (24 + 6, 24, 5)])
+def test_a_run_at_the_documented_minimums_is_calibrated(tmp_path, n, right_rows, folds):
+    """Issue 47 item 4: the 30-row and 5-per-class minimums were applied again to each training
+    fold of the 5-fold check, so 30-37 graded rows, or 5-6 right or wrong rows, were refused
+    ("25 graded rows", no task). A run that meets them is calibrated."""
+    out = tmp_path / "cal.yaml"
+    r = CliRunner().invoke(app, ["calibrate", _run_dir(tmp_path / "run", n=n, right_rows=right_rows),
+                                 "--confidence", "calibrated", "--target-coverage", "0.5", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"qa: {n} rows" in r.output and f"on rows not fitted on ({folds}-fold)" in r.output
+    assert load_config(out).selection.calibration["qa"].rows == n

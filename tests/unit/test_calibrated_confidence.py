@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from specrag_batch.config import RunConfig
 from specrag_batch.config.calibration_model import CONFIDENCE_FEATURES
 from specrag_batch.confidence import FEATURES, features, probability, row_features, selected_index
-from specrag_batch.confidence_fit import CalibrationInputError, fit, fit_task, out_of_fold
+from specrag_batch.confidence_fit import CalibrationInputError, fit, fit_task, fold_count, out_of_fold
 from specrag_batch.records import Draft, QueryRow
 from specrag_batch.stages.selection import Selection
 
@@ -71,7 +71,9 @@ def test_fit_learns_the_direction_and_folds_the_scaling_into_the_weights():
 
 
 @pytest.mark.parametrize("case, message", [
-    ("few", "fewer than the 30"), ("one_class", "right and 5 wrong"), ("equal", "equal or missing")])
+    ("few", "task 'qa': 20 graded rows \\(\\d+ right, \\d+ wrong\\), fewer than the 30"),
+    ("one_class", "task 'qa': 80 graded rows \\(80 right, 0 wrong\\): .* at least 5 right and 5 wrong"),
+    ("equal", "equal or missing")])
 def test_fit_refuses_data_no_model_should_rest_on(case, message):
     x, y = _data()
     if case == "few":
@@ -83,6 +85,22 @@ def test_fit_refuses_data_no_model_should_rest_on(case, message):
         x[:, FEATURES.index("score")] = -1.0
     with pytest.raises(CalibrationInputError, match=message):
         fit_task(x, y, task="qa")
+
+
+@pytest.mark.parametrize("n, right", [(30, 15), (30, 5), (30, 25), (37, 6)])
+def test_a_run_meeting_the_minimums_gets_a_model_and_its_out_of_fold_check(n, right):
+    """Issue 47 item 4: the minimums (30 graded rows, 5 right and 5 wrong) hold for the run's
+    task; the check's folds (fewer when a class is small) never refuse a run that meets them."""
+    x, _ = _data(n)
+    y = np.arange(n) < right
+    x[:, FEATURES.index("agreement")] = np.where(y, 0.8, 0.4) + np.random.default_rng(1).normal(0, 0.2, n)
+    assert fold_count(y) == min(5, right, n - right)
+    m = fit_task(x, y, task="qa")
+    p = out_of_fold(x, y)
+    assert m.rows == n and not np.isnan(p).any() and p[y].mean() > p[~y].mean()
+    if n == 30 or right == 5:  # one right row fewer: refused on the run's counts (a fold's are never named)
+        with pytest.raises(CalibrationInputError, match=rf"task 'qa': {n - 1} graded rows \({right - 1} right"):
+            fit_task(x[1:], y[1:], task="qa")
 
 
 def test_fit_of_a_run_without_gold_is_refused():

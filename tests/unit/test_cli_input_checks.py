@@ -156,7 +156,11 @@ def test_an_output_that_is_a_file_is_one_line(tmp_path):
     ("A", "error: --labels: claim_labels needs at least two distinct labels"),
     ("", "error: --labels: empty; give comma-separated labels"),
     ("A,,B", "error: --labels: claim_labels must not contain empty labels"),
-    ("SUPPORTS,supports", "error: --labels: 'SUPPORTS' and 'supports' are one label (labels are compared ignoring case)"),
+    ("SUPPORTS,supports", "error: --labels: 'SUPPORTS' and 'supports' are one label (labels are compared ignoring case, "
+                          "spaces, underscores and hyphens)"),
+    # issue 47 item 9: both were accepted as two labels, and a drafter's answer matched either
+    ("SUPPORTS,NOT ENOUGH INFO,NOT_ENOUGH_INFO", "error: --labels: 'NOT ENOUGH INFO' and 'NOT_ENOUGH_INFO' are one label"),
+    ("A,not-enough-info,Not Enough_Info", "error: --labels: 'not-enough-info' and 'Not Enough_Info' are one label"),
     ("A," + "x" * 100_000, "error: --labels: a label of 100000 characters"),
     ("A,B\nC", "error: --labels: the label 'B\\nC' holds a control character"),
 ])
@@ -179,6 +183,42 @@ def test_nightly_lag_days_beyond_any_date_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(app, ["nightly", "--input-root", str(tmp_path), "--output-root", str(tmp_path / "o"),
                                       "--lag-days", "999999999"])
     assert result.exit_code == 2 and "--lag-days" in result.output and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.parametrize("out", ["q/date=2026-12-01/out", "q"])
+def test_nightly_output_inside_its_input_partition_is_one_line_before_the_flow(tmp_path, monkeypatch, out):
+    """Issue 47 item 9: the flow refused it, after Prefect printed the failed flow run's
+    traceback; now the one line, exit 2, before the flow starts."""
+    from specrag_batch.scheduled import nightly
+
+    monkeypatch.setattr(nightly, "nightly_flow", lambda *a, **k: pytest.fail("the flow started"))
+    part = tmp_path / "q" / "date=2026-12-01"
+    part.mkdir(parents=True)
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), part / "a.parquet")
+    result = CliRunner().invoke(app, ["nightly", "--input-root", str(tmp_path / "q"), "--output-root",
+                                      str(tmp_path / out), "--date", "2026-12-01"])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith("error: output ") and f"and input '{part}' overlap" in result.output
+
+
+def test_the_backfill_table_gives_the_reason_of_a_missing_date(tmp_path, monkeypatch):
+    """Issue 47 item 9: a missing date's row said "missing" and nothing of why (the summary JSON
+    had it): the table's reason column carries each date's error."""
+    from specrag_batch.scheduled import backfill
+    from specrag_batch.scheduled.nightly import MissingPartitionError, check_partition
+
+    (tmp_path / "q").mkdir()
+    try:  # the flow's own reason for a date without partition (backfill._run_date)
+        check_partition(str(tmp_path / "q"), "2026-12-02")
+    except MissingPartitionError as e:
+        why = str(e)
+    summary = {"dates": [{"date": "2026-12-02", "status": "missing", "error": why}], "later_nights": []}
+    monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: summary)
+    result = CliRunner().invoke(app, ["backfill", "--input-root", str(tmp_path / "q"), "--output-root",
+                                      str(tmp_path / "o"), "--start", "2026-12-02", "--end", "2026-12-02",
+                                      "--allow-missing"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert "reason" in result.output and "does not exist" in result.output, result.output
 
 
 def test_backfill_over_a_missing_input_root_is_one_line_before_the_flow(tmp_path, monkeypatch):

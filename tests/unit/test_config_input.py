@@ -65,6 +65,9 @@ def test_query_instruction_placeholders_checked_at_load(instruction, reason):
 @pytest.mark.parametrize("override, reason", [
     ({"sampling.num_draft": 3}, "did you mean 'num_drafts'"),
     ({"claim_labels": [True, False]}, "quote the labels"),
+    # issue 47 item 9: labels equal but for case, spaces, underscores or hyphens were two labels
+    ({"claim_labels": ["SUPPORTS", "NOT ENOUGH INFO", "NOT_ENOUGH_INFO"]},
+     "'NOT ENOUGH INFO' and 'NOT_ENOUGH_INFO' are one label"),
     ({"selection.tau_min": 5.0}, "log-probability"),
     ({"selection.tau_min": {"qa": 0.5}}, "log-probability"),
     ({"reflection_question": ""}, "at least 1 character"),
@@ -143,3 +146,14 @@ def test_verifier_sampling_settings_that_change_nothing_are_named():
     assert RunConfig.model_validate({**sampled, "selection": {"fallback": "standard"}}).idle_settings() == []
     assert RunConfig.model_validate({"verifier": {"temperature": 0.0}}).idle_settings() == []  # the default
     assert RunConfig.model_validate(RunConfig().model_dump(mode="json")).idle_settings() == []  # a full dump
+
+
+def test_a_config_file_with_two_spellings_of_one_label_names_the_file_and_both(tmp_path):
+    from specrag_batch.config import read_run_config
+
+    f = tmp_path / "claims.yaml"
+    f.write_text("claim_labels: [SUPPORTS, REFUTES, NOT ENOUGH INFO, not-enough_info]\n")
+    with pytest.raises(ValueError, match=r"claims.yaml: claim_labels: .*'NOT ENOUGH INFO' and 'not-enough_info' "
+                                         r"are one label") as e:
+        read_run_config(str(f))
+    assert len(str(e.value).splitlines()) == 1

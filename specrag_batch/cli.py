@@ -171,12 +171,15 @@ def backfill(
     """Backfill (flows/backfill.py): every date of --start..--end as its own resumable run."""
     from .redaction import redact_text
     from .scheduled.backfill import backfill_flow
-    from .scheduled.partitions import dates_between, require_directory
+    from .planning import check_layout
+    from .scheduled.partitions import dates_between, partition_uri, require_directory
 
     with exit_codes(_fail):
-        dates_between(start, end, names=("--start", "--end"))
+        days = dates_between(start, end, names=("--start", "--end"))
         _check_config(config_path)
         require_directory(input_root, "--input-root")  # before the flow: no failed flow run's traceback
+        for day in days:  # an output partition inside its input one (or the reverse), as nightly
+            check_layout(partition_uri(input_root, day), partition_uri(output_root, day), [])
         s = backfill_flow(input_root, output_root, start, end, max_concurrency,
                           config_path=config_path, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)

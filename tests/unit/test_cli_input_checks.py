@@ -231,3 +231,17 @@ def test_backfill_over_a_missing_input_root_is_one_line_before_the_flow(tmp_path
                                       str(tmp_path / "o"), "--start", "2026-12-01", "--end", "2026-12-02"])
     assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
     assert result.output.startswith(f"error: parameter '--input-root': '{tmp_path / 'nope'}' does not exist")
+
+
+@pytest.mark.parametrize("out", ["q/date=2026-12-02/out", "q"])
+def test_backfill_output_inside_an_input_partition_is_one_line_before_the_flow(tmp_path, monkeypatch, out):
+    """An output partition inside its input partition (or the reverse) on any date of the range
+    is refused as nightly refuses it: one line, exit 2, before the flow starts."""
+    from specrag_batch.scheduled import backfill
+
+    monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))
+    (tmp_path / "q").mkdir()
+    result = CliRunner().invoke(app, ["backfill", "--input-root", str(tmp_path / "q"), "--output-root",
+                                      str(tmp_path / out), "--start", "2026-12-01", "--end", "2026-12-02"])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith("error: output ") and "overlap" in result.output, result.output

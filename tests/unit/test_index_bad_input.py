@@ -79,6 +79,11 @@ def _corpus(tmp_path, case: str) -> tuple[str, list[str]]:
                 emb = pa.array(emb.to_pylist()[:4] + [None] + emb.to_pylist()[5:], emb.type)
             pq.write_table(passages(start, 6).append_column("emb", emb), root / f"p{k}.parquet")
         flags = ["--embedding-column", "emb"]
+    elif case in ("empty_doc_id", "blank_doc_id"):  # issue 47 item 9: `doc_id ''` was indexed
+        ids = ["d6", "d7", "" if case == "empty_doc_id" else " \u200b\t", "d9", "d10", "d11"]
+        pq.write_table(passages(6, 6).set_column(0, "doc_id", pa.array(ids)), second)
+    elif case == "idmap":  # issue 47 item 9: refused only after the whole corpus was embedded
+        flags = ["--index-type", "IDMap,Flat"]
     elif case == "faiss_refuses":
         flags = ["--index-type", "IVF4,PQ7"]
     elif case == "too_few_to_train":
@@ -99,6 +104,11 @@ CASES = {
     "wrong_width": f"p0.parquet: column 'emb': vectors of width {DIM + 3}; the embedding model makes {DIM}",
     "not_fixed_size": "p0.parquet: column 'emb': got list<",  # then: embeddings need a fixed_size_list of floats
     "null_vector": "p1.parquet: column 'emb': row 4: null; every passage needs a vector",
+    "empty_doc_id": "p1.parquet: column 'doc_id': row 2: '' is empty (nothing visible); every passage needs an id",
+    "blank_doc_id": "p1.parquet: column 'doc_id': row 2: ' \\u200b\\t' is empty (nothing visible); every passage "
+                    "needs an id",
+    "idmap": "--index-type 'IDMap,Flat': IDMap is not supported (an IDMap index takes an id with each vector; the "
+             "index numbers its vectors by passage itself): use 'Flat'",
     "faiss_refuses": f"--index-type 'IVF4,PQ7': FAISS refuses it for {DIM}-dimensional vectors: The dimension of "
                      "the vector (d) should be a multiple of the number of subquantizers (M)",
     "too_few_to_train": "--index-type 'IVF64,Flat' needs at least 64 passages to train; the corpus has 12",
@@ -113,6 +123,24 @@ def test_bad_input_is_one_line_and_writes_no_index(tmp_path, case):
     assert case != "fifo" or "a FIFO" in line, line
     assert not (tmp_path / "index" / "meta.json").exists()
     assert not (tmp_path / "index").exists()  # refused by the checks before anything is embedded or created
+
+
+def test_an_idmap_index_type_is_refused_before_the_corpus_is_read(tmp_path, monkeypatch):
+    """Trial finding (issue 47 item 9): ``--index-type IDMap,Flat`` passed FAISS's factory and
+    training checks and was refused by its first ``add``, after the whole corpus was embedded.
+    Now it is refused first: nothing embedded, the corpus not even listed (a missing one is not
+    what is reported)."""
+    from .index_fakes import CountingEmbedder
+
+    embedder = patch_embedder(monkeypatch, CountingEmbedder())
+    corpus, _ = _corpus(tmp_path, "ok")
+    for flag, rest in (("IDMap2,HNSW32", "HNSW32"), ("PCA16,IDMap,IVF4,Flat", "PCA16,IVF4,Flat")):
+        line = _one_error_line(_build("--corpus", corpus, "-o", str(tmp_path / "index"), "--index-type", flag))
+        assert f"--index-type '{flag}': IDMap" in line and line.endswith(f"use '{rest}'"), line
+    line = _one_error_line(_build("--corpus", str(tmp_path / "none"), "-o", str(tmp_path / "index"),
+                                  "--index-type", "IDMap,Flat"))
+    assert "IDMap is not supported" in line, line
+    assert embedder.texts == [] and not (tmp_path / "index").exists()
 
 
 @pytest.mark.parametrize("case", ["duplicate_across", "bad_utf8", "faiss_refuses"])

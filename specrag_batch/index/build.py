@@ -111,8 +111,7 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
                 builder.add(passage_text(titles, texts))
                 if advance:
                     advance(len(texts))
-            bm25_meta = {**builder.finish(tmp / BM25_DIR), "k1": K1, "b": B, "method": "lucene",
-                         "tokenizer": "lower case, English stop words, no stemming (bm25s)"}
+            bm25_meta = {**builder.finish(tmp / BM25_DIR), "k1": K1, "b": B, "method": "lucene"}
             for f in sorted((tmp / BM25_DIR).iterdir()):
                 publish(f, storage.join(data_uri, BM25_DIR, f.name))
         publish(tmp / PASSAGES_FILE, storage.join(data_uri, PASSAGES_FILE))

@@ -88,7 +88,7 @@ class OpenIndex:
                            else "built with --no-bm25")
                     raise IndexFormatError(f"{self.uri}: {how} has no BM25 part for retrieval.method "
                                            "bm25 or hybrid; rebuild it with `specrag-batch index build`")
-                self._bm25 = BM25Index(self.local / BM25_DIR)
+                self._bm25 = BM25Index(self.local / BM25_DIR, int(self.meta["bm25"].get("tokenizer_version", 1)))
             return self._bm25
 
 

@@ -35,9 +35,10 @@ from .planning import (check_foreign_outputs, check_layout, exception_reason, pl
                        require_shards)
 from .shard import ShardJob, ShardResult, draft_shard, process_shard, verify_shard
 from .storage_tasks import PrefectIO, list_shards
-from .stopping import hook_prefect_sigterm
+from .stopping import hook_prefect_sigterm, tie_ephemeral_server
 
 hook_prefect_sigterm(prefect_engine)  # a stop's watchdog starts when SIGTERM reaches Prefect's handler
+tie_ephemeral_server()  # the CLI: Prefect's API server dies with the run, even by SIGKILL
 install_log_filter()  # run logs (console and Prefect API) never carry a URL password or token
 IO = PrefectIO()
 

@@ -31,12 +31,14 @@ from .index.search import check_index
 from .models import check_config_models
 from .redaction import install_log_filter
 from .manifest import build_manifest, computed_part, count_failed_rows, new_run_id, write_manifest
-from .planning import check_foreign_outputs, check_layout, plan_run, plan_shards, require_shards
+from .planning import (check_foreign_outputs, check_layout, exception_reason, plan_run, plan_shards,
+                       require_shards)
 from .shard import ShardJob, ShardResult, draft_shard, process_shard, verify_shard
 from .storage_tasks import PrefectIO, list_shards
-from .stopping import hook_prefect_sigterm
+from .stopping import hook_prefect_sigterm, tie_ephemeral_server
 
 hook_prefect_sigterm(prefect_engine)  # a stop's watchdog starts when SIGTERM reaches Prefect's handler
+tie_ephemeral_server()  # the CLI: Prefect's API server dies with the run, even by SIGKILL
 install_log_filter()  # run logs (console and Prefect API) never carry a URL password or token
 IO = PrefectIO()
 
@@ -192,9 +194,9 @@ def _run_shards(jobs: list[ShardJob], ex: ExecutionConfig) -> list[ShardResult]:
                     dfut.result()
                 except Exception as de:  # noqa: BLE001
                     err, stage = de, "drafting: "
-            get_run_logger().error("%s: shard failed: %s%s", job.shard_file, stage, err)
+            get_run_logger().error("%s: shard failed: %s%s", job.shard_file, stage, exception_reason(err))
             results.append(ShardResult(job.shard_file, None, "failed",
-                                       error=f"{type(err).__name__}: {job.shard_file}: {stage}{err}"))
+                                       error=f"{type(err).__name__}: {job.shard_file}: {stage}{exception_reason(err)}"))
     return results
 
 

@@ -8,6 +8,7 @@ shards, failures and re-runs (:func:`plan_ids`).
 
 from __future__ import annotations
 
+import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -114,9 +115,27 @@ def require_shards(input_uri: str, shards: list[str], skipped: list[dict], allow
                             "path, or allow an empty input (--allow-empty, allow_empty=True)")
 
 
+def exception_reason(e: BaseException) -> str:
+    """``e``'s message for an error line, never empty: an exception without one (a bare
+    ``assert``, such as FAISS's ``assert d == self.d``) gives its type name and where it was
+    raised (the innermost frame's file, line and source: ``AssertionError at
+    faiss/class_wrappers.py:329: assert d == self.d``)."""
+    text = str(e).strip()
+    if text:
+        return str(e)
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return type(e).__name__
+    last = frames[-1]
+    where = "/".join(last.filename.replace("\\", "/").split("/")[-2:])
+    return f"{type(e).__name__} at {where}:{last.lineno}" + (f": {last.line}" if last.line else "")
+
+
 def file_error(file: str, cause: Exception) -> str:
-    """A failed shard's ``error``: ``<exception type>: <file>: <cause>`` (the file named once)."""
-    msg = str(cause) if str(cause).startswith(file) else f"{file}: {cause}"
+    """A failed shard's ``error``: ``<exception type>: <file>: <cause>`` (the file named once;
+    the cause as :func:`exception_reason` words it)."""
+    reason = exception_reason(cause)
+    msg = reason if reason.startswith(file) else f"{file}: {reason}"
     return f"{type(cause).__name__}: {msg}"
 
 

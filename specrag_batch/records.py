@@ -117,6 +117,8 @@ class ErrorReason(StrEnum):
     # retrieval
     NO_RETRIEVAL_INDEX = "no_retrieval_index"
     NO_DOCUMENTS = "no_documents"
+    # multi-perspective sampling
+    NON_FINITE_EMBEDDING = "non_finite_embedding"
     # drafting
     PROMPT_TOO_LONG = "prompt_too_long"
     PROMPT_FAILED = "prompt_failed"

@@ -40,16 +40,23 @@ returns or raises with :func:`requested` true):
    (``.<hex>.tmp``) are removed by the next run (:func:`resume.remove_stale_temporaries`).
 
 A second signal while stopping ends the process at once (the signal's default action).
+
+SIGKILL (the kernel's OOM killer, ``kill -9``) runs no handler at all, so none of the above
+can stop the ephemeral API server; it lived on as an orphan (a port and about 230 MB) until
+ended by hand. In the CLI the server's start is tied to the run's process instead
+(:func:`tie_ephemeral_server`): the kernel sends the server SIGKILL when the process that
+started it dies, however it dies.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 STOP = threading.Event()
 """Set by the first SIGTERM/SIGINT after :func:`install` or by :func:`request`: the process is
@@ -174,6 +181,67 @@ def hook_prefect_sigterm(prefect_engine) -> None:
 
     handler._specrag_hooked = True
     prefect_engine._prefect_sigterm_handler = handler
+
+
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option (linux/prctl.h): the signal the calling process gets when its parent dies."""
+
+
+def _dies_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess.Popen`` (Linux): the child asks the kernel for SIGKILL
+    when its parent dies (``prctl(PR_SET_PDEATHSIG)``; strictly, when the parent's thread that
+    started it ends, so call Popen with it from the main thread only), and ends itself at once
+    when the parent died before that request was made."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class _SubprocessTiedToParent:
+    """The ``subprocess`` module as Prefect's server module sees it after
+    :func:`tie_ephemeral_server`: the same, except that ``Popen`` called from the main thread
+    starts a child that dies with this process (:func:`_dies_with_parent`)."""
+
+    def __getattr__(self, name: str):
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args, **kwargs):  # noqa: N802 - subprocess's name
+        if threading.current_thread() is threading.main_thread() and kwargs.get("preexec_fn") is None:
+            kwargs["preexec_fn"] = _dies_with_parent()
+        return subprocess.Popen(*args, **kwargs)
+
+
+def tie_ephemeral_server() -> None:
+    """Tie Prefect's ephemeral API server to this process: on Linux, when this process dies,
+    even by SIGKILL (the OOM killer), the kernel ends the server too
+    (``PR_SET_PDEATHSIG``), where it used to live on as an orphan holding a port and about
+    230 MB. Prefect starts the server with ``subprocess.Popen`` in
+    ``prefect.server.api.server`` (``SubprocessASGIServer``, on the first API call, which in
+    a CLI run comes from the main thread); that module's ``subprocess`` is replaced by
+    :class:`_SubprocessTiedToParent`. A server started from another thread is left as it was
+    (the kernel would end it with that thread).
+
+    Only in a process that called :func:`install` (the CLI) and uses an ephemeral server (no
+    ``PREFECT_API_URL``); elsewhere nothing is imported or changed. Idempotent."""
+    if not _installed[0] or not sys.platform.startswith("linux"):
+        return
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return
+    import prefect.server.api.server as server_module
+
+    if not isinstance(server_module.subprocess, _SubprocessTiedToParent):
+        server_module.subprocess = _SubprocessTiedToParent()
 
 
 def requested() -> bool:

@@ -4,7 +4,7 @@ scores a query as a sum of columns of a sparse (CSC) document x term matrix.
 bm25s builds that matrix from every document's token list held in memory; here it is built in
 two streaming passes so memory stays bounded by a batch and the index itself: the first
 tokenises the passages batch by batch (bm25s's tokenizer: lower case, English stop words, no
-stemming), counts document frequencies and spills each (document, term, frequency) triple to
+stemming; words split by :func:`split`, CJK text as overlapping character bigrams), counts document frequencies and spills each (document, term, frequency) triple to
 a scratch file; the second writes each triple's score into its column of memory-mapped CSC
 arrays. The files are the ones ``bm25s.BM25.save`` writes, so ``bm25s.BM25.load(mmap=True)``
 serves them; ``tests/unit/test_index_bm25.py`` checks the scores equal bm25s's own index.
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -42,12 +44,53 @@ def _bm25s():
     return bm25s
 
 
-def new_tokenizer():
-    """bm25s's tokenizer as the index uses it: lower case, words of 2+ word characters, English
-    stop words removed, no stemming."""
+TOKENIZER_VERSION = 2
+"""The word splitting of an index's BM25 part, recorded in ``meta.json`` (``bm25.tokenizer_version``)
+so that queries are split as its passages were: 2 = :func:`split`; 1 (an index without the key)
+= bm25s's default, where a run of CJK characters was one word."""
+TOKENIZER = "lower case, English stop words, no stemming (bm25s); CJK as overlapping character bigrams"
+"""The tokenizer in words, as ``meta.json`` (``bm25.tokenizer``) records it."""
+
+_CJK = ("\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+        "\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
+"""Han (CJK unified ideographs, extensions, compatibility), Hiragana, Katakana (and its
+half-width forms) and Hangul (syllables and jamo): the scripts Lucene's CJK analyzer splits
+into bigrams."""
+_CJK_CHAR = re.compile(f"[{_CJK}]")
+_TOKENS = re.compile(f"((?:(?=\\w)[{_CJK}])+)|((?:(?![{_CJK}])\\w){{2,}})")
+_WORDS = re.compile(r"(?u)\b\w\w+\b")  # bm25s's default splitter (tokenizer version 1)
+
+
+def split(text: str) -> list[str]:
+    """The words of ``text`` (already lower-cased) for BM25, queries and passages alike: runs of
+    2+ word characters, as bm25s splits them, except that a run of CJK characters (:data:`_CJK`:
+    scripts written without spaces between words) becomes its overlapping character bigrams, as
+    Lucene's CJK analyzer does (``東京都`` -> ``東京``, ``京都``), and a CJK character standing
+    alone stays one word. So a query for a two-character word finds the passages whose text
+    holds it anywhere, not only those where it stands between spaces or punctuation. Letters
+    of other scripts next to CJK text are a word of their own (``iphone手机`` -> ``iphone``,
+    ``手机``)."""
+    if not _CJK_CHAR.search(text):
+        return _WORDS.findall(text)
+    out = []
+    for cjk, other in _TOKENS.findall(text):
+        if other:
+            out.append(other)
+        elif len(cjk) == 1:
+            out.append(cjk)
+        else:
+            out.extend(cjk[i:i + 2] for i in range(len(cjk) - 1))
+    return out
+
+
+def new_tokenizer(version: int = TOKENIZER_VERSION):
+    """bm25s's tokenizer as the index uses it: lower case, words by :func:`split` (``version``
+    1: bm25s's own splitter, for an index built before), English stop words removed, no
+    stemming."""
     bm25s = _bm25s()
 
-    return bm25s.tokenization.Tokenizer(lower=True, stopwords="en", stemmer=None)
+    splitter = split if version >= 2 else _WORDS.pattern
+    return bm25s.tokenization.Tokenizer(lower=True, splitter=splitter, stopwords="en", stemmer=None)
 
 
 class BM25Builder:
@@ -83,7 +126,8 @@ class BM25Builder:
 
     def finish(self, out: Path) -> dict:
         """Write the index into directory ``out`` (bm25s's file names) and remove the scratch
-        file; returns its summary (documents, vocabulary, non-zero scores)."""
+        file; returns its summary (documents, vocabulary, non-zero scores, the tokenizer and
+        its :data:`TOKENIZER_VERSION`)."""
         bm25s = _bm25s()
 
         self._spill.close()
@@ -125,18 +169,32 @@ class BM25Builder:
         self.tokenizer.save_vocab(str(out))
         self.tokenizer.save_stopwords(str(out))
         self._spill_path.unlink(missing_ok=True)
-        return {"documents": n, "vocabulary": vocab, "nonzero": nnz}
+        return {"documents": n, "vocabulary": vocab, "nonzero": nnz, "tokenizer": TOKENIZER,
+                "tokenizer_version": TOKENIZER_VERSION}
 
 
 class BM25Index:
     """A BM25 index written by :class:`BM25Builder`, memory-mapped (``bm25s.BM25.load``): bm25s's
-    tokenizer and CSC score matrix, scored over the postings a query touches (:meth:`search`)."""
+    tokenizer and CSC score matrix, scored over the postings a query touches (:meth:`search`).
+    ``tokenizer_version``: the index's (``meta.json``), so queries are split as its passages
+    were; an index of version 1 holding CJK words is served, with a warning to rebuild it.
 
-    def __init__(self, directory: Path):
+    Raises (constructor):
+        ValueError: a tokenizer version newer than this version of specrag-batch knows."""
+
+    def __init__(self, directory: Path, tokenizer_version: int = TOKENIZER_VERSION):
         bm25s = _bm25s()
 
-        self.tokenizer = new_tokenizer()
+        if tokenizer_version > TOKENIZER_VERSION:
+            raise ValueError(f"{directory}: BM25 tokenizer version {tokenizer_version} is newer than this version "
+                             f"reads ({TOKENIZER_VERSION}); upgrade specrag-batch or rebuild the index")
+        self.tokenizer = new_tokenizer(tokenizer_version)
         self.tokenizer.load_vocab(str(directory))
+        if tokenizer_version < 2 and any(_CJK_CHAR.search(w) for w in self.tokenizer.get_vocab_dict()):
+            logging.getLogger(__name__).warning(
+                "%s: this BM25 index was built before CJK text was split into character bigrams: a Chinese, "
+                "Japanese or Korean word inside a longer run of CJK text is not found; rebuild it with "
+                "`specrag-batch index build`", directory)
         self.tokenizer.load_stopwords(str(directory))
         self.retriever = bm25s.BM25.load(str(directory), mmap=True, load_vocab=True)
         self.documents = int(self.retriever.scores["num_docs"])

@@ -67,6 +67,7 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
             the row, when its batch is read).
     """
     t0 = time.perf_counter()
+    dense.check_index_type(index_type)  # an IDMap type: refused before the corpus is read
     out_fs, out_path = storage.filesystem(index_uri)
     if out_fs.isfile(out_path):  # refused before the corpus is read, let alone embedded
         raise ValueError(f"{index_uri}: a file; the index is written as a directory")
@@ -110,8 +111,7 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
                 builder.add(passage_text(titles, texts))
                 if advance:
                     advance(len(texts))
-            bm25_meta = {**builder.finish(tmp / BM25_DIR), "k1": K1, "b": B, "method": "lucene",
-                         "tokenizer": "lower case, English stop words, no stemming (bm25s)"}
+            bm25_meta = {**builder.finish(tmp / BM25_DIR), "k1": K1, "b": B, "method": "lucene"}
             for f in sorted((tmp / BM25_DIR).iterdir()):
                 publish(f, storage.join(data_uri, BM25_DIR, f.name))
         publish(tmp / PASSAGES_FILE, storage.join(data_uri, PASSAGES_FILE))

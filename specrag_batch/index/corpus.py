@@ -27,6 +27,8 @@ from ..schema import DOC_FIELDS, STRING_TYPES, InputSchemaError
 from .layout import IndexBuildError
 
 _STRING_INDEX = re.compile(r"Invalid UTF8 sequence at string index (\d+)")
+_BLANK = r"^[\s\p{Z}\p{Cf}]*$"
+"""A ``doc_id`` of nothing visible: empty, white space, invisible format characters (RE2, Arrow's regex)."""
 
 
 @dataclass(frozen=True)
@@ -157,15 +159,16 @@ def preflight(corpus_uri: str, embedding_column: str | None, dim: int | None = N
     """List and check every shard before anything is embedded: each is Parquet, has the used
     columns of accepted types and the same kinds as the first shard (:func:`check_schema`; the
     embedding column's width checked against ``dim`` when given), its strings are UTF-8 and its
-    vectors whole (one streamed read of its rows, :func:`batches`), no ``doc_id`` is null or
-    repeated within or across shards, and the corpus has rows. Memory: a record batch, and
-    the corpus's ``doc_id`` column (Arrow strings) for the duplicate check.
+    vectors whole (one streamed read of its rows, :func:`batches`), no ``doc_id`` is null, empty
+    (nothing visible: :data:`_BLANK`) or repeated within or across shards, and the corpus has
+    rows. Memory: a record batch, and the corpus's ``doc_id`` column (Arrow strings) for the
+    duplicate check.
 
     Raises:
         FileNotFoundError: nothing at ``corpus_uri``.
         IndexBuildError: not Parquet, no shards, a shard whose schema differs from the first's.
-        InputSchemaError: see :func:`check_schema` and :func:`batches`; a null or repeated
-            ``doc_id``; no rows."""
+        InputSchemaError: see :func:`check_schema` and :func:`batches`; a null, empty or
+            repeated ``doc_id``; no rows."""
     uris = list_corpus(corpus_uri)
     shards, first = [], None
     ids, where = [], []
@@ -184,6 +187,11 @@ def preflight(corpus_uri: str, embedding_column: str | None, dim: int | None = N
         nulls = pc.is_null(col).to_numpy(zero_copy_only=False)
         if nulls.any():
             raise InputSchemaError(uri, "doc_id", f"row {int(np.argmax(nulls))}: null; every passage needs an id")
+        blank = pc.match_substring_regex(col, _BLANK).to_numpy(zero_copy_only=False)
+        if blank.any():
+            row = int(np.argmax(blank))
+            raise InputSchemaError(uri, "doc_id", f"row {row}: {col[row].as_py()!r} is empty (nothing visible); "
+                                   "every passage needs an id")
         ids.append(col)
         where.append(n)
         shards.append(shard)

@@ -98,6 +98,28 @@ def _ivf_or_none(index):
         return None
 
 
+_ID_MAPS = re.compile(r"IDMap2?")
+
+
+def check_index_type(index_type: str | None) -> None:
+    """Refuse, before the corpus is read, a factory string no corpus can be built into: one
+    with an ``IDMap`` or ``IDMap2`` part (FAISS parses it, then refuses every ``add``: such an
+    index takes an id with each vector, ``add_with_ids``; here a vector's row number is its
+    passage's). None (the default type): nothing to check.
+
+    Raises:
+        IndexBuildError: naming the option, the part and the string without it."""
+    if not index_type:
+        return
+    parts = [p.strip() for p in index_type.split(",")]
+    maps = [p for p in parts if _ID_MAPS.fullmatch(p)]
+    if maps:
+        rest = ",".join(p for p in parts if not _ID_MAPS.fullmatch(p)) or "Flat"
+        raise IndexBuildError(f"--index-type {index_type!r}: {maps[0]} is not supported (an {maps[0]} index takes an "
+                              "id with each vector; the index numbers its vectors by passage itself): use "
+                              f"{rest!r}")
+
+
 def check_buildable(index_type: str, d: int, n: int) -> None:
     """Refuse, before anything is embedded, an index type FAISS cannot build over ``n``
     vectors of dimension ``d``.

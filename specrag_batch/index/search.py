@@ -88,7 +88,7 @@ class OpenIndex:
                            else "built with --no-bm25")
                     raise IndexFormatError(f"{self.uri}: {how} has no BM25 part for retrieval.method "
                                            "bm25 or hybrid; rebuild it with `specrag-batch index build`")
-                self._bm25 = BM25Index(self.local / BM25_DIR)
+                self._bm25 = BM25Index(self.local / BM25_DIR, int(self.meta["bm25"].get("tokenizer_version", 1)))
             return self._bm25
 
 
@@ -221,15 +221,17 @@ def check_index(retrieval, *, load: bool = True) -> None:
     """Open the run's index (``retrieval.index``) before any engine loads, so that a missing or
     damaged index is one error naming it rather than every shard failing after the models
     start: its ``meta.json``, its passage store, the parts ``retrieval.method`` searches, and a
-    dense index holding one vector per passage. ``load``: load the FAISS and BM25 parts (kept
-    for the run's shards in this process, :func:`open_index`); False (shards searched in other
-    processes, e.g. on Ray) only checks that their files are there.
+    dense index holding one vector per passage, of the width and metric ``meta.json`` names.
+    ``load``: load the FAISS and BM25 parts (kept for the run's shards in this process,
+    :func:`open_index`); False (shards searched in other processes, e.g. on Ray) only checks
+    that their files are there.
 
     No index configured: nothing to check.
 
     Raises:
         IndexFormatError: naming the index and what is wrong (a file missing or not readable,
-            a vector count that differs from the passage count), saying to rebuild it."""
+            a vector count that differs from the passage count, a vector width or metric that
+            differs from ``meta.json``'s), saying to rebuild it."""
     uri = retrieval.index
     if not uri:
         return
@@ -242,16 +244,40 @@ def check_index(retrieval, *, load: bool = True) -> None:
                     if not (index.local / part).exists():
                         raise FileNotFoundError(f"{index.local / part} is missing")
             return
-        vectors = index.dense().ntotal
+        faiss_index = index.dense()
+        wrong = _dense_mismatch(index.meta, passages, faiss_index.ntotal, int(faiss_index.d),
+                                int(faiss_index.metric_type))
+        if wrong:
+            raise IndexFormatError(f"index {uri}: its dense index {wrong} (parts of two builds?); rebuild it "
+                                   "with `specrag-batch index build`")
         if retrieval.method != "dense":
             index.bm25()
     except IndexFormatError as e:
+        open_index.cache_clear()  # nothing refused is kept for the shards
         raise IndexFormatError(redact_text(str(e))) from None  # a URL's password never in the message
     except Exception as e:  # noqa: BLE001 - FAISS (RuntimeError), Arrow, OSError, bm25s: all mean a damaged index
         open_index.cache_clear()  # nothing half-opened is kept for the shards
         raise IndexFormatError(redact_text(f"index {uri}: cannot be opened ({type(e).__name__}: {e}); rebuild "
                                            "it with `specrag-batch index build`")) from None
+
+
+def _dense_mismatch(meta: dict, passages: int, vectors: int, width: int, metric: int) -> str | None:
+    """What in a loaded FAISS index (``vectors`` of ``width`` dimensions compared by FAISS
+    metric ``metric``) disagrees with the index's ``meta.json`` and ``passages``, in words
+    (None when nothing does): a count that differs from the passages', a width that differs
+    from ``meta["dimension"]`` (the embedding model's, which queries are embedded with; FAISS
+    would fail every search on ``assert d == self.d``), a metric other than inner product for
+    a meta saying ``inner_product_normalised`` (cosine similarity)."""
+    import faiss
+
     if vectors != passages:
-        open_index.cache_clear()
-        raise IndexFormatError(f"index {redact_text(uri)}: its dense index holds {vectors} vectors for {passages} passages (parts "
-                               "of two builds?); rebuild it with `specrag-batch index build`")
+        return f"holds {vectors} vectors for {passages} passages"
+    dimension = meta.get("dimension")
+    if dimension is not None and int(dimension) != width:
+        return (f"holds {width}-dimensional vectors; meta.json says {int(dimension)} (the embedding model "
+                f"{meta.get('embedding_model')!r}, which queries are embedded with)")
+    if meta.get("metric", "inner_product_normalised") == "inner_product_normalised" \
+            and metric != faiss.METRIC_INNER_PRODUCT:
+        name = {faiss.METRIC_L2: "L2 distance"}.get(metric, f"FAISS metric {metric}")
+        return f"compares vectors by {name}; meta.json says inner product (cosine similarity of normalised vectors)"
+    return None

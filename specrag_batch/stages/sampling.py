@@ -21,7 +21,7 @@ import numpy as np
 
 from ..config import RunConfig
 from ..embeddings import embed, load_embedder
-from ..records import Flag, QueryRow, add_flag
+from ..records import ErrorReason, Flag, QueryRow, add_flag
 from .base import Stage
 from .kmeans import kmeans_labels, sklearn_labels
 
@@ -95,9 +95,26 @@ def row_seed(seed: int, query_id: str) -> int:
     return int.from_bytes(h[:4], "little")
 
 
+def at_least_float32(embeddings: np.ndarray) -> np.ndarray:
+    """``embeddings`` as a float array of at least 32 bits (float16 and bfloat16 vectors, or
+    integers, converted; float32 and float64 kept): rounding or distances computed in float16
+    overflow (``np.round(x, 6)`` multiplies by 10^6, past float16's largest value, 65504)."""
+    embeddings = np.asarray(embeddings)
+    if embeddings.dtype.kind == "f" and embeddings.dtype.itemsize >= 4:
+        return embeddings
+    return embeddings.astype(np.float32)
+
+
 def _distinct_rows(embeddings: np.ndarray) -> int:
-    """Distinct rows after rounding to 6 decimals (compared by value, -0.0 == 0.0)."""
-    return len({row.tobytes() for row in np.round(embeddings, 6) + 0.0})
+    """Distinct rows after rounding to 6 decimals (compared by value, -0.0 == 0.0), computed in
+    at least float32 (:func:`at_least_float32`)."""
+    return len({row.tobytes() for row in np.round(at_least_float32(embeddings), 6) + 0.0})
+
+
+def non_finite_documents(embeddings: np.ndarray) -> list[int]:
+    """The documents (rows of ``embeddings``, (N, d)) whose embedding holds a NaN or an
+    infinite value: K-Means cannot place them (scikit-learn refuses the whole input)."""
+    return [int(i) for i in np.flatnonzero(~np.isfinite(np.asarray(embeddings)).all(axis=1))]
 
 
 def _k_eff(embeddings: np.ndarray, k: int) -> int:
@@ -129,6 +146,7 @@ def cluster_documents(embeddings: np.ndarray, k: int, seed: int, n_init: int = 1
         int array of shape (N,), labels in ``[0, k_eff)`` with every label used, numbered in
         order of first appearance (so they do not depend on K-Means' label ids).
     """
+    embeddings = at_least_float32(embeddings)
     n = embeddings.shape[0]
     k_eff = _k_eff(embeddings, k)
     if k_eff == 1:
@@ -152,7 +170,16 @@ def cluster_rows(blocks: Sequence[np.ndarray], k: int, seeds: Sequence[int],
 
     Returns:
         one label array per row, as :func:`cluster_documents` returns it.
+
+    Raises:
+        ValueError: a row's embeddings hold a NaN or an infinite value (naming the row and the
+            document; :class:`MultiPerspectiveSampling` fails such a row before clustering).
     """
+    blocks = [at_least_float32(x) for x in blocks]
+    for i, x in enumerate(blocks):
+        bad = non_finite_documents(x)
+        if bad:
+            raise ValueError(f"row {i}: the embedding of document {bad[0]} holds a NaN or infinite value")
     out = [np.zeros(len(x), dtype=int) for x in blocks]
     ks = [_k_eff(x, k) for x in blocks]
     todo = [i for i, k_eff in enumerate(ks) if k_eff > 1]
@@ -286,7 +313,9 @@ class MultiPerspectiveSampling(Stage):
     partitions), m = ``sampling.num_drafts`` subsets of one document per cluster (paper §3.2).
     The query is budgeted in encoder tokens so every document reaches the encoder
     (:func:`~specrag_batch.stages.sampling.conditioned_texts`; cuts are flagged on the row).
-    ``sampling.strategy: random`` needs no embeddings."""
+    ``sampling.strategy: random`` needs no embeddings. A row whose embeddings hold a NaN or an
+    infinite value (the encoder's output for one of its texts) fails alone, naming the document
+    (``error_reason`` ``non_finite_embedding``); the chunk's other rows are clustered."""
 
     name = "multi_perspective_sampling"
     timer_name = "sampling"
@@ -302,9 +331,13 @@ class MultiPerspectiveSampling(Stage):
         seeds = [row_seed(config.seed, row.query_id) for row in active]
         sizes = [len(row.top_documents) for row in active]
         if sampling.strategy != "random":  # random subsets need no embeddings
-            vectors = conditioned_vectors(active, config)
+            vectors = at_least_float32(conditioned_vectors(active, config))
             blocks = np.split(vectors, np.cumsum(sizes)[:-1]) if active else []
-            labels = cluster_rows(blocks, sampling.num_clusters, seeds, sampling.kmeans_n_init)
+            for row, block in zip(active, blocks):
+                _fail_non_finite(row, block, config.retrieval.embedding_model)
+            keep = [i for i, row in enumerate(active) if row.error is None]
+            active, seeds, sizes = [active[i] for i in keep], [seeds[i] for i in keep], [sizes[i] for i in keep]
+            labels = cluster_rows([blocks[i] for i in keep], sampling.num_clusters, seeds, sampling.kmeans_n_init)
         else:  # random subsets: no clustering needed
             labels = [np.zeros(n, dtype=int) for n in sizes]
         for row, seed, n, row_labels in zip(active, seeds, sizes, labels):
@@ -312,3 +345,16 @@ class MultiPerspectiveSampling(Stage):
                 row.flags.append(Flag.FEWER_DOCUMENTS_THAN_K)
             row.subsets = sample_subsets(row_labels, sampling.num_drafts, seed, sampling.strategy,
                                          k=sampling.num_clusters)
+
+
+def _fail_non_finite(row: QueryRow, block: np.ndarray, model: str) -> None:
+    """Fail ``row`` when the embedding of one of its documents (``block``, (N, d)) holds a NaN
+    or an infinite value, naming the first such document (field ``documents``, code
+    :attr:`ErrorReason.NON_FINITE_EMBEDDING`)."""
+    bad = non_finite_documents(block)
+    if bad:
+        doc = row.top_documents[bad[0]]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        row.fail("documents", f"the query-conditioned embedding of document {bad[0]} (doc_id {doc.doc_id!r}){more} "
+                 f"holds a NaN or infinite value ({model}); K-Means cannot cluster the row (paper §3.2)",
+                 code=ErrorReason.NON_FINITE_EMBEDDING)

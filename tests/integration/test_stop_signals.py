@@ -7,6 +7,8 @@ exactly once, without recomputing the finished shards (docs/operations.md, "Stop
 SIGTERM to the whole group (``timeout``, systemd) is tried on ``claims`` (its flow runs
 ``run``'s as a subflow); the slow stop it caused with the real engine (Prefect retrying to record
 the crash against its API server, ended by the same signal) is tests/engine/test_stop_group_sigterm.py.
+A run ended by SIGKILL (no handler runs) takes its Prefect API server with it (the kernel's
+``PR_SET_PDEATHSIG``).
 
 A real ``specrag-batch`` process (the CLI, Prefect's flow and task runner, storage, resume) with
 tests/fakes.py's FakeEngine in place of vLLM (tests/fake_engine_cli.py), each engine call taking
@@ -121,3 +123,75 @@ def test_a_signal_stops_the_run_promptly_and_the_next_run_resumes(tmp_path, sig,
     for name, m in done_at_signal.items():  # finished shards were not recomputed
         assert after[name] == m
     assert not [f for _, _, files in os.walk(out) for f in files if f.endswith(".tmp")]
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a zombie has ended; only its parent's wait is missing)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+SERVER_GONE_SECONDS = 20
+"""A failure bound: the kernel ends the server as the run dies; a few seconds of slack for a
+loaded machine."""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_run_killed_by_sigkill_leaves_no_prefect_api_server(tmp_path):
+    """Trial finding (issue 47 item 8): a run ended by the kernel's OOM killer (SIGKILL, no
+    handler runs) left the ephemeral Prefect API server it had started running as an orphan
+    (a port and about 230 MB) until ended by hand. Now the server dies with the run: a real
+    ``specrag-batch run`` (fake engine) is SIGKILLed, alone, while a shard is in flight, and
+    its server process is gone within :data:`SERVER_GONE_SECONDS`."""
+    inp, out = str(tmp_path / "in"), str(tmp_path / "out")
+    for i in range(2):
+        storage.write_parquet_atomic(storage.join(inp, f"s{i}.parquet"), sample_rows("climate_fever", 2, skip=2 * i))
+    env = {**subprocess_env(tmp_path), "SPECRAG_TEST_ENGINE_DELAY": "4"}
+    env.pop("PREFECT_API_URL", None)
+    log = open(tmp_path / "run.log", "wb")
+    p = subprocess.Popen(cli(inp, out), env=env, cwd=ROOT, start_new_session=True, stdout=log, stderr=log)
+    server = None
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline and p.poll() is None and (server is None or not markers(out)):
+            if server is None:
+                server = next((c for c in _children(p.pid) if "prefect.server.api.server" in _cmdline(c)), None)
+            time.sleep(0.2)
+        assert p.poll() is None and server is not None, "no shard in flight with a server: see run.log"
+        os.kill(p.pid, signal.SIGKILL)  # the run alone, as the OOM killer ends it
+        p.wait(30)
+        gone = time.monotonic() + SERVER_GONE_SECONDS
+        while _running(server) and time.monotonic() < gone:
+            time.sleep(0.2)
+        assert not _running(server), f"the API server (pid {server}) outlived its SIGKILLed run: {_cmdline(server)}"
+    finally:
+        if p.poll() is None or group_alive(p.pid):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(30)
+        log.close()

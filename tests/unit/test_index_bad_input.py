@@ -79,6 +79,11 @@ def _corpus(tmp_path, case: str) -> tuple[str, list[str]]:
                 emb = pa.array(emb.to_pylist()[:4] + [None] + emb.to_pylist()[5:], emb.type)
             pq.write_table(passages(start, 6).append_column("emb", emb), root / f"p{k}.parquet")
         flags = ["--embedding-column", "emb"]
+    elif case in ("empty_doc_id", "blank_doc_id"):  # issue 47 item 9: `doc_id ''` was indexed
+        ids = ["d6", "d7", "" if case == "empty_doc_id" else " \u200b\t", "d9", "d10", "d11"]
+        pq.write_table(passages(6, 6).set_column(0, "doc_id", pa.array(ids)), second)
+    elif case == "idmap":  # issue 47 item 9: refused only after the whole corpus was embedded
+        flags = ["--index-type", "IDMap,Flat"]
     elif case == "faiss_refuses":
         flags = ["--index-type", "IVF4,PQ7"]
     elif case == "too_few_to_train":
@@ -99,6 +104,11 @@ CASES = {
     "wrong_width": f"p0.parquet: column 'emb': vectors of width {DIM + 3}; the embedding model makes {DIM}",
     "not_fixed_size": "p0.parquet: column 'emb': got list<",  # then: embeddings need a fixed_size_list of floats
     "null_vector": "p1.parquet: column 'emb': row 4: null; every passage needs a vector",
+    "empty_doc_id": "p1.parquet: column 'doc_id': row 2: '' is empty (nothing visible); every passage needs an id",
+    "blank_doc_id": "p1.parquet: column 'doc_id': row 2: ' \\u200b\\t' is empty (nothing visible); every passage "
+                    "needs an id",
+    "idmap": "--index-type 'IDMap,Flat': IDMap is not supported (an IDMap index takes an id with each vector; the "
+             "index numbers its vectors by passage itself): use 'Flat'",
     "faiss_refuses": f"--index-type 'IVF4,PQ7': FAISS refuses it for {DIM}-dimensional vectors: The dimension of "
                      "the vector (d) should be a multiple of the number of subquantizers (M)",
     "too_few_to_train": "--index-type 'IVF64,Flat' needs at least 64 passages to train; the corpus has 12",
@@ -113,6 +123,24 @@ def test_bad_input_is_one_line_and_writes_no_index(tmp_path, case):
     assert case != "fifo" or "a FIFO" in line, line
     assert not (tmp_path / "index" / "meta.json").exists()
     assert not (tmp_path / "index").exists()  # refused by the checks before anything is embedded or created
+
+
+def test_an_idmap_index_type_is_refused_before_the_corpus_is_read(tmp_path, monkeypatch):
+    """Trial finding (issue 47 item 9): ``--index-type IDMap,Flat`` passed FAISS's factory and
+    training checks and was refused by its first ``add``, after the whole corpus was embedded.
+    Now it is refused first: nothing embedded, the corpus not even listed (a missing one is not
+    what is reported)."""
+    from .index_fakes import CountingEmbedder
+
+    embedder = patch_embedder(monkeypatch, CountingEmbedder())
+    corpus, _ = _corpus(tmp_path, "ok")
+    for flag, rest in (("IDMap2,HNSW32", "HNSW32"), ("PCA16,IDMap,IVF4,Flat", "PCA16,IVF4,Flat")):
+        line = _one_error_line(_build("--corpus", corpus, "-o", str(tmp_path / "index"), "--index-type", flag))
+        assert f"--index-type '{flag}': IDMap" in line and line.endswith(f"use '{rest}'"), line
+    line = _one_error_line(_build("--corpus", str(tmp_path / "none"), "-o", str(tmp_path / "index"),
+                                  "--index-type", "IDMap,Flat"))
+    assert "IDMap is not supported" in line, line
+    assert embedder.texts == [] and not (tmp_path / "index").exists()
 
 
 @pytest.mark.parametrize("case", ["duplicate_across", "bad_utf8", "faiss_refuses"])
@@ -139,7 +167,8 @@ def test_a_missing_corpus_and_an_empty_prefix(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["passages_truncated", "dense_missing", "dense_truncated", "meta_empty",
-                                    "dense_of_another_build", "bm25_missing", "no_index"])
+                                    "dense_of_another_build", "dense_of_another_width", "dense_of_another_metric",
+                                    "bm25_missing", "no_index"])
 @pytest.mark.parametrize("load", [True, False])
 def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_path, damage, load):
     """Trial finding: ``run --index`` over a missing or damaged index loaded the engines, then
@@ -174,11 +203,19 @@ def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_pat
         (tmp_path / "index" / "meta.json").write_text("{}")
     elif damage == "dense_of_another_build":
         shutil.copy(build("other", [3]) / "dense.faiss", data / "dense.faiss")
+    elif damage in ("dense_of_another_width", "dense_of_another_metric"):  # as many vectors as passages
+        import faiss
+
+        width = 16 if damage == "dense_of_another_width" else DIM
+        other = faiss.IndexFlatIP(width) if damage == "dense_of_another_width" else faiss.IndexFlatL2(width)
+        other.add(np.random.default_rng(0).normal(size=(12, width)).astype(np.float32))
+        faiss.write_index(other, str(data / "dense.faiss"))
     elif damage == "bm25_missing":
         shutil.rmtree(data / "bm25")
     else:
         retrieval = RunConfig(retrieval={"index": str(tmp_path / "none"), "method": "hybrid"}).retrieval
-    if not load and damage in ("dense_truncated", "dense_of_another_build"):
+    if not load and damage in ("dense_truncated", "dense_of_another_build", "dense_of_another_width",
+                               "dense_of_another_metric"):
         check_index(retrieval, load=False)  # files present: only loading them finds this
         return
     with pytest.raises(IndexFormatError) as refused:
@@ -188,6 +225,10 @@ def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_pat
     assert "rebuild" in message or "build one" in message, message
     if damage == "dense_of_another_build":
         assert "holds 3 vectors for 12 passages" in message, message
+    if damage == "dense_of_another_width":  # same count: every search died in FAISS's `assert d == self.d`
+        assert f"holds 16-dimensional vectors; meta.json says {DIM}" in message, message
+    if damage == "dense_of_another_metric":
+        assert "compares vectors by L2 distance; meta.json says inner product" in message, message
 
 
 def test_index_build_lists_its_corpus_as_a_run_lists_its_input(tmp_path, caplog):
@@ -212,3 +253,28 @@ def test_index_build_lists_its_corpus_as_a_run_lists_its_input(tmp_path, caplog)
     assert f"skipping {corpus / '_temporary' / '0' / 'p0.parquet'}" in caplog.text
     shards = plan_shards(str(corpus))[0]  # what a run over the same prefix reads
     assert len(shards) == 2 and not [s for s in shards if "_temporary" in s or "hidden" in s or "UPPER" in s]
+
+
+def test_run_over_a_dense_index_of_another_width_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """Trial finding (issue 47 item 3): a FAISS file of another width than meta.json's (16
+    against 384), holding as many vectors as there are passages, passed the opening check;
+    every shard then died in FAISS's ``assert d == self.d`` with an empty reason, exit 1, 0 rows
+    written. Now ``run --index`` refuses it before the flow starts: exit 2, one line naming the
+    index and both widths, no output."""
+    import faiss
+
+    from specrag_batch import orchestration
+
+    assert _build("--corpus", str(write_shards(tmp_path / "corpus", [6, 6])), "-o", str(tmp_path / "index")).exit_code == 0
+    data = tmp_path / "index" / json.loads((tmp_path / "index" / "meta.json").read_text())["data"]
+    other = faiss.IndexFlatIP(16)
+    other.add(np.random.default_rng(0).normal(size=(12, 16)).astype(np.float32))
+    faiss.write_index(other, str(data / "dense.faiss"))
+    open_index.cache_clear()
+    pq.write_table(pa.table({"query_id": ["q"], "query": ["Is the ice melting?"], "task": ["qa"]}), tmp_path / "in.parquet")
+    monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
+    result = CliRunner().invoke(app, ["run", "-i", str(tmp_path / "in.parquet"), "-o", str(tmp_path / "out"),
+                                      "--index", str(tmp_path / "index")])
+    line = _one_error_line(result)
+    assert f"index {tmp_path / 'index'}: its dense index holds 16-dimensional vectors; meta.json says {DIM}" in line
+    assert not (tmp_path / "out").exists()

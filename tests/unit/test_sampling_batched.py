@@ -150,3 +150,64 @@ def test_the_stage_draws_the_subsets_the_per_row_path_drew(monkeypatch):
                                 s.strategy, k=s.num_clusters)
         assert row.subsets == before
         assert (Flag.FEWER_DOCUMENTS_THAN_K in row.flags) == (len(x) < s.num_clusters)
+
+
+def _stage_rows(rng, sizes, d=64):
+    rows, blocks = [], []
+    for i, n in enumerate(sizes):
+        rows.append(QueryRow(row_index=i, query_id=f"q{i}", query=f"question {i}", task="qa",
+                             top_documents=[Document(f"d{j}", "", f"text {j}") for j in range(n)]))
+        blocks.append(blobs(rng, n, 3, d=d, spread=0.6).astype(np.float32))
+    return rows, blocks
+
+
+def _per_row_subsets(config, row, x):
+    s, seed = config.sampling, row_seed(config.seed, row.query_id)
+    return sample_subsets(cluster_documents(x, s.num_clusters, seed, s.kmeans_n_init), s.num_drafts, seed,
+                          s.strategy, k=s.num_clusters)
+
+
+def test_a_non_finite_embedding_fails_only_its_row(monkeypatch):
+    """Trial finding (issue 47 item 6): a NaN or inf in one row's document embeddings made the
+    batched K-Means raise for the whole chunk (scikit-learn refuses NaN input), so the shard
+    failed. Now that row alone gets an error naming the row, the field and the document
+    (``error_reason`` ``non_finite_embedding``); the other rows are clustered as before."""
+    from specrag_batch.records import ErrorReason
+
+    config = RunConfig(sampling={"kmeans_n_init": 2})
+    rows, blocks = _stage_rows(np.random.default_rng(5), [8, 10, 9, 6, 10])
+    blocks[1][3, 7] = np.nan
+    blocks[3][0, 0], blocks[3][5, 1] = np.inf, -np.inf
+    monkeypatch.setattr(sampling, "conditioned_vectors", lambda active, cfg: np.vstack(blocks))
+    MultiPerspectiveSampling(config)(rows)
+    failed = {r.row_index: r for r in rows if r.error is not None}
+    assert sorted(failed) == [1, 3]
+    assert failed[1].error.startswith("row 1 (query_id='q1'): field 'documents': the query-conditioned embedding "
+                                      "of document 3 (doc_id 'd3') holds a NaN or infinite value"), failed[1].error
+    assert "document 0 (doc_id 'd0') (and 1 more)" in failed[3].error, failed[3].error
+    assert all(r.error_reason == ErrorReason.NON_FINITE_EMBEDDING and r.subsets is None for r in failed.values())
+    for row, x in zip(rows, blocks):
+        if row.error is None:
+            assert row.subsets and row.subsets == _per_row_subsets(config, row, x)
+    with pytest.raises(ValueError, match="row 1: the embedding of document 3 holds a NaN"):
+        cluster_rows(blocks, 3, [1] * len(blocks))  # the API names the row too
+
+
+def test_float16_embeddings_are_clustered_as_float32(monkeypatch):
+    """Trial finding (issue 47 item 6): float16 embeddings overflowed into NaN where the rows
+    are compared after rounding (``np.round(x, 6)`` multiplies by 10^6, past float16's 65504),
+    so every row counted one distinct document and was left unclustered (one cluster). They are
+    now compared in float32: the same clusters and subsets as the same vectors in float32."""
+    config = RunConfig(sampling={"kmeans_n_init": 2})
+    rows, blocks = _stage_rows(np.random.default_rng(6), [9, 10, 7])
+    half = [b.astype(np.float16) for b in blocks]
+    widened = [h.astype(np.float32) for h in half]
+    seeds = [row_seed(config.seed, r.query_id) for r in rows]
+    labels = cluster_rows(half, 3, seeds, 2)
+    assert all(len(set(lab.tolist())) == 3 for lab in labels), labels
+    assert [lab.tolist() for lab in labels] == [lab.tolist() for lab in cluster_rows(widened, 3, seeds, 2)]
+    assert cluster_documents(half[0], 3, seeds[0], 2).tolist() == labels[0].tolist()
+    monkeypatch.setattr(sampling, "conditioned_vectors", lambda active, cfg: np.vstack(half))
+    MultiPerspectiveSampling(config)(rows)
+    assert [r.subsets for r in rows] == [_per_row_subsets(config, r, x) for r, x in zip(rows, widened)]
+    assert all(r.error is None for r in rows)

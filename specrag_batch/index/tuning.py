@@ -228,7 +228,7 @@ def describe(op: dict | None, index_type: str = "") -> str:
     speed = f", {qps:,.0f} queries/s" if qps else ""
     on = f"on {op['queries']} held-out queries ({op['source']})"
     if op.get("exact"):
-        return f"exact search ({index_type or 'Flat'}): recall@{k} 1.0 by construction{speed}"
+        return f"exact search ({index_type or 'Flat'}): recall@{k} 1.0 by construction{speed}, {on}"
     at = f" at {op['parameter']} {op['value']}" if op.get("parameter") else ""
     if op["reached"]:
         return f"recall@{k} {op['recall']:.3f}{at} (target {op['target']}){speed}, {on}"

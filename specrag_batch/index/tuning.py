@@ -6,7 +6,8 @@ Held-out queries are a seeded sample of the corpus's own passages (:data:`HOLDOU
 small corpus), or the user's queries (``index build --queries``, embedded with the index's
 model). Each is searched exactly (``IndexFlatIP`` over the same vectors, block by block) and
 approximately; recall@k is the share of the exact top k the approximate top k holds, averaged
-over the queries. A passage used as a query is left out of both lists (it finds itself), so it
+over the queries (a returned passage as similar as the exact k-th counts, so duplicate passages
+are no misses). A passage used as a query is left out of both lists (it finds itself), so it
 counts as a query the index was not built around. The searched parameter is ``nprobe`` for IVF
 indexes (1 to ``nlist``) and ``efSearch`` for HNSW (``k`` to :data:`EF_SEARCH_MAX`): doubled
 until the target is reached, then bisected to the smallest value that reaches it (recall grows
@@ -56,10 +57,10 @@ def search_parameter(index) -> tuple[str | None, int, int]:
     return None, 0, 0
 
 
-def exact_neighbours(shards: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
-    """Row ids (q, k) of the exact top-``k`` inner products of ``queries`` over the vectors of
-    ``shards`` in order (rows numbered across shards), -1 past the last; memory: one block of
-    :data:`_EXACT_BLOCK` vectors (``faiss.ResultHeap`` merges the blocks)."""
+def exact_neighbours(shards: Sequence[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(inner products, row ids), each (q, k), of the exact top-``k`` of ``queries`` over the
+    vectors of ``shards`` in order (rows numbered across shards), -1 past the last; memory: one
+    block of :data:`_EXACT_BLOCK` vectors (``faiss.ResultHeap`` merges the blocks)."""
     import faiss
 
     heap = faiss.ResultHeap(len(queries), k, keep_max=True)
@@ -77,23 +78,44 @@ def exact_neighbours(shards: Sequence[np.ndarray], queries: np.ndarray, k: int) 
             heap.add_result(np.ascontiguousarray(d, dtype=np.float32), np.where(i >= 0, i + offset + start, -1))
         offset += len(s)
     heap.finalize()
-    return heap.I
+    return heap.D, heap.I
 
 
-def top_k(ids: np.ndarray, exclude: np.ndarray | None, k: int) -> list[set]:
+def top_k(ids: np.ndarray, exclude: np.ndarray | None, k: int) -> np.ndarray:
     """Each query's first ``k`` row ids (of ``ids``, best first) other than -1 and other than
-    its own row ``exclude[i]`` (None: nothing excluded), as sets."""
-    out = []
+    its own row ``exclude[i]`` (None: nothing excluded), -1 padded to (q, k)."""
+    out = np.full((len(ids), k), -1, np.int64)
     for i, row in enumerate(ids):
         own = -2 if exclude is None else int(exclude[i])
-        out.append(set([int(j) for j in row if j >= 0 and j != own][:k]))
+        keep = [int(j) for j in row if j >= 0 and j != own][:k]
+        out[i, :len(keep)] = keep
     return out
 
 
-def recall(found: list[set], truth: list[set]) -> float:
-    """Mean over queries of |found ∩ truth| / |truth| (queries with an empty truth left out;
-    1.0 when every truth is empty)."""
-    shares = [len(f & t) / len(t) for f, t in zip(found, truth) if t]
+def similarities(shards: Sequence[np.ndarray], queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Exact inner products (q, k) of each query with the vectors of rows ``ids`` (numbered
+    across ``shards``; -inf where -1)."""
+    starts = np.cumsum([0] + [len(s) for s in shards])
+    flat = ids.ravel()
+    vecs = np.zeros((len(flat), queries.shape[1]), np.float32)
+    which = np.searchsorted(starts, flat, side="right") - 1
+    for b in np.unique(which[flat >= 0]):
+        at = np.flatnonzero((which == b) & (flat >= 0))
+        vecs[at] = shards[b][np.asarray(flat[at] - starts[b])]
+    sims = np.einsum("qkd,qd->qk", vecs.reshape(*ids.shape, -1), queries.astype(np.float32))
+    return np.where(ids >= 0, sims, -np.inf)
+
+
+def recall(found_sims: np.ndarray, truth_sims: np.ndarray, eps: float = 1e-5) -> float:
+    """recall@k with ties (duplicate passages) counted as found: per query, the share of its
+    exact top k (``truth_sims``, exact inner products, -inf past the last) matched by a returned
+    row whose exact inner product (``found_sims``) is at least the k-th exact one (less
+    ``eps``), averaged over queries with a non-empty truth (1.0 when none has one)."""
+    shares = []
+    for f, t in zip(found_sims, truth_sims):
+        valid = np.isfinite(t)
+        if valid.any():
+            shares.append(min(int(valid.sum()), int(np.sum(f >= t[valid].min() - eps))) / int(valid.sum()))
     return float(np.mean(shares)) if shares else 1.0
 
 
@@ -115,7 +137,8 @@ def tune(index, shards: Sequence[np.ndarray], queries: np.ndarray, *, exclude: n
     kk = max(0, min(k, n - (1 if exclude is not None else 0)))
     depth = max(1, min(n, kk + (1 if exclude is not None else 0)))
     exact = _is_exact(index)
-    truth = None if exact else top_k(exact_neighbours(shards, queries, depth), exclude, kk)
+    truth = None if exact else similarities(shards, queries, top_k(exact_neighbours(shards, queries, depth)[1],
+                                                                     exclude, kk))
     measured: dict[int | None, tuple[float, float]] = {}
 
     def measure(value: int | None) -> float:
@@ -124,7 +147,8 @@ def tune(index, shards: Sequence[np.ndarray], queries: np.ndarray, *, exclude: n
             t0 = time.perf_counter()
             ids = dense.search(index, queries, depth, **params)[1]
             seconds = time.perf_counter() - t0
-            measured[value] = (1.0 if exact else recall(top_k(ids, exclude, kk), truth), seconds)
+            found = None if exact else similarities(shards, queries, top_k(ids, exclude, kk))
+            measured[value] = (1.0 if exact else recall(found, truth), seconds)
         return measured[value][0]
 
     if name is None:

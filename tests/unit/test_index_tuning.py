@@ -185,3 +185,12 @@ def test_known_dimension_reads_a_model_configuration_without_loading_it(tmp_path
         {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
     assert known_dimension(str(root)) == 768  # two pooling modes concatenated
     assert known_dimension("some-org/not-here") is None
+
+
+def test_a_duplicate_passage_returned_for_its_twin_is_no_miss():
+    vecs = np.eye(4, dtype=np.float32)[[0, 0, 1, 2, 3]]  # rows 0 and 1 are the same passage
+    q = np.eye(4, dtype=np.float32)[[0]]
+    truth = tuning.similarities([vecs[:2], vecs[2:]], q, np.array([[0, 2]]))
+    assert tuning.recall(tuning.similarities([vecs[:2], vecs[2:]], q, np.array([[1, 3]])), truth) == 0.5
+    assert tuning.recall(tuning.similarities([vecs[:2], vecs[2:]], q, np.array([[4, 2]])), truth) == 0.5
+    assert tuning.recall(tuning.similarities([vecs], q, np.array([[1, 0]])), truth) == 1.0

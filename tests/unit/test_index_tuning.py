@@ -188,9 +188,10 @@ def test_known_dimension_reads_a_model_configuration_without_loading_it(tmp_path
 
 
 def test_a_duplicate_passage_returned_for_its_twin_is_no_miss():
-    vecs = np.eye(4, dtype=np.float32)[[0, 0, 1, 2, 3]]  # rows 0 and 1 are the same passage
-    q = np.eye(4, dtype=np.float32)[[0]]
-    truth = tuning.similarities([vecs[:2], vecs[2:]], q, np.array([[0, 2]]))
-    assert tuning.recall(tuning.similarities([vecs[:2], vecs[2:]], q, np.array([[1, 3]])), truth) == 0.5
-    assert tuning.recall(tuning.similarities([vecs[:2], vecs[2:]], q, np.array([[4, 2]])), truth) == 0.5
-    assert tuning.recall(tuning.similarities([vecs], q, np.array([[1, 0]])), truth) == 1.0
+    a, b, c = [0.9, np.sqrt(1 - 0.81), 0, 0], [0.5, 0, np.sqrt(0.75), 0], [0.1, 0, 0, np.sqrt(0.99)]
+    shards = [np.array([a, a], np.float32), np.array([b, c], np.float32)]  # rows 0 and 1: the same passage
+    q = np.array([[1, 0, 0, 0]], np.float32)
+    truth = tuning.similarities(shards, q, np.array([[0, 2]]))  # the exact top 2: 0.9 and 0.5
+    assert tuning.recall(tuning.similarities(shards, q, np.array([[1, 2]])), truth) == 1.0  # its twin: found
+    assert tuning.recall(tuning.similarities(shards, q, np.array([[1, 3]])), truth) == 0.5
+    assert tuning.recall(tuning.similarities(shards, q, np.array([[3, -1]])), truth) == 0.0

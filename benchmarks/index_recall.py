@@ -84,6 +84,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     ap.add_argument("--max-passages", type=int, default=8000)
+    ap.add_argument("--max-questions", type=int, default=None, help="questions searched (default: all)")
     ap.add_argument("--index-type", action="append", help="FAISS factory strings (default: the default IVF "
                     "formula for this size, and HNSW32)")
     ap.add_argument("--target-recall", type=float, default=0.95)
@@ -96,6 +97,7 @@ def main(argv=None) -> dict:
 
     args.work.mkdir(parents=True, exist_ok=True)
     passages, questions = load_texts(args.shared, args.max_passages)
+    questions = questions[:args.max_questions]
     texts = passage_text([t for t, _ in passages], [x for _, x in passages])
     vecs = embedded(args.work, "passages", texts)
     qvecs = embedded(args.work, "questions", questions)

@@ -39,6 +39,7 @@ models_app = typer.Typer(no_args_is_help=True, help="Packaged models (GGUF in Py
 app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")
 from .cli_calibrate import calibrate  # noqa: E402
+from .cli_index import index_info  # noqa: E402  (`index info`: specrag_batch.cli_index)
 from .cli_drift import drift  # noqa: E402  (night over night: specrag_batch.cli_drift)
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
 app.add_typer(drafter_app, name="drafter")
@@ -301,23 +302,33 @@ def index_build(
                               "bm25 and hybrid need it)."),
     train_size: Optional[int] = typer.Option(None, min=1, help="Vectors sampled to train an IVF/PQ index "
                                              "(default 50 per IVF list, at least 65536)."),
+    target_recall: float = typer.Option(0.95, min=0.0, max=1.0, help="recall@k against exact search the operating point must reach."),
+    recall_k: int = typer.Option(10, min=1, help="k of that recall@k."),
+    holdout: int = typer.Option(1000, min=1, help="Held-out queries measuring recall (corpus passages, or --queries)."),
+    queries: Optional[str] = typer.Option(None, help="Parquet file of your queries (a `query` column) to measure recall on."),
 ) -> None:
     """Build a retrieval index (dense FAISS + BM25) for `run --index`.
 
-    Resumable: a build stopped or killed halfway, started again with the same command,
-    embeds only the corpus shards it had not finished. A bad corpus or index type exits 2
-    with one line, before anything is embedded, and leaves any index at --output as it was."""
+    Measures recall@k on held-out queries and records the smallest nprobe/efSearch reaching
+    --target-recall (runs search with it). Resumable: started again with the same command, a
+    build stopped or killed halfway takes the shards and phases it had finished. A bad corpus
+    or index type exits 2 with one line, before anything is embedded, and leaves any index at
+    --output as it was."""
     from .index import build_index
     from .index.progress import progress_bar
+    from .index.tuning import describe
 
     with _offline_errors(), progress_bar(err_console) as progress:  # bad input, unwritable output: exit 2, one line
         meta = build_index(corpus, output, embedding_model, batch_size, embedding_column=embedding_column,
                            index_type=index_type, bm25=bm25, train_size=train_size, progress=progress,
-                           log=lambda line: err_console.print(Text(line)))
+                           log=lambda line: err_console.print(Text(line)), target_recall=target_recall,
+                           recall_k=recall_k, holdout=holdout, queries_uri=queries)
     parts = f"{meta['dense']['index_type']}" + (", bm25" if meta["bm25"] else "")
     console.print(f"index: {meta['documents']} documents from {meta['shards']} shard(s), dim {meta['dimension']}, "
                   f"{parts}; {meta['shards_embedded']} shard(s) embedded, {meta['shards_skipped']} already done; "
                   f"{meta['seconds']}s -> {output}")
+    console.print(Text(f"operating point: {describe(meta['dense']['operating_point'], meta['dense']['index_type'])}"))
+index_app.command("info")(index_info)  # specrag_batch.cli_index
 
 
 @models_app.command("list")

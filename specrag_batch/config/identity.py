@@ -66,6 +66,7 @@ ADDED_FIELDS = (("selection", "confidence", "score"), ("selection", "calibration
                 ("verifier", "deduplicate_drafts", False), ("drafter", "answer_on_truncation", False),
                 ("drafter", "answer_max_tokens", 16), ("retrieval", "method", "dense"),
                 ("retrieval", "nprobe", 128), ("retrieval", "ef_search", 128), ("retrieval", "rrf_k", 60),
+                ("retrieval", "nprobe", None), ("retrieval", "ef_search", None),
                 ("retrieval", "hybrid_candidates", 50), ("drafter", "adapter", None),
                 ("verifier", "evidence_aware", False))
 """(section, field, value before the field existed) of fields added after 0.1: left out of

@@ -221,12 +221,13 @@ class RetrievalConfig(_Strict):
         "cosine similarity of sentence embeddings (FAISS); bm25 = BM25 over title and text "
         "(bm25s); hybrid = reciprocal-rank fusion of the two. bm25 and hybrid need an index built "
         "with its BM25 part (the default of `index build`)")
-    nprobe: int = Field(
-        128, ge=1, description="IVF indexes: inverted lists probed per query (more = closer to "
-        "exact search, slower; docs/decisions/010-ivf-nprobe-128.md); ignored by Flat and HNSW")
-    ef_search: int = Field(
-        128, ge=1, description="HNSW indexes: candidate list size of a search (efSearch; more = "
-        "closer to exact search, slower); ignored by Flat and IVF with a flat quantizer")
+    nprobe: int | None = Field(
+        None, ge=1, description="IVF indexes: inverted lists probed per query (more = closer to exact search, "
+        "slower); unset: the smallest reaching the target recall as `index build` measured it (`index info`), "
+        "128 for an older index (docs/decisions/012-nprobe-from-the-index.md); ignored by Flat and HNSW")
+    ef_search: int | None = Field(
+        None, ge=1, description="HNSW indexes: candidate list size of a search (efSearch; more = closer to "
+        "exact search, slower); unset: the index's operating point, else 128; ignored by Flat and IVF")
     rrf_k: int = Field(60, ge=1, description="hybrid: the constant k of reciprocal-rank fusion, a "
                        "passage scoring the sum of 1 / (k + rank) over the two lists")
     hybrid_candidates: int = Field(50, ge=1, description="hybrid: passages taken from each of the dense "

@@ -186,12 +186,11 @@ def sample_rows(sizes: Sequence[int], k: int, seed: int) -> list[np.ndarray]:
     return out
 
 
-def build(index_type: str, shards: Sequence[np.ndarray], *, train_size: int | None = None, seed: int = 0,
-          progress: Callable[[int], None] | None = None):
-    """A CPU FAISS index of ``index_type`` over the vectors of ``shards`` (arrays of shape
-    (rows, d), memory-mapped .npy files in the build), in order: trained on a seeded sample
-    (:func:`training_size`), then filled :data:`ADD_BLOCK` vectors at a time. Returns
-    ``(index, number of training vectors)``.
+def train(index_type: str, shards: Sequence[np.ndarray], *, train_size: int | None = None, seed: int = 0):
+    """An empty CPU FAISS index of ``index_type`` for the vectors of ``shards`` (arrays of shape
+    (rows, d), memory-mapped .npy files in the build), trained on a seeded sample of them
+    (:func:`training_size`). Returns ``(index, number of training vectors)``; an index type
+    without training comes back as it is, with 0.
 
     Raises:
         IndexBuildError: FAISS refuses the type or fails while training (one line)."""
@@ -199,12 +198,26 @@ def build(index_type: str, shards: Sequence[np.ndarray], *, train_size: int | No
     n = int(sum(len(s) for s in shards))
     index = new_index(index_type, d)
     k = training_size(index, n, train_size)
+    if not k:
+        return index, 0
     work = to_gpu(index)
     try:
-        if k:
-            parts = [np.asarray(s[rows]) for s, rows in zip(shards, sample_rows([len(s) for s in shards], k, seed))]
-            work.train(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32))
-            del parts
+        parts = [np.asarray(s[rows]) for s, rows in zip(shards, sample_rows([len(s) for s in shards], k, seed))]
+        work.train(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32))
+        del parts
+    except RuntimeError as e:
+        raise IndexBuildError(f"--index-type {index_type!r}: FAISS failed to build it: {faiss_reason(e)}") from None
+    return to_cpu(work), k
+
+
+def add(index, index_type: str, shards: Sequence[np.ndarray], progress: Callable[[int], None] | None = None):
+    """The trained ``index`` filled with the vectors of ``shards`` in order, :data:`ADD_BLOCK`
+    at a time (a CPU index is returned).
+
+    Raises:
+        IndexBuildError: FAISS fails while adding (one line naming ``index_type``)."""
+    work = to_gpu(index)
+    try:
         for s in shards:
             for start in range(0, len(s), ADD_BLOCK):
                 block = np.ascontiguousarray(s[start:start + ADD_BLOCK], dtype=np.float32)
@@ -213,7 +226,18 @@ def build(index_type: str, shards: Sequence[np.ndarray], *, train_size: int | No
                     progress(len(block))
     except RuntimeError as e:
         raise IndexBuildError(f"--index-type {index_type!r}: FAISS failed to build it: {faiss_reason(e)}") from None
-    return to_cpu(work), k
+    return to_cpu(work)
+
+
+def build(index_type: str, shards: Sequence[np.ndarray], *, train_size: int | None = None, seed: int = 0,
+          progress: Callable[[int], None] | None = None):
+    """:func:`train` then :func:`add`: a CPU FAISS index of ``index_type`` over ``shards``.
+    Returns ``(index, number of training vectors)``.
+
+    Raises:
+        IndexBuildError: FAISS refuses the type or fails while training or adding (one line)."""
+    index, k = train(index_type, shards, train_size=train_size, seed=seed)
+    return add(index, index_type, shards, progress), k
 
 
 def search(index, queries: np.ndarray, k: int, *, nprobe: int | None = None, ef_search: int | None = None,

@@ -1,7 +1,8 @@
 """Searching an index (``retrieval.index``) by the config's ``retrieval.method``:
 
 * ``dense``: the queries embedded with the index's embedding model, searched in its FAISS
-  index (``retrieval.nprobe``, ``retrieval.ef_search``);
+  index (``retrieval.nprobe``, ``retrieval.ef_search``; unset: the operating point the build
+  measured, :func:`.tuning.search_defaults`);
 * ``bm25``: BM25 over the passages' title and text (bm25s);
 * ``hybrid``: reciprocal-rank fusion (Cormack et al. 2009) of the two: each retriever's top
   ``retrieval.hybrid_candidates`` passages, a passage scoring the sum of 1 / (``rrf_k`` + rank)
@@ -26,6 +27,7 @@ from ..embeddings import embed
 from ..records import Document
 from ..redaction import redact_text
 from . import dense as dense_mod
+from . import tuning
 from .bm25 import BM25Index
 from .layout import (BM25_DIR, DENSE_FILE, LEGACY_FILES, PASSAGES_FILE, IndexFormatError, is_legacy,
                      local_data_dir, read_meta)
@@ -134,8 +136,20 @@ class DenseRetriever(_Base):
         self.nprobe, self.ef_search = nprobe, ef_search
 
     def embed(self, queries: Sequence[str]) -> np.ndarray:
-        """The queries' L2-normalised embeddings, float32 (q, d)."""
-        return embed(self.index.meta["embedding_model"], list(queries))
+        """The queries' L2-normalised embeddings, float32 (q, d).
+
+        Raises:
+            IndexFormatError: the index's embedding model makes vectors of another width than
+                the index holds (an index built from an embedding column of another model)."""
+        model = self.index.meta["embedding_model"]
+        vectors = embed(model, list(queries))
+        dim = self.index.meta.get("dimension")
+        if dim and vectors.shape[1] != int(dim):
+            source = f"column {self.index.meta['embedding_column']!r}" if self.index.meta.get("embedding_column") else "its build"
+            raise IndexFormatError(f"index {redact_text(self.index.uri)}: holds {dim}-dimensional vectors (from {source}) "
+                                   f"but its embedding model {model} makes {vectors.shape[1]}: rebuild it with "
+                                   "--embedding-model naming the model that made the vectors")
+        return vectors
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, row ids) of the top-``k`` of each query vector (float32 (q, d), normalised)."""
@@ -192,7 +206,9 @@ class HybridRetriever(_Base):
 def get_retriever(index_uri: str, method: str = "dense", *, nprobe: int | None = None,
                   ef_search: int | None = None, rrf_k: int = 60, candidates: int = 50) -> _Base:
     """A retriever of ``method`` (:data:`METHODS`) over the index at ``index_uri`` (opened once
-    per process, :func:`open_index`).
+    per process, :func:`open_index`). ``nprobe`` / ``ef_search`` None: the index's operating
+    point measured at build (``meta.json``), else 128 (:func:`.tuning.search_defaults`), the
+    same default a run takes.
 
     Raises:
         ValueError: an unknown method.
@@ -202,7 +218,9 @@ def get_retriever(index_uri: str, method: str = "dense", *, nprobe: int | None =
     index = open_index(index_uri)
     if method != "dense" and method not in index.methods:
         index.bm25()  # raises, saying to rebuild
-    dense = DenseRetriever(index, nprobe, ef_search)
+    default_nprobe, default_ef = tuning.search_defaults(index.meta)
+    dense = DenseRetriever(index, default_nprobe if nprobe is None else nprobe,
+                           default_ef if ef_search is None else ef_search)
     if method == "dense":
         return dense
     if method == "bm25":

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import storage
-from ..embeddings import embed
+from ..embeddings import embed, known_dimension
 from .corpus import CorpusShard, batches
 from .layout import DONE_DIR, IndexBuildError, publish, scratch
 
@@ -138,3 +138,9 @@ def embed_all(shards: list[CorpusShard], work_uri: str, *, embedding_model: str,
 def model_dimension(embedding_model: str) -> int:
     """Width of the vectors ``embedding_model`` makes (loads the model once per process)."""
     return int(embed(embedding_model, []).shape[1])
+
+
+def configured_dimension(embedding_model: str) -> int | None:
+    """Width of the vectors ``embedding_model`` makes as its configuration files say, without
+    loading it (:func:`~specrag_batch.embeddings.known_dimension`; None when they do not say)."""
+    return known_dimension(embedding_model)

@@ -49,6 +49,7 @@ def patch_embedder(monkeypatch, embedder=fake_embed):
 
     monkeypatch.setattr(shards, "embed", embedder)
     monkeypatch.setattr(search, "embed", embedder)
+    monkeypatch.setattr(shards, "known_dimension", lambda name: DIM)  # the stand-in's configuration says DIM
     return embedder
 
 

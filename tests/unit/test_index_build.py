@@ -119,7 +119,9 @@ def test_a_corpus_with_its_own_vectors_is_not_embedded(tmp_path, monkeypatch):
     meta = build_index(str(tmp_path / "corpus.parquet"), str(tmp_path / "index"), embedding_column="emb",
                        index_type="IVF16,Flat", bm25=False)
     assert counting.texts == [] and meta["embedding_column"] == "emb" and meta["bm25"] is None
+    op = meta["dense"].pop("operating_point")
     assert meta["dense"] == {"index_type": "IVF16,Flat", "vectors": 3000, "trained_on": 3000, "file": "dense.faiss"}
+    assert op["parameter"] == "nprobe" and 1 <= op["value"] <= 16 and op["queries"] == 1000
     dense = get_retriever(str(tmp_path / "index"), "dense", nprobe=16)  # all lists: exact
     q = vecs[:5] / np.linalg.norm(vecs[:5], axis=1, keepdims=True)
     _, rows = dense.search_vectors(q, 1)

@@ -1,0 +1,260 @@
+"""The operating point of an index: recall@k measured on the user's own corpus at build, and
+the smallest search breadth reaching a target recall, as FAISS's auto-tuning
+(``faiss.OperatingPoints``) picks operating points.
+
+Held-out queries are a seeded sample of the corpus's own passages (:data:`HOLDOUT`, fewer for a
+small corpus), or the user's queries (``index build --queries``, embedded with the index's
+model). Each is searched exactly (``IndexFlatIP`` over the same vectors, block by block) and
+approximately; recall@k is the share of the exact top k the approximate top k holds, averaged
+over the queries (a returned passage as similar as the exact k-th counts, so duplicate passages
+are no misses). A passage used as a query is left out of both lists (it finds itself), so it
+counts as a query the index was not built around. The searched parameter is ``nprobe`` for IVF
+indexes (1 to ``nlist``) and ``efSearch`` for HNSW (``k`` to :data:`EF_SEARCH_MAX`): doubled
+until the target is reached, then bisected to the smallest value that reaches it (recall grows
+with either; for IVF-Flat it never falls). ``Flat`` is exact: recall 1.0 by construction.
+
+``meta.json``'s ``dense.operating_point`` records the result; a run and
+:func:`~specrag_batch.index.search.get_retriever` search with it unless told otherwise
+(:func:`search_defaults`); an index without one (built before it existed) searches with
+:data:`DEFAULT_NPROBE` / :data:`DEFAULT_EF_SEARCH`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .. import storage
+from . import dense
+from .layout import IndexBuildError
+
+DEFAULT_NPROBE = 128
+"""IVF lists probed by an index without an operating point (docs/decisions/010-ivf-nprobe-128.md)."""
+DEFAULT_EF_SEARCH = 128
+"""HNSW efSearch of an index without an operating point."""
+TARGET_RECALL = 0.95
+RECALL_K = 10
+HOLDOUT = 1000
+"""Held-out queries sampled from the corpus by default (all passages of a smaller corpus)."""
+EF_SEARCH_MAX = 4096
+_EXACT_BLOCK = 65_536
+
+
+def search_parameter(index) -> tuple[str | None, int, int]:
+    """(name, smallest, largest) of the search breadth of ``index``: ``nprobe`` (1..nlist) for
+    IVF, ``efSearch`` (1..:data:`EF_SEARCH_MAX`) for HNSW, ``(None, 0, 0)`` for an index
+    without one (``Flat``, ``PQ``, ...)."""
+    import faiss
+
+    try:
+        return "nprobe", 1, int(faiss.extract_index_ivf(index).nlist)
+    except RuntimeError:
+        pass
+    if getattr(index, "hnsw", None) is not None or isinstance(index, faiss.IndexHNSW):
+        return "efSearch", 1, EF_SEARCH_MAX
+    return None, 0, 0
+
+
+def exact_neighbours(shards: Sequence[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(inner products, row ids), each (q, k), of the exact top-``k`` of ``queries`` over the
+    vectors of ``shards`` in order (rows numbered across shards), -1 past the last; memory: one
+    block of :data:`_EXACT_BLOCK` vectors (``faiss.ResultHeap`` merges the blocks)."""
+    import faiss
+
+    heap = faiss.ResultHeap(len(queries), k, keep_max=True)
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    offset = 0
+    for s in shards:
+        for start in range(0, len(s), _EXACT_BLOCK):
+            block = np.ascontiguousarray(s[start:start + _EXACT_BLOCK], dtype=np.float32)
+            flat = faiss.IndexFlatIP(block.shape[1])
+            flat.add(block)
+            d, i = flat.search(q, min(k, len(block)))
+            if d.shape[1] < k:
+                d = np.pad(d, ((0, 0), (0, k - d.shape[1])), constant_values=-np.inf)
+                i = np.pad(i, ((0, 0), (0, k - i.shape[1])), constant_values=-1)
+            heap.add_result(np.ascontiguousarray(d, dtype=np.float32), np.where(i >= 0, i + offset + start, -1))
+        offset += len(s)
+    heap.finalize()
+    return heap.D, heap.I
+
+
+def top_k(ids: np.ndarray, exclude: np.ndarray | None, k: int) -> np.ndarray:
+    """Each query's first ``k`` row ids (of ``ids``, best first) other than -1 and other than
+    its own row ``exclude[i]`` (None: nothing excluded), -1 padded to (q, k)."""
+    out = np.full((len(ids), k), -1, np.int64)
+    for i, row in enumerate(ids):
+        own = -2 if exclude is None else int(exclude[i])
+        keep = [int(j) for j in row if j >= 0 and j != own][:k]
+        out[i, :len(keep)] = keep
+    return out
+
+
+def similarities(shards: Sequence[np.ndarray], queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Exact inner products (q, k) of each query with the vectors of rows ``ids`` (numbered
+    across ``shards``; -inf where -1)."""
+    starts = np.cumsum([0] + [len(s) for s in shards])
+    flat = ids.ravel()
+    vecs = np.zeros((len(flat), queries.shape[1]), np.float32)
+    which = np.searchsorted(starts, flat, side="right") - 1
+    for b in np.unique(which[flat >= 0]):
+        at = np.flatnonzero((which == b) & (flat >= 0))
+        vecs[at] = shards[b][np.asarray(flat[at] - starts[b])]
+    sims = np.einsum("qkd,qd->qk", vecs.reshape(*ids.shape, -1), queries.astype(np.float32))
+    return np.where(ids >= 0, sims, -np.inf)
+
+
+def recall(found_sims: np.ndarray, truth_sims: np.ndarray, eps: float = 1e-5) -> float:
+    """recall@k with ties (duplicate passages) counted as found: per query, the share of its
+    exact top k (``truth_sims``, exact inner products, -inf past the last) matched by a returned
+    row whose exact inner product (``found_sims``) is at least the k-th exact one (less
+    ``eps``), averaged over queries with a non-empty truth (1.0 when none has one)."""
+    shares = []
+    for f, t in zip(found_sims, truth_sims):
+        valid = np.isfinite(t)
+        if valid.any():
+            shares.append(min(int(valid.sum()), int(np.sum(f >= t[valid].min() - eps))) / int(valid.sum()))
+    return float(np.mean(shares)) if shares else 1.0
+
+
+def tune(index, shards: Sequence[np.ndarray], queries: np.ndarray, *, exclude: np.ndarray | None = None,
+         target: float = TARGET_RECALL, k: int = RECALL_K, source: str = "corpus sample",
+         log: Callable[[str], None] | None = None) -> dict:
+    """The operating point of ``index`` (built over ``shards``) on ``queries`` (float32 (q, d),
+    L2-normalised; ``exclude[i]``: the row of the passage query ``i`` is, left out of its
+    lists): the smallest search parameter whose recall@``k`` against exact search reaches
+    ``target``, or, when none does, the smallest giving the best recall reached.
+
+    Returns ``meta.json``'s ``dense.operating_point``: ``parameter`` (``nprobe``, ``efSearch``
+    or None), ``value``, ``recall``, ``k``, ``target``, ``reached``, ``queries_per_second``
+    (searching the queries in one call at ``value``), ``queries``, ``source``, ``exact`` (True
+    for an index searching exhaustively, recall 1.0 by construction) and ``tried`` (each value
+    searched and its recall)."""
+    name, lo, hi = search_parameter(index)
+    n = int(index.ntotal)
+    kk = max(0, min(k, n - (1 if exclude is not None else 0)))
+    depth = max(1, min(n, kk + (1 if exclude is not None else 0)))
+    exact = _is_exact(index)
+    truth = None if exact else similarities(shards, queries, top_k(exact_neighbours(shards, queries, depth)[1],
+                                                                     exclude, kk))
+    measured: dict[int | None, tuple[float, float]] = {}
+
+    def measure(value: int | None) -> float:
+        if value not in measured:
+            params = {"nprobe": value} if name == "nprobe" else {"ef_search": value} if name else {}
+            t0 = time.perf_counter()
+            ids = dense.search(index, queries, depth, **params)[1]
+            seconds = time.perf_counter() - t0
+            found = None if exact else similarities(shards, queries, top_k(ids, exclude, kk))
+            measured[value] = (1.0 if exact else recall(found, truth), seconds)
+        return measured[value][0]
+
+    if name is None:
+        value = None
+        measure(None)
+    else:
+        lo = max(lo, kk) if name == "efSearch" else lo
+        value, previous = lo, None
+        while measure(value) < target and value < hi:
+            previous, value = value, min(hi, value * 2)
+        if measure(value) >= target and previous is not None:  # the smallest value in (previous, value]
+            below, above = previous, value
+            while above - below > 1:
+                mid = (below + above) // 2
+                below, above = (below, mid) if measure(mid) >= target else (mid, above)
+            value = above
+        elif measure(value) < target:  # unreachable: the smallest value giving the best recall
+            best = max(r for r, _ in measured.values())
+            value = min(v for v, (r, _) in measured.items() if r == best)
+    r, seconds = measured[value]
+    return {"parameter": name, "value": value, "recall": round(r, 4), "k": kk, "target": target,
+            "reached": r >= target, "queries_per_second": round(len(queries) / seconds, 1) if seconds > 0 else None,
+            "queries": int(len(queries)), "source": source, "exact": exact,
+            "tried": [[v, round(measured[v][0], 4)] for v in sorted(measured, key=lambda v: -1 if v is None else v)]}
+
+
+def _is_exact(index) -> bool:
+    """True for an index searching every vector with exact inner products (``Flat``)."""
+    import faiss
+
+    return isinstance(index, faiss.IndexFlat)
+
+
+def holdout(sizes: Sequence[int], count: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """``count`` passages (all of a smaller corpus) drawn (seeded) as held-out queries from
+    shards of ``sizes``: their row numbers within each shard, and their global row numbers."""
+    rows = dense.sample_rows(sizes, count, seed)
+    starts = np.cumsum([0, *sizes[:-1]])
+    return rows, np.concatenate([r + s for r, s in zip(rows, starts)]).astype(np.int64)
+
+
+def read_queries(uri: str, limit: int = HOLDOUT, seed: int = 0) -> list[str]:
+    """The ``query`` column of the Parquet file at ``uri`` (the run's input format), at most
+    ``limit`` of them (a seeded sample of a longer file).
+
+    Raises:
+        IndexBuildError: no such file, not Parquet, no string ``query`` column, no rows, or a
+            null or blank query (naming its row); one line starting with ``--queries``."""
+    import pyarrow.parquet as pq
+
+    try:
+        fs, path = storage.filesystem(uri)
+        if not fs.isfile(path):
+            raise IndexBuildError(f"--queries {uri}: no such file")
+        with fs.open(path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            if "query" not in pf.schema_arrow.names:
+                raise IndexBuildError(f"--queries {uri}: no 'query' column (columns: {', '.join(pf.schema_arrow.names)})")
+            column = pf.read(columns=["query"]).column("query")
+    except IndexBuildError:
+        raise
+    except Exception as e:  # noqa: BLE001 - Arrow, OSError: not a readable Parquet file
+        raise IndexBuildError(f"--queries {uri}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+    import pyarrow as pa
+
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise IndexBuildError(f"--queries {uri}: column 'query' is {column.type}, not strings")
+    queries = column.to_pylist()
+    if not queries:
+        raise IndexBuildError(f"--queries {uri}: no rows")
+    for i, q in enumerate(queries):
+        if q is None or not q.strip():
+            raise IndexBuildError(f"--queries {uri}: row {i}: {'null' if q is None else 'blank'} query")
+    if len(queries) > limit:
+        keep = np.sort(np.random.default_rng(seed).choice(len(queries), size=limit, replace=False))
+        queries = [queries[i] for i in keep]
+    return queries
+
+
+def operating_point(meta: dict) -> dict | None:
+    """The operating point ``meta.json`` recorded (None for an index built before it existed)."""
+    return (meta.get("dense") or {}).get("operating_point")
+
+
+def search_defaults(meta: dict) -> tuple[int, int]:
+    """(nprobe, efSearch) a search of the index of ``meta`` uses when not told: its operating
+    point's value for its parameter, else :data:`DEFAULT_NPROBE` / :data:`DEFAULT_EF_SEARCH`."""
+    op = operating_point(meta) or {}
+    nprobe = op.get("value") if op.get("parameter") == "nprobe" and op.get("value") else DEFAULT_NPROBE
+    ef = op.get("value") if op.get("parameter") == "efSearch" and op.get("value") else DEFAULT_EF_SEARCH
+    return int(nprobe), int(ef)
+
+
+def describe(op: dict | None, index_type: str = "") -> str:
+    """One line saying the operating point ``op`` (what ``index build`` and ``index info``
+    print); an unreached target is said with the best recall reached."""
+    if not op:
+        return (f"no operating point (built before recall was measured at build): searched at nprobe "
+                f"{DEFAULT_NPROBE} / efSearch {DEFAULT_EF_SEARCH}; rebuild to measure it")
+    k, qps = op["k"], op.get("queries_per_second")
+    speed = f", {qps:,.0f} queries/s" if qps else ""
+    on = f"on {op['queries']} held-out queries ({op['source']})"
+    if op.get("exact"):
+        return f"exact search ({index_type or 'Flat'}): recall@{k} 1.0 by construction{speed}, {on}"
+    at = f" at {op['parameter']} {op['value']}" if op.get("parameter") else ""
+    if op["reached"]:
+        return f"recall@{k} {op['recall']:.3f}{at} (target {op['target']}){speed}, {on}"
+    return (f"target recall@{k} {op['target']} not reached by {index_type or 'this index'}: best "
+            f"{op['recall']:.3f}{at}{speed}, {on}")

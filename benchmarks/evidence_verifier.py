@@ -1,5 +1,5 @@
 """Evidence-aware verification measured on stored drafts (issue 39 item 1; the rule is declared in
-benchmarks/README.md, "Evidence-aware verification").
+benchmarks/studies/evidence-verifier.md, "Evidence-aware verification").
 
 What it does. The drafts of finished speculative cells (the paper's configuration: every valid
 draft of a row not on the consensus fast path was scored by the rationale-only verifier over

@@ -1,7 +1,8 @@
 """The benchmark scripts' tests (benchmarks/tests; ``make test-bench``), apart from the product's
 tests: benchmarks/ on ``sys.path`` so a test imports a script as a module (``import decision``),
 the ``bench`` extra (scipy) installed. No vLLM engine runs here; product runs use the product's
-fake engine (``tests.fakes.FakeEngine``) or the product's own writers (``product_runs``)."""
+fake engine (``benchmarks/tests/fakes.py``) or the product's own writers (``product_runs``);
+nothing here imports the product's tests."""
 
 from __future__ import annotations
 
@@ -11,14 +12,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import small_config  # noqa: F401 (the product tests' config, re-exported)
-
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 
 if str(BENCHMARKS) not in sys.path:
     sys.path.insert(0, str(BENCHMARKS))
 os.environ.setdefault("SPECRAG_PROGRESS", "0")
+
+
+def small_config(**over):
+    """configs/test-smollm2.yaml (SmolLM2-135M in both roles, short drafts, m/k scaled down) with
+    ``over``'s dotted keys set (``small_config(mode="standard", **{"sampling.m": 2})``)."""
+    from specrag_batch.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "test-smollm2.yaml")
+    data = cfg.model_dump()
+    for k, v in over.items():
+        node = data
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = v
+    return type(cfg).model_validate(data)
 
 
 def pytest_configure(config):
@@ -33,6 +48,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.bench)
 
 
+
+
+@pytest.fixture(autouse=True)
+def _from_the_repository_root(monkeypatch):
+    """Each test runs in the repository root, as the scripts do (``configs/bench.yaml``,
+    ``../shared/data`` are relative to it), whether pytest started there or in benchmarks/."""
+    monkeypatch.chdir(ROOT)
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,6 @@ import pyarrow as pa
 
 import decision
 
-from tests.shard_inputs import planned_run as product_run  # noqa: F401 (the product's own run)
 
 
 def input_rows(n: int, prefix: str = "q", docs: int = 10) -> list[dict]:
@@ -83,7 +82,7 @@ def write_inputs(directory: Path, rows: list[dict], shard_rows: int) -> None:
 def verify_and_select(rows: list, config, verifier) -> tuple[list[int | None], list[dict]]:
     """Run the product's verification and selection stages (``stages.verification``,
     ``stages.selection``) over ``rows`` (``records.QueryRow`` with drafts) under ``config``
-    with ``verifier`` (e.g. ``tests.fakes.FakeEngine``). Returns each row's selected draft index
+    with ``verifier`` (e.g. ``fakes.FakeEngine``). Returns each row's selected draft index
     and the rows as output records read back through ``schema.OUTPUT_SCHEMA`` (what the
     benchmark analyses)."""
     from specrag_batch.schema import OUTPUT_SCHEMA
@@ -97,3 +96,32 @@ def verify_and_select(rows: list, config, verifier) -> tuple[list[int | None], l
     stored = pa.Table.from_pylist([output_row(r, (r.drafts, r.selection), config, RunInfo("t", "f")) for r in rows],
                                   schema=OUTPUT_SCHEMA).to_pylist()
     return [r.selection.index for r in rows], stored
+
+
+def product_run(inp, out, config, verifier) -> dict[str, tuple[str, str | None]]:
+    """One run over ``inp`` into ``out`` as the flow plans and runs it (the product's planning,
+    shard job and done markers; no Prefect, drafter None, ``verifier`` an engine or fake):
+    {shard name: (status, error)}; ``"done"`` for shards the plan skips."""
+    from specrag_batch import resume
+    from specrag_batch.planning import plan_run, require_shards
+    from specrag_batch.shard import ShardJob, StorageIO, process_shard
+    from specrag_batch.storage_tasks import list_shards
+
+    inp, out = str(inp), str(out)
+    shards, skipped, ids, fps = list_shards.fn(inp, config.task)  # the flow's listing task, unwrapped
+    require_shards(inp, shards, skipped, False)
+    status = {}
+    for p, fp in zip(plan_run(inp, out, config.config_hash(), shards, ids, fps), fps):
+        name = p.shard.rsplit("/", 1)[-1]
+        if p.error is not None:
+            status[name] = ("failed at planning", p.error)
+            continue
+        if p.done:
+            status[name] = ("done", None)
+            continue
+        job = ShardJob(inp, out, p.shard, config.model_dump_json(), "run", fp, p.seen_before, p.recompute)
+        res = process_shard(job, StorageIO(), drafter=None, verifier=verifier)
+        if res.status == "ok":
+            resume.mark_done(out, res.output, config.config_hash(), fp, "run", res.as_dict())
+        status[name] = (res.status, res.error)
+    return status

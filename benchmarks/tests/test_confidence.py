@@ -25,6 +25,18 @@ def test_cascade_re_answers_the_least_confident_rows_and_prices_them():
     assert pts[1.0]["accuracy"] == 0.75 and pts[1.0]["diff"] == 0.0
 
 
+def test_risk_coverage_keeps_the_most_confident_rows_first():
+    correct = np.array([True, False, True, False])
+    conf = np.array([0.9, 0.1, np.nan, 0.8])  # NaN ranks lowest
+    pts = {p["coverage"]: p for p in bench.risk_coverage(correct, conf, coverages=(0.25, 0.5, 0.75, 1.0))}
+    assert [pts[c]["rows"] for c in (0.25, 0.5, 0.75, 1.0)] == [1, 2, 3, 4]
+    assert pts[0.25]["risk"] == 0.0  # the 0.9 row is right
+    assert pts[0.5]["risk"] == 0.5  # + the 0.8 row, wrong
+    assert pts[0.75]["risk"] == pytest.approx(2 / 3)  # + the 0.1 row, wrong
+    assert pts[1.0]["risk"] == 0.5  # + the NaN row, right
+    assert bench.risk_coverage([], []) == []
+
+
 def test_auroc_interval_brackets_the_estimate_and_one_class_has_none():
     rng = np.random.default_rng(0)
     y = rng.random(200) < 0.5
@@ -70,4 +82,8 @@ def test_analyse_a_small_archive_end_to_end(monkeypatch):
     assert c["spec_seconds_per_row"] == 0.5 and c["standard_seconds_per_row"] == 1.0
     at_half = next(p for p in c["points"] if p["share"] == 0.5)
     assert at_half["accuracy"] == 1.0 and at_half["seconds_ratio"] == 1.0
+    curve = a["risk_coverage"]["pooled"]  # the agreeing drafts rank the right rows first
+    assert curve[-1]["coverage"] == 1.0 and curve[-1]["risk"] == 0.5 and curve[-1]["rows"] == 80
+    assert next(p for p in curve if p["coverage"] == 0.5)["risk"] < 0.1
+    assert set(a["risk_coverage"]) == {"pooled", "task qa"}
     assert "## `speculative-default`" in bench.markdown(r, "2026-12-05")

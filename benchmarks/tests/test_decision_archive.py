@@ -155,7 +155,7 @@ def test_a_product_run_restored_from_the_archive_is_done_for_the_product(tmp_pat
     from specrag_batch import resume, storage
     from specrag_batch.planning import plan_shards, shard_output_uri
 
-    from tests.fakes import FakeEngine
+    from .fakes import FakeEngine
 
     CFG = small_config(mode="standard")
 

@@ -141,7 +141,7 @@ def test_post_hoc_rules_equal_a_run_with_each_rule():
     run with that rule on the same drafts (same verifier scores)."""
     from specrag_batch.records import Draft, QueryRow
 
-    from tests.fakes import FakeEngine
+    from .fakes import FakeEngine
 
     engine = FakeEngine()
 
@@ -215,7 +215,7 @@ def test_post_hoc_verifier_variants_equal_runs_of_the_default_and_without_the_ve
     verdict reads them."""
     from specrag_batch.records import Draft, QueryRow
 
-    from tests.fakes import FakeEngine
+    from .fakes import FakeEngine
 
     engine = FakeEngine()
 

@@ -158,7 +158,7 @@ def test_post_hoc_contrast_equals_a_contrast_run():
     stages pick when run with ``contrast`` on the same drafts (same verifier log-probs)."""
     from specrag_batch.records import Draft, QueryRow
 
-    from tests.fakes import FakeEngine
+    from .fakes import FakeEngine
 
     engine = FakeEngine()
 

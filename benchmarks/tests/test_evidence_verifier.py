@@ -44,7 +44,7 @@ def tree(tmp_path_factory):
     """runs/popqa/tuning-verifier: a paper-configuration run (rationale-only verifier) whose
     output drafts lost their doc_ids; the gold of each row is one of its drafts' answers, so
     most rows hold right and wrong drafts. Also the same rows run with evidence_aware on."""
-    from tests.fakes import FakeEngine
+    from .fakes import FakeEngine
 
     engine = FakeEngine()
     cfg = small_config(**{"sampling.num_drafts": 4, "sampling.num_clusters": 2, "retrieval.top_n": 6,

@@ -23,7 +23,7 @@ import decision_stats as ds
 import verifier_variants as vv
 
 from .conftest import ROOT
-from tests.fakes import FakeEngine
+from .fakes import FakeEngine
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]
 CLAIM = "The IPCC no longer includes the hockey stick chart in its reports."

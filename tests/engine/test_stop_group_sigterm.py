@@ -1,10 +1,10 @@
 """SIGTERM sent to the whole process group (``timeout``, systemd's ``KillMode=control-group``)
 while ``specrag-batch claims`` runs on the real vLLM engine (SmolLM2-135M): the group signal also
-ends Prefect's ephemeral API server, and Prefect's own SIGTERM handler then retried recording
-the crash against it; a trial's run took 146-152 s to stop, with three tracebacks. With the
-watchdog started where the signal reaches Prefect's handler
-(:func:`specrag_batch.stopping.hook_prefect_sigterm`) it stops within seconds, exit 143, and
-says so. The fake engine does not show the slow path (tests/integration/test_stop_signals.py
+ends Prefect's ephemeral API server, and Prefect's own SIGTERM handler then retries recording
+the crash against it (minutes to stop, with tracebacks, without the watchdog). Checks that with
+the watchdog started where the signal reaches Prefect's handler
+(:func:`specrag_batch.stopping.hook_prefect_sigterm`) the command stops within seconds, exit
+143, and says so. The fake engine does not show the slow path (tests/integration/test_stop_signals.py
 covers the rest of stopping), so this runs the real one."""
 
 from __future__ import annotations

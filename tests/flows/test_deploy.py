@@ -262,8 +262,8 @@ def test_cli_nightly_and_backfill_commands(tmp_path):
 
 
 def test_cli_backfill_with_missing_dates_fails_in_one_line(tmp_path):
-    """Fresh-user trial: a backfill whose dates have no input partition printed Prefect's
-    traceback before its one-line error; the flow now ends in a Failed state with that line."""
+    """A backfill whose dates have no input partition ends in a Failed flow state with one
+    error line naming them, and no Prefect traceback before it."""
     from ..conftest import subprocess_env
 
     cli = str(Path(sys.executable).with_name("specrag-batch"))

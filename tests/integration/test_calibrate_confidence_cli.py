@@ -77,14 +77,14 @@ def test_an_unmet_target_exits_3_as_without_a_model(tmp_path, monkeypatch):
                                  "--target-accuracy", "0.9", "--out", str(out)])
     assert r.exit_code == 3, r.output
     assert "error: accuracy >= 0.9 not met for task(s) qa: the snippet leaves them out" in r.output
-    # the best accuracy reached and at what coverage, as without a model (trial finding: only "target not met")
+    # the best accuracy reached and at what coverage, as without a model, not only "target not met"
     assert "qa: 60 rows, accuracy 0.500" in r.output and "accuracy >= 0.9 not reached: best accuracy" in r.output
     assert load_config(out).selection.tau_for("qa") is None
 
 
 def test_a_run_without_a_recorded_config_is_refused(tmp_path):
-    """Trial finding: shards copied without _manifest.json/_run.json got a model stamped with the
-    default config's hash, which any default-config run would then accept."""
+    """Shards copied without _manifest.json/_run.json are refused: a model fitted on them would
+    carry the default config's hash, which any default-config run would then accept."""
     prefix = _run_dir(tmp_path / "run")
     m = tmp_path / "run" / "_manifest.json"
     m.write_text(json.dumps({k: v for k, v in json.loads(m.read_text()).items() if k != "config"}))
@@ -97,8 +97,8 @@ def test_a_run_without_a_recorded_config_is_refused(tmp_path):
 
 
 def test_calibrated_prints_out_of_fold_auroc_and_the_warnings_the_plain_measure_prints(tmp_path):
-    """Trial finding: --confidence calibrated gave no warning for a τ_min on a handful of rows, no
-    AUROC, and an unmet target said only 'target not met'."""
+    """--confidence calibrated prints the out-of-fold AUROC, warns of a τ_min resting on a
+    handful of rows, and an unmet target says what was reached, not only 'target not met'."""
     prefix = _run_dir(tmp_path / "run")
     out = tmp_path / "cal.yaml"
     r = CliRunner().invoke(app, ["calibrate", prefix, "--confidence", "calibrated", "--target-coverage", "0.05",
@@ -110,7 +110,8 @@ def test_calibrated_prints_out_of_fold_auroc_and_the_warnings_the_plain_measure_
 
 
 def test_out_never_replaces_a_file_calibrate_did_not_write(tmp_path):
-    """Trial finding: --out replaced the user's run config, a data shard, a symlink and /dev/full."""
+    """--out refuses to replace a file calibrate did not write: the user's run config, a data
+    shard, a symlink, /dev/full."""
     import os
 
     prefix = _run_dir(tmp_path / "run")

@@ -1,4 +1,4 @@
-"""``calibrate --out s3://...`` (bad-input trial of ``calibrate --fallback-run``): a bucket that
+"""``calibrate --out s3://...`` (with and without ``--fallback-run``): a bucket that
 is not there is refused in one line before any run is read; a bucket that is gets the snippet
 (moto's S3 server)."""
 

@@ -33,9 +33,8 @@ def test_cli_nightly_usage_errors():
 
 
 def test_cli_nightly_missing_root_or_partition_is_one_line_before_the_flow(tmp_path):
-    """Trial finding (2026-12-03): a missing partition printed the failed flow run's Prefect
-    traceback before the error line. Root and partition are now checked before the flow starts:
-    exit 2, one ``error:`` line naming what is missing, no traceback, no flow run."""
+    """Root and partition are checked before the flow starts: exit 2, one ``error:`` line
+    naming what is missing, no Prefect traceback, no flow run."""
     (tmp_path / "in" / "date=2026-01-02").mkdir(parents=True)
     (tmp_path / "in" / "date=2026-01-02" / "notes.txt").write_text("not parquet")
     for root, date, msg in ((tmp_path / "nope", "2026-01-01", "parameter '--input-root': "),
@@ -57,10 +56,9 @@ def test_cli_invalid_run_config_is_a_usage_error(tmp_path):
 
 
 def test_help_piped_is_plain_and_never_wrapped():
-    """The new-user trial's `run --help | less`: with standard output not a terminal the help
-    was typer's rich panels re-wrapped at 80 columns (orphan words, `COLUMNS` ignored). Now it
-    is click's plain help, each paragraph and each option's help on one whole line; the
-    console script, as a user runs it, output to a pipe."""
+    """`run --help | less`: with standard output not a terminal the help is click's plain help,
+    each paragraph and each option's help on one whole line (not rich panels re-wrapped at 80
+    columns); the console script, as a user runs it, output to a pipe."""
     import shutil
     import subprocess
     import sys
@@ -80,11 +78,11 @@ def test_help_piped_is_plain_and_never_wrapped():
 
 
 def test_a_run_prints_prefects_info_records_only_to_its_api_not_the_console():
-    """Trial finding (2026-12-03): a successful ``specrag-batch run`` printed 10 ``INFO:prefect``
-    lines on stderr (temporary server, flow and task states), against docs/operations.md, "Quiet logs".
-    Prefect's own logging config sets its loggers to INFO (for the flow-run logs its API keeps)
-    and they propagate to the console handler ``cli.main`` installs: that handler now filters at
-    ``SPECRAG_LOG_LEVEL``, while the logger still hands INFO records to its own handlers."""
+    """A successful ``specrag-batch run`` prints no ``INFO:prefect`` lines on stderr
+    (docs/operations.md, "Quiet logs"). Prefect's own logging config sets its loggers to INFO
+    (for the flow-run logs its API keeps) and they propagate to the console handler ``cli.main``
+    installs: that handler filters at ``SPECRAG_LOG_LEVEL``, while the logger still hands INFO
+    records to its own handlers."""
     import subprocess
     import sys
 

@@ -179,10 +179,10 @@ def _nightly_cli(inp, out, date: str, config, tmp_path):
 
 def test_a_drift_failure_is_one_line_and_a_malformed_profile_never_crashes_the_night(prefect_harness, fake_engine,
                                                                                     tmp_path):
-    """Trial findings (2026-12-04): a documented drift failure (drift.require_baseline here)
-    printed Prefect's "Encountered exception during execution" and a 14-line traceback before
-    the one-line error; an earlier night's ``profile.json`` with ``rates.error_rate: null``
-    crashed the nightly flow in the comparison (TypeError) after the answers were written."""
+    """A documented drift failure (drift.require_baseline here) is the one-line error alone,
+    without Prefect's "Encountered exception during execution" and traceback; an earlier night's
+    ``profile.json`` with ``rates.error_rate: null`` is left out of the comparison instead of
+    crashing the nightly flow after the answers were written."""
     from specrag_batch.scheduled.nightly import nightly_flow
 
     from ..conftest import ROOT, sample_rows
@@ -229,8 +229,8 @@ def test_a_drift_failure_is_one_line_and_a_malformed_profile_never_crashes_the_n
 
 def test_a_backfill_of_an_earlier_date_redoes_the_later_nights_it_enters(prefect_harness, fake_engine, tmp_path,
                                                                            monkeypatch):
-    """Trial finding: backfilling an earlier date left the later nights' drift.json comparing
-    them without it, although their baseline (the last K nights by date) now held it."""
+    """Backfilling an earlier date redoes the later nights' drift.json whose baseline (the last
+    K nights by date) now holds it."""
     import yaml
 
     from specrag_batch import cli

@@ -91,9 +91,9 @@ def test_packaged_names_and_local_directories_need_no_hub(hub, monkeypatch, tmp_
 
 
 def test_a_directory_without_a_model_and_an_overlong_name_are_one_line(hub, monkeypatch, tmp_path):
-    """Trial findings (2026-12-03): any existing directory (``/etc``, ``.``) passed as a model
-    and failed only at engine load; a 300-character name raised OSError (file name too long)
-    with a traceback. Both are now a ModelNameError naming the field, before anything loads."""
+    """A directory holding no model (``/etc``, ``.``) and a 300-character name (too long for a
+    file name) are each a one-line ModelNameError naming the field, before anything loads,
+    not an engine-load failure or an OSError traceback."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelNameError, match=r"drafter.model: .* is a directory without a model: no config.json"):
         check_model_name("drafter.model", str(tmp_path))
@@ -177,9 +177,9 @@ def test_the_models_a_run_loads_are_the_ones_checked(hub):
 
 
 def test_run_with_a_bad_model_exits_2_in_one_line_writing_nothing(hub, monkeypatch, tmp_path):
-    """The trial's command: exit 2 with one line naming the field, value and choices, before
-    the flow starts (no Prefect, no engine), and no output directory; the corrected command
-    then finds no key refusing it."""
+    """A run naming a model that does not exist: exit 2 with one line naming the field, value
+    and choices, before the flow starts (no Prefect, no engine), and no output directory; the
+    corrected command then finds no key refusing it."""
     monkeypatch.setattr(cli.console, "width", 2000)
     monkeypatch.setattr(cli.err_console, "width", 2000)
     monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
@@ -252,7 +252,7 @@ def test_a_model_error_names_the_config_file_or_flag_it_came_from(hub, monkeypat
     assert not out.exists()
     direct = RunConfig.model_validate({"drafter": {"model": "no-such-drafter"}})
     assert direct.field_source("drafter.model") is None  # built in code: no source to name
-    # a default is not blamed on a file that never set it (fresh-clone trial, 2026-12-04)
+    # a default is not blamed on a file that never set it
     from specrag_batch.config import read_run_config
     only_drafter = tmp_path / "only-drafter.yaml"
     only_drafter.write_text("drafter:\n  model: no-such-drafter\n")

@@ -30,8 +30,8 @@ def test_foreign_output_check_on_s3_with_odd_keys(s3_bucket):
 
 
 def test_an_output_bucket_that_is_not_there_is_named_before_the_run(s3_bucket, tmp_path):
-    """Trial finding: ``run -o s3://no-such-bucket/out`` said only "The specified bucket does not
-    exist" (S3's words), not which bucket, nor that it is the output's."""
+    """``run -o s3://no-such-bucket/out`` is refused naming the bucket and that it is the
+    output's, not only with S3's "The specified bucket does not exist"."""
     from specrag_batch import orchestration, storage
 
     from ..conftest import sample_rows

@@ -1,5 +1,5 @@
 """Which shard answers a query id held by several shards, across failed shards and re-runs, and
-runs without any shard (found trying the README on a fresh clone, /work/fresh-trial.md).
+runs without any shard.
 
 Each "run" here is the flow's own planning (``planning.plan_shards``, ``planning.read_all_ids``,
 ``run.plan_run``) and shard path (``shard.process_shard`` on real Parquet with
@@ -85,9 +85,9 @@ def test_wrong_types_and_not_parquet_fail_at_planning(tmp_path, verifier):
 
 
 def test_a_link_to_nothing_and_a_fifo_fail_their_shard_only(tmp_path, verifier):
-    """Trial finding: a ``.parquet`` symbolic link to nothing (an unfetched git-annex or DVC
-    file) ended the whole run in a traceback, and a FIFO named ``.parquet`` made it wait for
-    ever. Each now fails its own shard at planning, naming it; the shard beside them is answered."""
+    """A ``.parquet`` symbolic link to nothing (an unfetched git-annex or DVC file) and a FIFO
+    named ``.parquet`` each fail their own shard at planning, naming it (no traceback, no wait
+    for ever); the shard beside them is answered."""
     import os
 
     inp, out = tmp_path / "in", tmp_path / "out"

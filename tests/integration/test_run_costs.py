@@ -34,9 +34,8 @@ def _cli(inp, out, tmp_path) -> subprocess.CompletedProcess:
 
 
 def test_a_run_whose_every_shard_failed_says_so_and_not_that_it_computed_them(tmp_path):
-    """Trial finding (2026-12-03): a run whose only shard failed its schema check printed
-    "computed nothing: 0 shard(s) already done" and, two lines on, "as the output cost above (it
-    computed every shard)"."""
+    """A run whose only shard failed its schema check counts it as failed ("computed nothing: 0
+    shard(s) already done, 1 failed") and never says it computed every shard."""
     import pyarrow.parquet as pq
 
     inp = tmp_path / "in"
@@ -49,9 +48,9 @@ def test_a_run_whose_every_shard_failed_says_so_and_not_that_it_computed_them(tm
 
 
 def test_a_run_whose_every_shard_failed_leaves_no_key_refusing_a_corrected_config(tmp_path):
-    """Trial finding (2026-12-03): a run whose every shard failed its schema check kept its
-    ``_run.json``, so the corrected command with another config was refused as a conflict
-    until ``--overwrite`` (docs/operations.md promises a run that computed nothing leaves no key)."""
+    """A run whose every shard failed its schema check leaves no ``_run.json``, so the corrected
+    command with another config is not refused as a conflict (docs/operations.md: a run that
+    computed nothing leaves no key)."""
     import pyarrow.parquet as pq
 
     inp, out = tmp_path / "in", tmp_path / "out"

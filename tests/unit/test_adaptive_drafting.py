@@ -27,8 +27,8 @@ def adaptive(**over):
 
 
 def test_a_first_round_of_all_subsets_is_named_as_an_idle_setting():
-    """Trial finding (2026-12-03): ``first_round >= num_drafts`` silently made adaptive drafting
-    one round; the config now names it (the flow logs it as a warning at the run's start)."""
+    """``first_round >= num_drafts`` (adaptive drafting that is one round) is named by the config
+    (the flow logs it as a warning at the run's start)."""
     m = config().sampling.num_drafts
     assert adaptive().idle_settings() == []
     assert adaptive(**{"sampling.first_round": m - 1}).idle_settings() == []
@@ -86,8 +86,8 @@ def test_on_by_default_only_where_it_saves_verifier_passes_and_hash_neutral_off(
 
 
 def test_a_first_round_set_while_adaptive_drafting_is_off_is_named_in_the_flow(tmp_path):
-    """Trial finding (2026-12-04): ``sampling: {first_round: 3}`` under the default selection
-    (adaptive drafting off, left out) was ignored without a word. The config the flow receives
+    """``sampling: {first_round: 3}`` under the default selection (adaptive drafting off, left
+    out) is not ignored without a word. The config the flow receives
     (``orchestration.flow_config``: the fields set, as a deployment's parameters) names it; a
     full config dump (every field set, the default first round) does not, and neither does a
     config where adaptive drafting is on; the hash is the config's own."""
@@ -115,8 +115,8 @@ def test_a_first_round_set_while_adaptive_drafting_is_off_is_named_in_the_flow(t
 
 
 def test_a_selection_without_any_score_term_is_warned():
-    """Trial finding: use_draft_score false with both verifier terms off (their defaults) scored
-    every draft 0 without a word; the run now logs that no score ranks the drafts."""
+    """use_draft_score false with both verifier terms off (their defaults) would score every
+    draft 0: the run logs that no score ranks the drafts."""
     from specrag_batch.config import RunConfig
 
     idle = RunConfig(selection={"use_draft_score": False}).idle_settings()

@@ -184,14 +184,14 @@ def test_a_drafter_setting_does_not_make_the_standard_runs_hash_differ():
     (["--fallback-run", "x", "--budget-seconds", "nan"], "error: --budget-seconds must be a positive number"),
 ])
 def test_target_errors_name_the_flags(tmp_path, args, line):
-    """Fresh-clone trial: "give exactly one of target_accuracy and target_coverage" named the
-    Python arguments; every target error names the flags, before any run is read."""
+    """Every target error names the command-line flags (not the Python arguments
+    target_accuracy / target_coverage), before any run is read."""
     r = _cli("calibrate", str(tmp_path / "missing"), *args)
     assert r.exit_code == 2 and r.output.startswith(line), r.output
     assert "target_accuracy" not in r.output and "target_coverage" not in r.output
 
 
-# Bad-input trial of calibrate --fallback-run (issue 39 item 3 follow-up).
+# Bad input to calibrate --fallback-run: each refusal is one line naming the run or the flag.
 
 @pytest.mark.parametrize("where", ["missing_parent", "a_directory", "under_a_file", "empty", "run_manifest"])
 @pytest.mark.parametrize("fallback", [True, False])
@@ -205,7 +205,7 @@ def test_an_unwritable_out_is_refused_before_any_run_is_read(tmp_path, monkeypat
     out = {"missing_parent": str(tmp_path / "no" / "f.yaml"), "a_directory": str(tmp_path),
            "under_a_file": str(tmp_path / "file" / "f.yaml"), "empty": "",
            "run_manifest": str(tmp_path / "no_manifest_yet" / "_manifest.json")}[where]
-    (tmp_path / "no_manifest_yet").mkdir()  # trial: a run still going had no manifest, and the snippet took its name
+    (tmp_path / "no_manifest_yet").mkdir()  # a run still going has no manifest: refused, the snippet never takes its name
     monkeypatch.setattr("specrag_batch.report.load_rows", lambda *a: pytest.fail("a run was read"))
     args = ["--fallback-run", std, "--target-accuracy", "0.9"] if fallback else ["--target-accuracy", "0.5"]
     r = _cli("calibrate", spec, *args, "--out", out)

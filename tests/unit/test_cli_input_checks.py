@@ -25,7 +25,7 @@ def test_index_build_bad_corpus_exits_2_with_one_line(tmp_path):
                                       "-o", str(tmp_path / "idx")])
     assert result.exit_code == 2, result.output
     assert "error:" in result.output and "Traceback" not in result.output
-    # named as the corpus, without the OS's "[Errno 2]" (trial finding, 2026-12-03)
+    # named as the corpus, without the OS's "[Errno 2]"
     assert f"corpus '{tmp_path / 'none.parquet'}' does not exist" in " ".join(result.output.split())
     assert "Errno" not in result.output
 
@@ -81,11 +81,10 @@ def test_claims_bad_labels_refused_before_the_flow_starts(tmp_path, monkeypatch)
 
 
 def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
-    """Trial finding (2026-12-03): an output prefix without a run key that already held
-    ``a.parquet`` (another tool's table) had it replaced by the run's shard, exit 0, no warning.
-    Now the run is refused before the flow starts and the file is kept; a file no shard would
-    write (``notes.txt``) refuses nothing, and once the prefix is a run's (``_run.json``) the
-    run key decides."""
+    """An output prefix without a run key that already holds ``a.parquet`` (another tool's table),
+    where the run would write its shard, is refused before the flow starts and the file is kept;
+    a file no shard would write (``notes.txt``) refuses nothing, and once the prefix is a run's
+    (``_run.json``) the run key decides."""
     from specrag_batch import orchestration, resume
     from specrag_batch.planning import InputLayoutError
 
@@ -122,8 +121,8 @@ def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", ["0.5", "2GiB", "", "\u00b2"])  # "²": str.isdigit() but int("²") fails in vLLM
 def test_a_kv_cache_size_vllm_cannot_read_is_one_line_before_the_flow(tmp_path, monkeypatch, value):
-    """Trial finding (2026-12-03): ``VLLM_CPU_KVCACHE_SPACE=0.5`` failed inside the engine's
-    start, about 50 lines of pydantic/vLLM traceback; a whole number still runs."""
+    """``VLLM_CPU_KVCACHE_SPACE=0.5`` is one line before the flow starts, not a pydantic/vLLM
+    traceback from the engine's start; a whole number still runs."""
     from specrag_batch import orchestration
 
     (tmp_path / "in").mkdir()
@@ -141,8 +140,8 @@ def test_a_kv_cache_size_vllm_cannot_read_is_one_line_before_the_flow(tmp_path, 
 
 
 def test_an_output_that_is_a_file_is_one_line(tmp_path):
-    """Second trial (2026-12-03): ``-o <an existing file>`` raised NotADirectoryError from reading
-    ``<file>/_run.json``, a traceback and exit 1."""
+    """``-o <an existing file>`` is refused naming it as a file (exit 2, no traceback) and the
+    file is kept."""
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
     (tmp_path / "outfile").write_text("file")
@@ -165,9 +164,8 @@ def test_an_output_that_is_a_file_is_one_line(tmp_path):
     ("A,B\nC", "error: --labels: the label 'B\\nC' holds a control character"),
 ])
 def test_claims_labels_that_cannot_work_get_one_line(tmp_path, monkeypatch, labels, line):
-    """Trial findings: "" fell back to the config's labels, "A,,B" dropped the empty one, a
-    100,000-character label ran and failed every row as a prompt too long, a newline split the
-    summary; "A" printed a usage block where "," printed one line. Each is now one line, exit 2,
+    """Labels that cannot work (one label, none, an empty one, two differing only in case, a
+    100,000-character one, one holding a newline) are each one line naming ``--labels``, exit 2,
     before the flow starts."""
     from specrag_batch.scheduled import claim_verification
 
@@ -179,7 +177,7 @@ def test_claims_labels_that_cannot_work_get_one_line(tmp_path, monkeypatch, labe
 
 
 def test_nightly_lag_days_beyond_any_date_is_a_usage_error(tmp_path):
-    """Trial finding: --lag-days 999999999 ended in an OverflowError traceback, exit 1."""
+    """--lag-days 999999999 is a usage error naming the flag (exit 2), not an OverflowError traceback."""
     result = CliRunner().invoke(app, ["nightly", "--input-root", str(tmp_path), "--output-root", str(tmp_path / "o"),
                                       "--lag-days", "999999999"])
     assert result.exit_code == 2 and "--lag-days" in result.output and "Traceback" not in result.output, result.output
@@ -222,8 +220,8 @@ def test_the_backfill_table_gives_the_reason_of_a_missing_date(tmp_path, monkeyp
 
 
 def test_backfill_over_a_missing_input_root_is_one_line_before_the_flow(tmp_path, monkeypatch):
-    """Trial finding: a traceback of the failed flow run came first, and the line named the
-    Python parameter 'input_root' (nightly names '--input-root')."""
+    """A missing input root is one line naming '--input-root' (as nightly does, not the Python
+    parameter 'input_root'), before the flow starts and with no flow-run traceback."""
     from specrag_batch.scheduled import backfill
 
     monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))

@@ -80,9 +80,9 @@ def test_graded_rows_without_a_task_are_named_not_a_crash(tmp_path):
 
 
 def test_calibrate_refuses_a_task_no_config_can_name(tmp_path):
-    """Trial finding: an int ``task`` column (another writer's) was read as '1' and calibrate
-    wrote ``tau_min: {'1': ...}``, a snippet the config loader then refused. Now one line naming
-    the row and the value, and no snippet; ``report`` still summarises such rows."""
+    """A ``task`` no config can name (another writer's int column, read as '1') is one line
+    naming the row and the value, and no ``tau_min: {'1': ...}`` snippet the config loader
+    would refuse; ``report`` still summarises such rows."""
     prefix = _run(tmp_path / "run", _rows(40, task="1"))
     out = tmp_path / "t.yaml"
     result = _invoke("calibrate", prefix, "--target-accuracy", "0.5", "--out", str(out))
@@ -217,8 +217,8 @@ def test_index_build_refuses_an_output_that_is_a_file_before_embedding(tmp_path,
 
 
 def test_a_path_with_a_newline_stays_on_its_error_line(tmp_path):
-    """Trial finding: ``report 'out<newline>'`` printed its error over two lines; the path is
-    escaped where the message repeats it, and the message is one line."""
+    """``report 'out<newline>'``: the path is escaped where the message repeats it, and the
+    message is one line."""
     missing = str(tmp_path / "gone\n")
     for args in (("report", missing), ("calibrate", missing, "--target-accuracy", "0.5",
                                         "--out", str(tmp_path / "t.yaml"))):

@@ -72,7 +72,7 @@ def test_summary_shows_a_failed_shards_rows_and_unknown_as_question_mark(tmp_pat
     assert "5 + ? / 3" in text
     assert "b.parquet (2 rows, none written)" in text
     assert "c.parquet (rows unknown: not readable as Parquet)" in text
-    buf = io.StringIO()  # trial finding: a shard name holding a newline split its line in two
+    buf = io.StringIO()  # a shard name holding a newline (and an escape) stays on its one line
     monkeypatch.setattr(console_module, "console", Console(file=buf, width=300))
     odd = [{**s, "input": s["input"].replace("b.parquet", "b\n\x1b[2Jx.parquet")} if s.get("status") == "failed"
            else s for s in m["shards"]]

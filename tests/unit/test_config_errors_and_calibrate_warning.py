@@ -1,5 +1,5 @@
-"""Config errors name the file (new-user trial F6) and ``calibrate`` warns when a task's τ_min
-rests on a handful of rows (F8), /work/trial-report.md. The CLI in-process (typer's runner),
+"""Config errors name the file, and ``calibrate`` warns when a task's τ_min rests on a handful
+of rows. The CLI in-process (typer's runner),
 real YAML files and real Parquet; no engine, no flow (every config case is refused first)."""
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def _run(*args: str):
     return r
 
 
-def test_the_trials_bad_config_gives_one_line_per_error_naming_the_file(tmp_path):
-    bad = tmp_path / "bad-unknown-key.yaml"  # the trial's file
+def test_a_bad_config_gives_one_line_per_error_naming_the_file(tmp_path):
+    bad = tmp_path / "bad-unknown-key.yaml"  # misspelt keys in two sections
     bad.write_text("mode: speculative\ndrafter:\n  model: qwen2.5-coder-0.5b-instruct\n  max_tokenz: 96\n"
                    "sampling:\n  num_draft: 5\n")
     r = _run("run", "--config", str(bad), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
@@ -46,9 +46,9 @@ def test_the_trials_bad_config_gives_one_line_per_error_naming_the_file(tmp_path
 
 
 def test_yaml_boolean_and_number_keys_are_named_as_the_file_spells_them(tmp_path):
-    """Trial finding (2026-12-03): ``on:`` as a key gave pydantic's "Keys should be strings (got
-    True)" under a path ``1``. YAML reads ``on``/``yes`` keys as ``True`` and ``3`` as an int;
-    each is now one line with its line number, its spelling and the way to quote it."""
+    """YAML reads ``on``/``yes`` keys as ``True`` and ``3`` as an int: each such key is one line
+    with its line number, its spelling and the way to quote it, not pydantic's "Keys should be
+    strings (got True)"."""
     bad = tmp_path / "keys.yaml"
     bad.write_text("on: 1\nsampling:\n  yes: 2\n  3: x\n  num_drafts: 2\n")
     r = _run("run", "--config", str(bad), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
@@ -87,8 +87,9 @@ def test_yaml_boolean_and_number_keys_are_named_as_the_file_spells_them(tmp_path
      "more than 100,000 YAML nodes once aliases are expanded"),
 ])
 def test_yaml_that_reads_other_than_written_is_refused(tmp_path, text, expected):
-    """Trial findings (2026-12-03, a helper's 150 hostile config files): each case ran with a
-    value the user did not write, or (the alias bomb) took seconds and a gigabyte."""
+    """YAML that reads other than it is written (each case would run with a value the user did
+    not write) or that expands without bound (the alias bomb) is refused in one line naming
+    the file."""
     bad = tmp_path / "c.yaml"
     bad.write_text(text)
     r = _run("run", "--config", str(bad), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
@@ -97,8 +98,8 @@ def test_yaml_that_reads_other_than_written_is_refused(tmp_path, text, expected)
 
 
 def test_a_per_task_tau_min_names_every_problem_in_one_line(tmp_path):
-    """Trial findings (2026-12-03): ``{qa: .nan, bogus: -1, claim: 5}`` named only ``bogus``;
-    a date or a list gave two lines with pydantic's union member names."""
+    """``{qa: .nan, bogus: -1, claim: 5}`` names every problem, not only ``bogus``, in one line;
+    a date or a list is one line without pydantic's union member names."""
     f = tmp_path / "tau.yaml"
     f.write_text("selection:\n  tau_min: {qa: .nan, bogus: -1, claim: 5}\n")
     r = _run("run", "--config", str(f), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
@@ -129,8 +130,9 @@ def test_merge_keys_empty_files_and_plain_aliases_still_load(tmp_path):
 
 
 def test_config_as_a_file_uri(tmp_path):
-    """Trial finding (2026-12-03): ``-c file:///...`` was refused by click ("does not exist")
-    although the file existed and load_config reads storage URIs; the scheduled commands too."""
+    """``-c file:///...`` is read as load_config reads storage URIs (by ``run`` and the
+    scheduled commands), not refused by click as missing; a missing URI and a directory are
+    one line each."""
     f = tmp_path / "odd #1 %20.yaml"
     f.write_text("sampling:\n  num_draft: 3\n")
     uri = f"file://{f}"
@@ -145,8 +147,8 @@ def test_config_as_a_file_uri(tmp_path):
 
 
 def test_an_unknown_top_level_key_does_not_hide_the_sections_errors(tmp_path):
-    """Trial finding (2026-12-03): with ``bogus_top: 1`` and ``sampling.num_draft: 3`` only
-    ``bogus_top`` was reported (the top-level check stopped validation before the sections)."""
+    """With ``bogus_top: 1`` and ``sampling.num_draft: 3`` both are reported: the top-level
+    check does not stop validation before the sections."""
     bad = tmp_path / "unknown.yaml"
     bad.write_text("bogus_top: 1\nsampling:\n  num_draft: 3\nsed: 4\n")
     r = _run("run", "--config", str(bad), "-i", str(tmp_path), "-o", str(tmp_path / "out"))
@@ -164,11 +166,11 @@ def test_an_unknown_top_level_key_does_not_hide_the_sections_errors(tmp_path):
     ("mode: standard\nselection:\n  fallback: standard\n", [],
      "{file}: selection.fallback 'standard' re-answers low-confidence"),  # a whole-config rule
     ("seed: 1\n", ["--tau-min", "0.5"], "--tau-min: selection.tau_min: tau_min 0.5 is positive"),
-    # fresh-clone trial: --tau-min nan blamed the config file ("<file>: selection.tau_min must be finite")
+    # a bad --tau-min is blamed on the flag, not on the config file
     ("seed: 1\n", ["--tau-min", "nan"], "--tau-min: selection.tau_min: must be finite or null, got nan"),
     ("seed: 1\n", ["--tau-min", "-inf"], "--tau-min: selection.tau_min: must be finite or null, got -inf"),
     ("selection:\n  tau_min: .nan\n", [], "{file}: selection.tau_min: must be finite or null, got nan"),
-    # text fields YAML read as something else: what it read, and the fix (review finding 2026-12-03)
+    # text fields YAML read as something else: what it read, and the fix
     ("drafter:\n  model:\n", [], "{file}: drafter.model: Input should be a valid string (got null: YAML reads null"),
     ("verifier:\n  model: 2024-01-01\n", [],
      "{file}: verifier.model: Input should be a valid string (got the date 2024-01-01: YAML reads an unquoted date so; quote it)"),
@@ -215,7 +217,7 @@ def _labelled_run(out, n: int, right_at_top: int) -> str:
 
 @pytest.mark.parametrize("right, warned", [(1, True), (MIN_KEPT_ROWS - 1, True), (MIN_KEPT_ROWS, False)])
 def test_calibrate_warns_when_tau_rests_on_few_rows(tmp_path, monkeypatch, right, warned):
-    """The trial's case: qa τ_min from 1 of 20 rows (coverage 0.05) came without a word. Now a
+    """A qa τ_min from 1 of 20 rows (coverage 0.05) does not come without a word: a
     τ resting on fewer than MIN_KEPT_ROWS kept rows is warned about on screen and in the
     snippet, which stays a config; the default --out is tau_min.yaml in the current directory."""
     prefix = _labelled_run(tmp_path / "run", 20, right)
@@ -253,8 +255,8 @@ def test_calibrate_says_how_close_an_unmet_target_came(tmp_path):
 
 @pytest.mark.parametrize("flag, value", [("--target-accuracy", "1.5"), ("--target-coverage", "0")])
 def test_calibrate_names_the_flag_whose_target_is_out_of_range(tmp_path, flag, value):
-    """Trial finding (2026-12-03): `--target-accuracy 1.5` said "target must be in (0, 1]",
-    naming no flag. Now the flag is named, on standard error, exit 2, and no snippet is written."""
+    """`--target-accuracy 1.5` (or `--target-coverage 0`) names the flag, on standard error,
+    exit 2, and no snippet is written."""
     prefix = _labelled_run(tmp_path / "run", 20, 5)
     r = CliRunner().invoke(app, ["calibrate", prefix, flag, value, "--out", str(tmp_path / "t.yaml")])
     assert r.exit_code == 2, r.output

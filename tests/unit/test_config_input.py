@@ -1,4 +1,4 @@
-"""Run configs as a new user writes them (found by trying the README on a fresh clone): a
+"""Run configs as a new user writes them: a
 partial model section, a YAML syntax error, a seed the engines cannot take, a typo in the
 sampling instruction's placeholders. Each is a clear error at load time (CLI exit 2), or is
 accepted as docs/configuration.md documents, never a failure after the engines have loaded."""
@@ -72,7 +72,7 @@ def test_query_instruction_placeholders_checked_at_load(instruction, reason):
     ({"selection.tau_min": {"qa": 0.5}}, "log-probability"),
     ({"reflection_question": ""}, "at least 1 character"),
     ({"drafter.model": ""}, "at least 1 character"),
-    ({"sampling.num_drafts": True}, "a number is needed, got the boolean True"),  # ran with m = 1 (trial 2026-12-03)
+    ({"sampling.num_drafts": True}, "a number is needed, got the boolean True"),  # else it runs with m = 1
     ({"drafter.temperature": True}, "got the boolean True"),
     ({"selection.consensus_min": False}, "got the boolean False"),
     ({"selection.tau_min": {"qa": -1.0, "bogus": -2.0}}, "unknown task 'bogus' in the per-task mapping; tasks: qa, "),
@@ -80,8 +80,9 @@ def test_query_instruction_placeholders_checked_at_load(instruction, reason):
     ({"retrieval.index": ""}, "at least 1 character"),
 ])
 def test_unclear_or_silently_wrong_config_values_refused_with_a_hint(override, reason):
-    """A typo'd key named no alternative, YAML's YES read as a boolean said only 'valid string',
-    and a positive tau_min or empty model/index/question were accepted (fresh-clone trial)."""
+    """Values that are unclear or would run silently wrong are refused with a hint: a typo'd key
+    names its alternative, YAML's YES read as a boolean says so, a boolean where a number is
+    needed, a positive tau_min, an empty model/index/question."""
     with pytest.raises(ValidationError, match=reason):
         load_config(None, override)
 

@@ -1,6 +1,6 @@
-"""A ``sampling.num_drafts`` no user means is warned of when a run starts (fresh-clone trial: m =
-100000 was accepted silently): more drafts than the distinct document subsets N documents give
-(a row never gets more), or more than ``MAX_DRAFTS``."""
+"""A ``sampling.num_drafts`` no user means (m = 100000) is warned of when a run starts, not
+accepted silently: more drafts than the distinct document subsets N documents give (a row never
+gets more), or more than ``MAX_DRAFTS``."""
 
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ def test_the_section_goes_to_the_top_of_the_report_once(tmp_path):
     assert copy.deepcopy(stored)["notes"] == r["notes"]
 
 
-# trial findings (2026-12-04): bad input to the comparison, the command and the section
+# bad input to the comparison, the command and the section: refused or left out in one line, never a crash
 
 
 def _set(path: str, value):
@@ -238,9 +238,9 @@ MALFORMED = [  # (change, the field and message the line names)
 
 @pytest.mark.parametrize("change,named", MALFORMED, ids=[m[1].split(":")[0] + f"-{i}" for i, m in enumerate(MALFORMED)])
 def test_a_malformed_profile_is_left_out_in_one_line_naming_the_night_the_file_and_the_field(tmp_path, change, named):
-    """Trial finding: a malformed earlier ``profile.json`` crashed the nightly and backfill flows
-    in drift.compare (TypeError, OverflowError, ...) after the answers were written, and a
-    profile without ``rates`` said only "profile unreadable (version 1, this version reads 1)"."""
+    """A malformed earlier ``profile.json`` is left out of the comparison in one line naming the
+    night, the file and the field (a profile without ``rates`` too), instead of crashing the
+    nightly and backfill flows in drift.compare after the answers were written."""
     root = tmp_path / "answers"
     bad = _profile()
     change(bad)
@@ -260,8 +260,8 @@ def test_a_malformed_profile_is_left_out_in_one_line_naming_the_night_the_file_a
 
 
 def test_rates_beyond_the_exact_tests_range_are_compared_not_called_unchanged():
-    """Trial finding: scipy's Fisher test overflows near 10**10 rows and called a rate that
-    went from 1/3 to 1/2 unchanged (p = 1)."""
+    """Near 10**10 rows, where scipy's Fisher test overflows, a rate that went from 1/3 to 1/2 is
+    compared by the chi-square test and called moved, not unchanged (p = 1)."""
     n = 10**9
     r = drift.compare_rate("error_rate", n // 2, n, 9 * (n // 3), 9 * n, CFG)
     assert r["p_value"] < 1e-6 and r["moved"] and r["test"] == "chi-square test"
@@ -301,7 +301,7 @@ def test_a_comparison_that_raises_is_one_line_and_drift_json_not_a_crash(tmp_pat
 
 
 def test_a_measure_that_fails_the_run_keeps_the_tables_six_columns():
-    """Trial finding: a row marked **fails the run** had a seventh cell under the six-column header."""
+    """A row marked **fails the run** keeps the table's six cells under its six-column header."""
     tonight = _profile(reasons={"no_documents": 12})
     measures = drift.compare(tonight, [_profile()], DriftConfig(fail_on=["error_reason:*"]))
     section = drift.markdown({"status": "compared", "baseline": ["2026-01-01"], "config_hash": "h1",
@@ -314,8 +314,8 @@ def test_a_measure_that_fails_the_run_keeps_the_tables_six_columns():
 
 
 def test_the_heading_reads_naturally_for_one_night_several_and_none():
-    """Trial finding: a night compared with one night was headed "Changes since the last 1
-    night" (and the per-row test "relative change vs median of 1 nights")."""
+    """The heading and the per-row test read naturally for one baseline night ("the last
+    night", "vs 1 night"; not "the last 1 night", "median of 1 nights"), several, and none."""
     tonight = _profile(seconds=2.0)
     one = {"status": "compared", "baseline": ["2026-01-01"], "config_hash": "h1", "notes": [],
            "measures": drift.compare(tonight, [_profile()], CFG)}
@@ -360,9 +360,9 @@ def _errors(res) -> list[str]:
 
 
 def test_drift_for_a_night_without_a_partition_exits_2_and_writes_nothing(tmp_path, drift_cli):
-    """Trial finding: ``drift ROOT --date D`` for a partition that does not exist exited 0 and
-    wrote ``ROOT/date=D/_report/drift.json`` (a made-up partition); a partition given as ROOT
-    made ``date=D/date=D/``; a root without partitions exited 0."""
+    """``drift ROOT --date D`` for a partition that does not exist, a partition given as ROOT, and
+    a root without partitions each exit 2 and write nothing (no made-up ``date=D/_report/``,
+    no ``date=D/date=D/``)."""
     root = tmp_path / "answers"
     _write_night(root, "2026-12-04", _profile())
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
@@ -383,8 +383,8 @@ def test_drift_for_a_night_without_a_partition_exits_2_and_writes_nothing(tmp_pa
 
 
 def test_drift_config_errors_are_one_line_naming_the_file_and_the_field(tmp_path, drift_cli):
-    """Trial finding: ``drift -c`` printed pydantic's multi-line error; a stored manifest's
-    unknown ``config.drift`` key, the same."""
+    """``drift -c`` with a bad config, and a stored manifest's unknown ``config.drift`` key, are
+    each one line naming the file and the field, not pydantic's multi-line error."""
     root = tmp_path / "answers"
     _write_night(root, "2026-12-04", _profile())
     cfg = tmp_path / "nightly.yaml"
@@ -426,8 +426,8 @@ def _finished_night(root, date: str, n: int = 8) -> str:
 
 
 def test_report_by_hand_keeps_the_drift_section_from_drift_json(tmp_path, drift_cli):
-    """Trial finding: ``specrag-batch report`` on a nightly partition rewrote report.md without
-    the "Changes since ..." section the nightly flow had put at its top."""
+    """``specrag-batch report`` on a nightly partition keeps the "Changes since ..." section the
+    nightly flow put at the top of report.md, rebuilt from ``drift.json``."""
     from typer.testing import CliRunner
 
     from specrag_batch import cli
@@ -465,13 +465,13 @@ def test_report_by_hand_keeps_the_drift_section_from_drift_json(tmp_path, drift_
     assert [line for line in res.output.splitlines() if line.startswith("warning:")] == [
         f"warning: drift section not kept: {second}/_report/drift.json: not a drift comparison "
         "(date: Field required)"], res.output
-    # wrong types are refused naming the field, never rendered (trial finding: a "false" string showed as moved)
+    # wrong types are refused naming the field, never rendered (a "false" string must not show as moved)
     measure = stored["measures"][0]
     for bad, field in (({**stored, "measures": [{**measure, "moved": "false"}]}, "measures.0.moved"),
                        ({**stored, "baseline": "2026-12-03"}, "baseline"),
                        ({**stored, "status": "fine"}, "status"),
                        ({**stored, "measures": [{**measure, "p_value": "0.01"}]}, "measures.0.p_value"),
-                       # second trial: out-of-range numbers, a contradictory status, huge strings, shapes the
+                       # out-of-range numbers, a contradictory status, huge strings, shapes the
                        # renderer would end in a KeyError on, JSON nested past the parser's recursion limit
                        ({**stored, "measures": [{**measure, "p_value": float("inf")}]}, "measures.0.p_value"),
                        ({**stored, "measures": [{**measure, "p_value": 1.5}]}, "measures.0.p_value"),
@@ -492,8 +492,8 @@ def test_report_by_hand_keeps_the_drift_section_from_drift_json(tmp_path, drift_
 
 
 def test_a_backfilled_earlier_night_redoes_the_later_nights_whose_baseline_it_enters(tmp_path, monkeypatch):
-    """Trial finding: a backfill that added an earlier date left the later nights' drift.json
-    comparing them with a baseline that no longer was the last K nights before them."""
+    """A backfill that adds an earlier date redoes the drift.json of the later nights whose
+    baseline (the last K nights before them) it enters."""
     monkeypatch.setattr(drift_watch, "announce", lambda *a: None)  # Prefect: the flows' tests
     root = tmp_path / "answers"
     k2 = {"failed_shards": 0, "config": {"drift": {"baseline_nights": 2}}}
@@ -545,8 +545,8 @@ def test_a_backfilled_earlier_night_redoes_the_later_nights_whose_baseline_it_en
 
 
 def test_a_partition_name_with_a_trailing_newline_is_not_a_night(tmp_path):
-    """Trial finding: ``date=2026-11-26\\n`` was counted as night 2026-11-26 ("$" matches before
-    a final newline), and the report then pointed at a path that does not exist."""
+    """``date=2026-11-26\\n`` (and a trailing space) is no night: not counted as 2026-11-26 ("$"
+    matches before a final newline), so the report never points at a path that does not exist."""
     (tmp_path / "date=2026-12-02").mkdir()
     (tmp_path / "date=2026-11-26\n").mkdir()
     (tmp_path / "date=2026-11-27 ").mkdir()
@@ -556,8 +556,8 @@ def test_a_partition_name_with_a_trailing_newline_is_not_a_night(tmp_path):
 
 
 def test_report_by_hand_with_a_drift_json_that_cannot_be_read_warns_and_writes_the_report(tmp_path):
-    """Trial finding: a ``_report/drift.json`` that is a directory ended ``specrag-batch report``
-    with a raw OS error (exit 2) after it had rewritten report.md."""
+    """A ``_report/drift.json`` that cannot be read (a directory) gives ``specrag-batch report`` a
+    warning, and the report is written, not a raw OS error after report.md was rewritten."""
     from typer.testing import CliRunner
 
     from specrag_batch import cli

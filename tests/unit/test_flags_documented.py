@@ -1,6 +1,5 @@
 """Every flag an output row or draft can carry (``records.Flag``) is documented where the flags
-are (docs/data-contract.md, "Errors and flags"). Fresh-clone trial: ``no_documents`` was in the
-outputs and in no page."""
+are (docs/data-contract.md, "Errors and flags"), so no flag reaches the outputs undocumented."""
 
 from __future__ import annotations
 

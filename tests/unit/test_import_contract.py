@@ -1,6 +1,7 @@
 """The package's import contract (ARCHITECTURE.md, "Layers"): the layers of pyproject.toml's
 ``[tool.importlinter]`` point one way, no package's modules import each other in a cycle, and
-the installed package never reaches outside itself (benchmarks/, scripts/, tests/, sys.path)."""
+the installed package never reaches outside itself (benchmarks/, scripts/, tests/, examples/,
+sys.path)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ..conftest import ROOT
 pytestmark = pytest.mark.unit
 
 PACKAGE = ROOT / "specrag_batch"
-OUTSIDE = ("benchmarks", "scripts", "tests", "flows")
+OUTSIDE = ("benchmarks", "scripts", "tests", "flows", "examples")
 
 
 def test_the_import_contracts_are_kept(capsys):

@@ -171,11 +171,10 @@ def test_a_missing_corpus_and_an_empty_prefix(tmp_path):
                                     "bm25_missing", "no_index"])
 @pytest.mark.parametrize("load", [True, False])
 def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_path, damage, load):
-    """Trial finding: ``run --index`` over a missing or damaged index loaded the engines, then
-    failed every shard with a raw FAISS/Arrow error that named the input shard (a truncated
-    passages.arrow: "Not an Arrow file"), and a dense index of another build answered from the
-    wrong passages with exit 0. :func:`check_index` (run before the engines load) names the
-    index; ``load=False`` (shards on Ray) checks files only."""
+    """``run --index`` over a missing or damaged index (a truncated passages.arrow, a dense index
+    of another build) is refused by :func:`check_index`, run before the engines load, naming the
+    index, not the input shard, and never answered from the wrong passages; ``load=False``
+    (shards on Ray) checks files only."""
     import json as json_module
     import shutil
 
@@ -232,9 +231,9 @@ def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_pat
 
 
 def test_index_build_lists_its_corpus_as_a_run_lists_its_input(tmp_path, caplog):
-    """Trial finding: ``index build`` embedded ``.hidden.parquet``, ``_x.parquet`` and Spark's
-    ``_temporary/`` copies (which a run skips), so a writer's staging copy made the build refuse
-    a duplicate doc_id; an upper-case ``.PARQUET`` was left out without a word."""
+    """``index build`` skips ``.hidden.parquet``, ``_x.parquet`` and Spark's ``_temporary/``
+    copies as a run does (a writer's staging copy is no duplicate doc_id), and names an
+    upper-case ``.PARQUET`` it leaves out."""
     import shutil
 
     from specrag_batch.planning import plan_shards

@@ -89,7 +89,7 @@ def test_error_lines_and_tables_are_not_folded_when_not_a_terminal(monkeypatch):
     """A log (not a TTY) keeps a long path whole on one line, even with COLUMNS=80; a terminal
     keeps its width."""
     monkeypatch.setenv("COLUMNS", "80")
-    path = "/work/trial/out/" + "a-directory-with-a-long-name/" * 6 + "sh ard#1[x]*?.parquet"
+    path = "/work/runs/out/" + "a-directory-with-a-long-name/" * 6 + "sh ard#1[x]*?.parquet"
     buf = io.StringIO()
     c = cli.make_console(buf)
     assert c.width == cli.NON_TTY_WIDTH

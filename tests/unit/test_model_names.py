@@ -70,9 +70,9 @@ def uninstalled(monkeypatch, tmp_path):
 
 
 def test_a_packaged_model_not_installed_is_named_before_the_flow(uninstalled, monkeypatch, tmp_path):
-    """The trial's `make demo`-less run: a packaged model whose packages are missing was a
-    38-line Prefect traceback after 45 s (the engine load failed inside the flow). Now exit 2,
-    one line naming the field, the missing package and how to install it, nothing written."""
+    """A packaged model whose packages are missing (a run without `make demo`'s model set-up) is
+    exit 2, one line naming the field, the missing package and how to install it, before the
+    flow starts (no engine load failing inside it), nothing written."""
     assert models.packaged_missing(uninstalled.name) == ["specrag-no-such-dist-part1"]
     assert models.packaged_missing("no-such-model") == []  # not packaged: other checks
     with pytest.raises(ModelNameError, match=r"^drafter.model: 'uninstalled-model' is a packaged model, .*"

@@ -162,8 +162,8 @@ def test_a_run_without_gold_gets_no_risk_coverage_plot_and_one_line_why(tmp_path
 
 
 def test_failed_and_skipped_input_files_are_listed_with_their_reason(tmp_path):
-    """Fresh-clone trial: report.md left out the shards that failed and the files skipped, so a
-    reader of the report alone could not tell rows were missing."""
+    """report.md lists the shards that failed and the files skipped, each with its reason, so a
+    reader of the report alone can tell rows are missing."""
     ok = pa.Table.from_pylist([_row(0)], schema=OUTPUT_SCHEMA)
     failed = {"status": "failed", "input": "in/bad.parquet", "output": None,
               "error": "in/bad.parquet: column 'query_id': required column missing\n(have: ['q'])"}

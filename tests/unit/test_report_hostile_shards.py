@@ -232,8 +232,9 @@ def test_a_value_the_cast_refuses_names_its_shard(tmp_path):
 
 @pytest.mark.parametrize("labels", [5, "SUPPORTS", ["SUPPORTS", 3]])
 def test_recorded_claim_labels_of_the_wrong_type_are_refused_naming_the_field(tmp_path, labels):
-    """Trial finding: ``_run.json`` with ``claim_labels: 5`` ended ``report`` in a traceback
-    (TypeError), and the string ``"SUPPORTS"`` was read as a set of single letters."""
+    """``_run.json`` with ``claim_labels`` that are no list of strings (``5``, ``"SUPPORTS"``, a
+    list holding a number) is refused naming the field: no traceback, no string read as a set of
+    single letters."""
     from pathlib import Path
 
     prefix = _run(tmp_path / "run", _rows())
@@ -247,8 +248,8 @@ def test_recorded_claim_labels_of_the_wrong_type_are_refused_naming_the_field(tm
 
 
 def test_an_empty_prefix_or_a_file_is_no_output_prefix(tmp_path, monkeypatch):
-    """Trial finding: ``report ""`` read the working directory, and a shard given as the prefix
-    ended in a raw errno naming ``.../part-0000.parquet/_manifest.json``."""
+    """``report ""`` is refused as an empty prefix (the working directory is not read), and a
+    shard given as the prefix is named a file, not a raw errno."""
     prefix = _run(tmp_path / "run", _rows())
     monkeypatch.chdir(tmp_path / "run")  # a run's directory: an empty prefix must not read it
     for cmd in (("report",), ("calibrate", "--target-accuracy", "0.5", "--out", str(tmp_path / "t.yaml"))):
@@ -260,7 +261,7 @@ def test_an_empty_prefix_or_a_file_is_no_output_prefix(tmp_path, monkeypatch):
 
 
 def test_calibrate_refuses_a_query_id_graded_twice(tmp_path):
-    """Trial finding: plain calibrate counted a duplicated query_id twice (docs/cli.md lists it as exit 2)."""
+    """Plain calibrate refuses a query_id graded in two rows (exit 2, docs/cli.md), not counting it twice."""
     rows = _rows()
     prefix = _run(tmp_path / "run", rows + [dict(rows[0])])
     result = _invoke("calibrate", prefix, "--target-accuracy", "0.5", "--out", str(tmp_path / "t.yaml"))
@@ -270,9 +271,9 @@ def test_calibrate_refuses_a_query_id_graded_twice(tmp_path):
 
 
 def test_calibrate_takes_a_run_holding_its_own_duplicate_query_id_rows(tmp_path):
-    """Trial finding: ``run`` answers the first row of a repeated input id and writes the others as
-    unanswered ``duplicate_query_id`` error rows; calibrate refused such a run as "shards of two
-    runs copied together". Those rows are not counted; two answered rows of one id still are."""
+    """``run`` answers the first row of a repeated input id and writes the others as unanswered
+    ``duplicate_query_id`` error rows: calibrate takes such a run (not "shards of two runs
+    copied together") without counting those rows; two answered rows of one id still refuse."""
     rows = _rows()
     dup = {**rows[0], "answer": None, "score": None, "score_draft": None, "correct": None,
            "error": "in.parquet: row 6: field 'query_id': duplicate id 'q0', held by row 0 of this shard",

@@ -139,8 +139,8 @@ def test_refuses_what_really_differs_naming_column_type_and_accepted(col, arr, f
 
 
 def test_integer_ids_are_read_as_decimal_strings(tmp_path):
-    """Fresh-clone trial: pandas' integer ids dropped the whole shard; they are the ids'
-    decimal strings now, in validation and in planning's id read alike."""
+    """pandas' integer ids are read as the ids' decimal strings, in validation and in
+    planning's id read alike, and the shard's rows are kept (not dropped)."""
     from specrag_batch.planning import read_ids
 
     pd.DataFrame({"query_id": [7, 12], "query": ["a?", "b?"], "task": ["qa", "qa"]}).to_parquet(

@@ -50,9 +50,9 @@ def test_consensus_fast_path():
 
 
 def test_consensus_compares_answers_by_the_answer_vote_key():
-    """Review finding (2026-12-03): consensus compared SQuAD-normalised answers, which are
-    empty for "A" or "The", so drafts answering "The" counted as valid but never agreed (and
-    never took the fast path) while answer_vote and the evaluation keep their articles."""
+    """Consensus compares answers by answer_vote's key, not SQuAD-normalised answers (empty for
+    "A" or "The"): drafts answering "The" agree (and take the fast path), as answer_vote and the
+    evaluation keep their articles."""
     drafts = [d("The", -1.0, None, None), d("the.", -2.0, None, None), d("Lyon", -0.5, None, None)]
     assert consensus(drafts, 2) == [0, 1]
     assert consensus([d("A", -1.0, None, None), d("The", -1.0, None, None)], 2) is None
@@ -187,9 +187,8 @@ def test_selection_rule_is_in_the_config_hash_only_away_from_the_paper_default()
 
 
 def test_the_default_leaves_self_consistency_out_where_bench_and_production_keep_it():
-    """Decided 2026-12-04 by the rule declared before the 300 selection-tuning rows ran
-    (benchmarks/README.md, "Selection rules"), and log ρ_SR too since the verifier rule (2026-12-04,
-    "The verifier in the default selection"): a run with the default config ranks drafts by
+    """The default leaves log ρ_SC out (decision 007) and log ρ_SR too (decision 008; the
+    figures: benchmarks/studies/selection-rules.md): a run with the default config ranks drafts by
     log ρ_draft alone, so a terse draft the verifier's summed α/β log-probs favour no longer
     wins; configs/bench.yaml keeps the paper's three terms and so the hash of its archived cells,
     and configs/production-gpu.yaml (unmeasured 7B verifier, a tau_min on that log ρ) keeps them."""
@@ -210,6 +209,6 @@ def test_the_default_leaves_self_consistency_out_where_bench_and_production_keep
                        drafts=[d("long right answer", -2.0, -30.0, -0.2), d("x", -6.0, -4.0, -0.3)])
         Selection(cfg)([row])
         picked[name] = (row.selection.index, row.selection.score)
-    # the default since 2026-12-04 leaves log ρ_SR out too: log ρ = log ρ_draft alone
+    # the default leaves log ρ_SR out too: log ρ = log ρ_draft alone
     assert RunConfig().selection.use_self_reflection is False and bench.selection.use_self_reflection is True
     assert picked["default"] == (0, pytest.approx(-2.0)) and picked["bench"] == (1, pytest.approx(-10.3))

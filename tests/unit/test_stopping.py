@@ -37,8 +37,8 @@ def test_once_stopping_a_shard_writes_neither_its_output_nor_its_marker(tmp_path
 
 @pytest.mark.parametrize("offline", [False, True])
 def test_a_stop_says_what_it_keeps_for_the_command_it_stopped(offline, monkeypatch, capsys):
-    """Trial finding: a stopped ``calibrate`` said shards keep their output and done markers, and
-    to resume; it computes no shards. report, calibrate and drift now say only that nothing is
+    """A stopped run says shards keep their output and done markers and how to resume; a stopped
+    ``report``, ``calibrate`` or ``drift`` (which compute no shards) says only that nothing is
     left half-written. (``os._exit`` raises SystemExit here instead of ending pytest.)"""
     import threading
 

@@ -28,6 +28,8 @@ _READS_HIDDEN = {"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj
 _WRITES_HIDDEN = {"o_proj", "down_proj", "out_proj"}
 _TENSOR = re.compile(r"(?:^|\.)(?P<module>[A-Za-z0-9_]+)\.lora_(?P<ab>[AB])(?:\.[A-Za-z0-9_]+)?\.weight$")
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
+_WEIGHT_FILES = ("safetensors", "bin", "pt")
+"""The adapter weight files vLLM loads (``adapter_model.<ext>``); a directory with none cannot be served."""
 _ARCH = ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size")
 """The base ``config.json`` fields compared when the adapter's base resolves locally."""
 
@@ -61,7 +63,9 @@ def read_adapter(adapter: str) -> AdapterInfo:
 
     Raises:
         AdapterError: no ``adapter_config.json``, a config that is not a JSON object or whose
-            ``r`` is not a positive integer, or a safetensors file whose header cannot be read."""
+            ``r`` is not a positive integer (``rank_pattern`` not an object of them), no weight
+            file (``adapter_model.safetensors``, ``.bin`` or ``.pt``), or a safetensors file
+            whose header cannot be read."""
     p = Path(adapter)
     cfg_file = p / "adapter_config.json"
     if not cfg_file.is_file():
@@ -72,12 +76,19 @@ def read_adapter(adapter: str) -> AdapterInfo:
         raise AdapterError(f"drafter.adapter: {cfg_file}: not readable JSON ({e})") from None
     if not isinstance(cfg, dict):
         raise AdapterError(f"drafter.adapter: {cfg_file}: not a JSON object")
-    ranks = [cfg.get("r", 8), *(cfg.get("rank_pattern") or {}).values()]
+    pattern = cfg.get("rank_pattern") or {}
+    if not isinstance(pattern, dict):
+        raise AdapterError(f"drafter.adapter: {cfg_file}: rank_pattern must be an object of module: rank, "
+                           f"got {type(pattern).__name__}")
+    ranks = [cfg.get("r", 8), *pattern.values()]
     if not all(isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in ranks):
         raise AdapterError(f"drafter.adapter: {cfg_file}: r / rank_pattern must be positive integers, got {ranks}")
     hidden: dict[int, str] = {}
     layers = 0
     weights = p / "adapter_model.safetensors"
+    if not any((p / f"adapter_model.{ext}").is_file() for ext in _WEIGHT_FILES):
+        raise AdapterError(f"drafter.adapter: {adapter!r} holds no adapter weights (none of "
+                           f"{', '.join('adapter_model.' + e for e in _WEIGHT_FILES)})")
     if weights.is_file():
         from safetensors import SafetensorError, safe_open
 
@@ -191,14 +202,20 @@ def check_adapter(adapter: str, model: str, packaged: dict[str, tuple[Path, int]
     named ``model`` (its name or resolved path). Returns what was read.
 
     Raises:
-        AdapterError: see :func:`read_adapter` and :func:`check_adapter_fits`, or a tuned
-            drafter trained on another base."""
+        AdapterError: see :func:`read_adapter` and :func:`check_adapter_fits`, a tuned
+            drafter trained on another base, or a ``training_manifest.json`` beside the adapter
+            that is not a readable JSON object."""
     info = read_adapter(adapter)
     check_adapter_fits(info, model, local_config(model, packaged),
                        local_config(info.base, packaged) if info.base else None, engine_kwargs)
     trained = Path(adapter).parent / "training_manifest.json"
     if trained.is_file():
-        m = json.loads(trained.read_text(encoding="utf-8"))
+        try:
+            m = json.loads(trained.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise AdapterError(f"drafter.adapter: {trained}: not readable JSON ({e})") from None
+        if not isinstance(m, dict):
+            raise AdapterError(f"drafter.adapter: {trained}: not a JSON object")
         if model not in {m.get("base_model"), m.get("base_path")}:
             raise AdapterError(f"drafter.adapter: {adapter!r} was trained on {m.get('base_model')!r}, "
                                f"not drafter.model {model!r}: set drafter.model: {m.get('base_model')}")

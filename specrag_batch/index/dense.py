@@ -99,18 +99,30 @@ def _ivf_or_none(index):
 
 
 _ID_MAPS = re.compile(r"IDMap2?")
+_ZERO_SIZES = ((re.compile(r"HNSW(\d+)"), 2, "an HNSW graph of {} links per vector (HNSW{{M}}: M >= 2)"),
+               (re.compile(r"IVF(\d+)"), 1, "an IVF index of {} lists (IVF{{nlist}}: nlist >= 1)"))
+"""Sizes FAISS's factory parses but cannot build or search: HNSW0 aborts the process at its
+first ``add`` (a C++ assertion), HNSW1 crashes it, IVF0 builds an index every search refuses."""
 
 
 def check_index_type(index_type: str | None) -> None:
     """Refuse, before the corpus is read, a factory string no corpus can be built into: one
     with an ``IDMap`` or ``IDMap2`` part (FAISS parses it, then refuses every ``add``: such an
     index takes an id with each vector, ``add_with_ids``; here a vector's row number is its
-    passage's). None (the default type): nothing to check.
+    passage's), or an HNSW of fewer than 2 links or an IVF of no lists (:data:`_ZERO_SIZES`;
+    FAISS parses them, then ends the process in a C++ assertion or a crash once the corpus is
+    embedded). None (the default type): nothing to check.
 
     Raises:
-        IndexBuildError: naming the option, the part and the string without it."""
+        IndexBuildError: naming the option, the part and the string without it (IDMap), or
+            the part and the smallest size that works."""
     if not index_type:
         return
+    for pattern, least, what in _ZERO_SIZES:
+        for m in pattern.finditer(index_type):
+            if int(m[1]) < least:
+                raise IndexBuildError(f"--index-type {index_type!r}: {m[0]} is {what.format(int(m[1]))}, "
+                                      "which FAISS cannot build")
     parts = [p.strip() for p in index_type.split(",")]
     maps = [p for p in parts if _ID_MAPS.fullmatch(p)]
     if maps:

@@ -144,3 +144,29 @@ def test_an_adapter_of_too_high_a_rank_is_refused_naming_the_limit(tmp_path):
     cfg = RunConfig.model_validate({"drafter": {"model": drafter, "adapter": str(high)}, "verifier": {"model": drafter}})
     with pytest.raises(ModelNameError, match="LoRA rank 1024"):
         check_config_models(cfg)
+
+
+@pytest.mark.parametrize("case", ["rank_pattern_list", "no_weights", "manifest_not_json", "manifest_a_list"])
+def test_a_malformed_adapter_directory_is_refused_naming_the_file(tmp_path, case):
+    """Hostile adapter directories a user may hand over (issue 47, the new user's twenty): a
+    ``rank_pattern`` that is a list raised AttributeError (a traceback, exit 1); a directory
+    with a config but no weight file passed the check and failed only once vLLM had started
+    ("doesn't contain tensors"); a ``training_manifest.json`` beside the adapter that is not
+    JSON gave ``error: Expecting value ...`` naming no file, one that is a list a traceback."""
+    a = write_adapter(tmp_path / "t" / "adapter", hidden=576)
+    want = {"rank_pattern_list": "rank_pattern must be an object", "no_weights": "holds no adapter weights",
+            "manifest_not_json": "training_manifest.json: not readable JSON",
+            "manifest_a_list": "training_manifest.json: not a JSON object"}[case]
+    if case == "rank_pattern_list":
+        (a / "adapter_config.json").write_text(json.dumps({"r": 8, "rank_pattern": [32]}))
+    elif case == "no_weights":
+        (a / "adapter_model.safetensors").unlink()
+    else:
+        (tmp_path / "t" / "training_manifest.json").write_text("not json" if case == "manifest_not_json" else "[]")
+    with pytest.raises(ModelNameError, match=want) as e:
+        check_adapter(str(a), "smollm2-135m-instruct")
+    assert "\n" not in str(e.value)
+    (a / "adapter_model.safetensors").unlink(missing_ok=True)
+    (a / "adapter_model.bin").write_bytes(b"torch pickle")  # saved without safetensors: read for its config
+    if case == "no_weights":
+        assert read_adapter(str(a)).rank == 16

@@ -277,3 +277,21 @@ def test_run_over_a_dense_index_of_another_width_is_one_line_and_writes_nothing(
     line = _one_error_line(result)
     assert f"index {tmp_path / 'index'}: its dense index holds 16-dimensional vectors; meta.json says {DIM}" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_an_hnsw_or_ivf_of_size_zero_is_refused_before_the_corpus_is_read(tmp_path, monkeypatch):
+    """A new user's trial (issue 47): FAISS's factory parses ``HNSW0``, ``HNSW1`` and ``IVF0``,
+    and the build then embedded the whole corpus and died in FAISS: HNSW0 in a C++ assertion
+    (``Faiss assertion 'i < end' failed``, SIGABRT, exit 134, no line of ours), HNSW1 in a
+    segmentation fault, and IVF0 built an index whose every search is refused. Refused first,
+    one line naming the part and the smallest size; sizes that work still build."""
+    from .index_fakes import CountingEmbedder
+
+    embedder = patch_embedder(monkeypatch, CountingEmbedder())
+    corpus, _ = _corpus(tmp_path, "ok")
+    for flag, part, least in (("HNSW0", "HNSW0", "M >= 2"), ("HNSW1,Flat", "HNSW1", "M >= 2"),
+                              ("IVF0,Flat", "IVF0", "nlist >= 1"), ("IVF2_HNSW0,Flat", "HNSW0", "M >= 2")):
+        line = _one_error_line(_build("--corpus", corpus, "-o", str(tmp_path / "index"), "--index-type", flag))
+        assert f"--index-type '{flag}': {part} is" in line and least in line, line
+    assert embedder.texts == [] and not (tmp_path / "index").exists()
+    assert _build("--corpus", corpus, "-o", str(tmp_path / "index"), "--index-type", "HNSW2").exit_code == 0

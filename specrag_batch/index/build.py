@@ -31,7 +31,7 @@ from .layout import (BM25_DIR, DENSE_FILE, FORMAT, META, PASSAGES_FILE, WORK_DIR
                      new_build_id, remove, scratch, stale_entries)
 from .shards import (PASSAGE_SCHEMA, configured_dimension, embed_all, job_key, model_dimension, passage_text,
                      passages_uri, vectors_uri)
-from .store import iter_texts, write_store
+from .store import file_fingerprint, iter_texts, write_store
 
 BM25_TOKENIZER = (TOKENIZER, TOKENIZER_VERSION)
 """The BM25 tokenizer and its version, as meta.json records them (also in the BM25 checkpoint's key)."""
@@ -137,6 +137,7 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
         else:
             reused.append("store")
         rows = ck.done("store", key)["info"]["rows"]
+        passage_ids = file_fingerprint(ck.path(PASSAGES_FILE))
         bm25_meta = None
         if bm25:
             key = phase_key(corpus_key, K1, B, BM25_TOKENIZER)
@@ -165,7 +166,7 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
             "metric": "inner_product_normalised", "corpus": corpus_uri, "shards": len(shards),
             "dense": {"index_type": index_type, "vectors": ntotal, "trained_on": trained, "file": DENSE_FILE,
                       "operating_point": op},
-            "bm25": bm25_meta, "passages": PASSAGES_FILE,
+            "bm25": bm25_meta, "passages": PASSAGES_FILE, "passages_doc_ids_sha256": passage_ids,
             "shards_embedded": counts["embedded"], "shards_skipped": counts["skipped"], "phases_reused": reused,
             "seconds_embedding": round(t_embedded - t0, 2), "seconds": round(time.perf_counter() - t0, 2)}
     storage.write_bytes_atomic(storage.join(index_uri, META), json.dumps(meta, indent=2).encode())

@@ -239,7 +239,8 @@ def check_index(retrieval, *, load: bool = True) -> None:
     """Open the run's index (``retrieval.index``) before any engine loads, so that a missing or
     damaged index is one error naming it rather than every shard failing after the models
     start: its ``meta.json``, its passage store, the parts ``retrieval.method`` searches, and a
-    dense index holding one vector per passage, of the width and metric ``meta.json`` names.
+    dense index holding one vector per passage, of the width and metric ``meta.json`` names,
+    and passages in the order the build wrote them (their ``doc_id`` fingerprint).
     ``load``: load the FAISS and BM25 parts (kept for the run's shards in this process,
     :func:`open_index`); False (shards searched in other processes, e.g. on Ray) only checks
     that their files are there.
@@ -249,7 +250,8 @@ def check_index(retrieval, *, load: bool = True) -> None:
     Raises:
         IndexFormatError: naming the index and what is wrong (a file missing or not readable,
             a vector count that differs from the passage count, a vector width or metric that
-            differs from ``meta.json``'s), saying to rebuild it."""
+            differs from ``meta.json``'s, a passage store whose ``doc_id`` order differs from the
+            build's), saying to rebuild it."""
     uri = retrieval.index
     if not uri:
         return
@@ -262,6 +264,12 @@ def check_index(retrieval, *, load: bool = True) -> None:
                     if not (index.local / part).exists():
                         raise FileNotFoundError(f"{index.local / part} is missing")
             return
+        expected = index.meta.get("passages_doc_ids_sha256")  # left out by builds before it existed
+        if expected is not None and index.store.fingerprint() != expected:
+            raise IndexFormatError(f"index {uri}: its passage store holds other passages or another order "
+                                   "than the build wrote (doc_ids differ from meta.json's "
+                                   "passages_doc_ids_sha256: parts of two builds?); rebuild it with "
+                                   "`specrag-batch index build`")
         faiss_index = index.dense()
         wrong = _dense_mismatch(index.meta, passages, faiss_index.ntotal, int(faiss_index.d),
                                 int(faiss_index.metric_type))

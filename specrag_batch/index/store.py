@@ -6,6 +6,7 @@ record batch by its offset), so no corpus-sized list of Python objects is ever m
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -45,6 +46,25 @@ def iter_texts(path: Path) -> Iterable[tuple[list, list]]:
             yield batch.column("title").to_pylist(), batch.column("text").to_pylist()
 
 
+def doc_id_fingerprint(batches: Iterable[pa.RecordBatch]) -> str:
+    """SHA-256 (hex) of the ``doc_id`` column of ``batches`` in order, each id as UTF-8 followed by
+    a NUL byte: ties the passage store to the vectors built in that order, so a store reordered or
+    taken from another build is found when the index opens. Reads one column (about a second per
+    million passages)."""
+    h = hashlib.sha256()
+    for batch in batches:
+        for doc_id in batch.column("doc_id").cast(pa.string()).to_pylist():
+            h.update(str(doc_id).encode("utf-8", "surrogatepass") + b"\0")
+    return h.hexdigest()
+
+
+def file_fingerprint(path: Path) -> str:
+    """:func:`doc_id_fingerprint` of the store file at ``path``."""
+    with pa.memory_map(str(path), "r") as source:
+        reader = pa.ipc.open_file(source)
+        return doc_id_fingerprint(reader.get_batch(i) for i in range(reader.num_record_batches))
+
+
 class PassageStore:
     """Passages by row number from an Arrow table (memory-mapped file, or in memory for an
     index of the first layout), returned as :class:`~specrag_batch.records.Document`."""
@@ -69,6 +89,10 @@ class PassageStore:
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    def fingerprint(self) -> str:
+        """:func:`doc_id_fingerprint` of this store's passages, in index order."""
+        return doc_id_fingerprint(self._batches)
 
     def get(self, rows: Sequence[int]) -> list[Document]:
         """The passages at row numbers ``rows`` (in that order; each in ``[0, len)``), with a

@@ -15,7 +15,7 @@ __all__ = ["RunConfig", "load_config", "run_batch", "__version__"]
 
 
 def run_batch(input_uri: str, output_uri: str, *, config=None, execution=None,
-              run_id: str | None = None, overwrite: bool = False) -> dict:
+              run_id: str | None = None, overwrite: bool = False, allow_empty: bool = False) -> dict:
     """Run the pipeline over ``input_uri`` into ``output_uri``; returns the run manifest.
 
     See :func:`specrag_batch.orchestration.run_batch` (imported on first call: Prefect is
@@ -23,4 +23,4 @@ def run_batch(input_uri: str, output_uri: str, *, config=None, execution=None,
     from .orchestration import run_batch as _run
 
     return _run(input_uri, output_uri, config=config, execution=execution, run_id=run_id,
-                overwrite=overwrite)
+                overwrite=overwrite, allow_empty=allow_empty)

@@ -292,8 +292,8 @@ def _dense_mismatch(meta: dict, passages: int, vectors: int, width: int, metric:
     metric ``metric``) disagrees with the index's ``meta.json`` and ``passages``, in words
     (None when nothing does): a count that differs from the passages', a width that differs
     from ``meta["dimension"]`` (the embedding model's, which queries are embedded with; FAISS
-    would fail every search on ``assert d == self.d``), a metric other than inner product for
-    a meta saying ``inner_product_normalised`` (cosine similarity)."""
+    would fail every search on ``assert d == self.d``), a ``meta["metric"]`` other than
+    ``inner_product_normalised`` (cosine similarity), or a FAISS metric other than inner product."""
     import faiss
 
     if vectors != passages:
@@ -302,8 +302,9 @@ def _dense_mismatch(meta: dict, passages: int, vectors: int, width: int, metric:
     if dimension is not None and int(dimension) != width:
         return (f"holds {width}-dimensional vectors; meta.json says {int(dimension)} (the embedding model "
                 f"{meta.get('embedding_model')!r}, which queries are embedded with)")
-    if meta.get("metric", "inner_product_normalised") == "inner_product_normalised" \
-            and metric != faiss.METRIC_INNER_PRODUCT:
+    if meta.get("metric", "inner_product_normalised") != "inner_product_normalised":  # no build writes another
+        return f"is described by meta.json as metric {meta.get('metric')!r}; only 'inner_product_normalised' is searched"
+    if metric != faiss.METRIC_INNER_PRODUCT:
         name = {faiss.METRIC_L2: "L2 distance"}.get(metric, f"FAISS metric {metric}")
         return f"compares vectors by {name}; meta.json says inner product (cosine similarity of normalised vectors)"
     return None

@@ -168,7 +168,7 @@ def test_a_missing_corpus_and_an_empty_prefix(tmp_path):
 
 @pytest.mark.parametrize("damage", ["passages_truncated", "dense_missing", "dense_truncated", "meta_empty",
                                     "dense_of_another_build", "dense_of_another_width", "dense_of_another_metric",
-                                    "bm25_missing", "no_index", "passages_reordered"])
+                                    "bm25_missing", "no_index", "passages_reordered", "meta_unknown_metric"])
 @pytest.mark.parametrize("load", [True, False])
 def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_path, damage, load):
     """``run --index`` over a missing or damaged index (a truncated passages.arrow, a dense index
@@ -211,6 +211,9 @@ def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_pat
         faiss.write_index(other, str(data / "dense.faiss"))
     elif damage == "bm25_missing":
         shutil.rmtree(data / "bm25")
+    elif damage == "meta_unknown_metric":  # a metric no build writes: it was ignored
+        meta = json_module.loads((tmp_path / "index" / "meta.json").read_text())
+        (tmp_path / "index" / "meta.json").write_text(json_module.dumps({**meta, "metric": "l2"}))
     elif damage == "passages_reordered":  # same count and schema, rows in another order
         import pyarrow as pa
 
@@ -222,7 +225,7 @@ def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_pat
     else:
         retrieval = RunConfig(retrieval={"index": str(tmp_path / "none"), "method": "hybrid"}).retrieval
     if not load and damage in ("dense_truncated", "dense_of_another_build", "dense_of_another_width",
-                               "dense_of_another_metric", "passages_reordered"):
+                               "dense_of_another_metric", "passages_reordered", "meta_unknown_metric"):
         check_index(retrieval, load=False)  # files present: only loading them finds this
         return
     with pytest.raises(IndexFormatError) as refused:
@@ -236,6 +239,8 @@ def test_a_damaged_index_is_refused_naming_it_before_a_run_loads_engines(tmp_pat
         assert f"holds 16-dimensional vectors; meta.json says {DIM}" in message, message
     if damage == "dense_of_another_metric":
         assert "compares vectors by L2 distance; meta.json says inner product" in message, message
+    if damage == "meta_unknown_metric":
+        assert "meta.json as metric 'l2'" in message, message
     if damage == "passages_reordered":  # before: every search returned the wrong passages, exit 0
         assert "passage store holds other passages or another order" in message, message
 

@@ -230,6 +230,11 @@ def calibrate(
         from .cascade import check_unique
 
         check_unique(data.rows, f"the run {redact_text(output)}")  # a row counted twice would skew τ_min
+        from .calibration import graded_rows
+
+        if graded_rows(data.rows).height == 0:  # named here: the measures' own check knows no run
+            raise ValueError(f"the run {redact_text(output)} has no answered rows with a gold answer: "
+                             "calibration needs a labelled run")
         head = f"specrag-batch calibrate {redact_text(output)} ({target}, measure {confidence})"
         if confidence == "calibrated":  # a model per task (specrag_batch.confidence_fit)
             from .confidence_fit import calibrate_run

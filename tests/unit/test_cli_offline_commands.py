@@ -79,6 +79,15 @@ def test_graded_rows_without_a_task_are_named_not_a_crash(tmp_path):
         assert "q2" in result.output and "'task'" in result.output
 
 
+@pytest.mark.parametrize("confidence", ["score", "calibrated"])
+def test_calibrate_on_a_run_without_gold_names_the_run(tmp_path, confidence):
+    prefix = _run(tmp_path / "run", _rows(correct=None))
+    result = _invoke("calibrate", prefix, "--target-accuracy", "0.5", "--confidence", confidence,
+                     "--out", str(tmp_path / "t.yaml"))
+    assert result.exit_code == 2, result.output
+    assert f"the run {prefix} has no answered rows with a gold answer" in result.output, result.output
+
+
 def test_calibrate_refuses_a_task_no_config_can_name(tmp_path):
     """A ``task`` no config can name (another writer's int column, read as '1') is one line
     naming the row and the value, and no ``tau_min: {'1': ...}`` snippet the config loader

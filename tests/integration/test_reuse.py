@@ -7,6 +7,7 @@ resumes; the nightly flow reuses the last nights and ``reuse.nights: 0`` turns i
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pyarrow as pa
@@ -89,6 +90,13 @@ def test_a_repeated_row_is_copied_and_equals_its_recomputation(first_night, fake
     prompts_reusing = sum(c.prompts for c in fake_engine.calls[calls:])
     assert m["failed_shards"] == 0 and m["reuse"]["rows"] == 16 and m["reuse"]["seconds_saved"] > 0
     assert m["shards"][0]["rows_reused"] == 16
+    report = json.loads(storage.read_bytes(storage.join(str(tmp_path / "out2"), "_report", "summary.json")))
+    assert report["reuse"]["rows"] == 16 and report["answer_source"] == {"reused": 16, "first": 4}
+    profile = json.loads(storage.read_bytes(storage.join(str(tmp_path / "out2"), "_report", "profile.json")))
+    assert profile["rows_reused"] == 16  # reused rows count under the pass that answered them:
+    assert profile["shares"]["answer_source"] == {"n": 20, "counts": {"first": 20}}
+    shard_seconds = m["cost"]["output"]["shard_seconds"]  # costs per computed row (4), not per output row
+    assert profile["per_row"]["seconds_per_row"] == pytest.approx(shard_seconds / 4)
     got = _by_number(_out(tmp_path / "out2"))
     calls = len(fake_engine.calls)
     fresh = run_batch(inp, str(tmp_path / "fresh"), config=_config())

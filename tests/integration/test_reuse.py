@@ -13,6 +13,7 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from specrag_batch import engines, resume, storage
 from specrag_batch.orchestration import run_batch
@@ -194,3 +195,18 @@ def test_the_same_rows_under_other_query_ids_are_reused_only_where_the_id_decide
         m = run_batch(again, str(tmp_path / f"{mode}2"),
                       config=_config(mode=mode, **{"reuse.sources": [str(tmp_path / f"{mode}1")]}))
         assert m["reuse"]["rows"] == reused, mode
+
+
+def test_run_reuse_from_is_repeatable(first_night, tmp_path):
+    from typer.testing import CliRunner
+
+    from specrag_batch.cli import app
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(_config().model_dump(mode="json", exclude={"reuse", "drift"})))
+    out = tmp_path / "out2"
+    r = CliRunner().invoke(app, ["run", "-i", _second_input(tmp_path), "-o", str(out), "-c", str(cfg), "--json",
+                                 "--reuse-from", str(tmp_path / "nowhere"), "--reuse-from", first_night])
+    assert r.exit_code == 0, r.output
+    m = json.loads(storage.read_bytes(storage.join(str(out), "_manifest.json")))
+    assert m["reuse"]["sources"] == [str(tmp_path / "nowhere"), first_night] and m["reuse"]["rows"] == 16

@@ -22,6 +22,7 @@ from ..pipeline import Pipeline, StageTimer
 from ..records import QueryRow
 from ..redaction import redact_text
 from ..stages.retrieval import Retrieval
+from . import index
 from .index import fetch_rows, lookup, warn_once
 from .key import ScoringIdentity, row_key
 
@@ -166,6 +167,7 @@ def config_for_shards(config: RunConfig, output_uri: str, stages: str, logger=No
     config hash is unchanged (``reuse`` is not hashed)."""
     if not config.reuse.sources:
         return config
+    index.forget_warnings()  # this run names a damaged part once again
     if stages != "fused":
         (logger or log).warning("reuse: execution.stages %r computes every row; reuse needs fused stages", stages)
         trusted: list[str] = []

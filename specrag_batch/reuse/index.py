@@ -42,6 +42,11 @@ def warn_once(what: str, why: str) -> None:
         log.warning("reuse: %s %s; its rows are computed", redact_text(what), why)
 
 
+def forget_warnings() -> None:
+    """Forget what :func:`warn_once` said (a new run in this process names it again)."""
+    _warned.clear()
+
+
 def key_index_uri(output_prefix: str, output_file: str) -> str:
     """``<output_prefix>/_keys/<output file name>``: the key index part of an output shard."""
     return storage.join(output_prefix, KEYS_DIR, output_file.rsplit("/", 1)[-1])

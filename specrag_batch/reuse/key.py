@@ -75,8 +75,23 @@ def query_id_decides(config: RunConfig) -> bool:
     return config.mode == "speculative" or bool(config.selection.random_selection)
 
 
-@lru_cache(maxsize=16)
 def _model_identity(model: str, adapter: str | None) -> str:
+    """:func:`identity.drafter_identity` as JSON, hashed once per process and version of the
+    files (a directory's weights replaced in place are hashed again)."""
+    return _identity_of(model, adapter, _stamp(model), _stamp(adapter))
+
+
+def _stamp(path: str | None) -> tuple:
+    """(name, size, mtime) of the weight and manifest files of a local model directory; () else."""
+    p = Path(path) if path else None
+    if p is None or not p.is_dir():
+        return ()
+    return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(p.iterdir())
+                 if f.suffix in (".safetensors", ".json") and f.is_file())
+
+
+@lru_cache(maxsize=16)
+def _identity_of(model: str, adapter: str | None, _model_stamp: tuple, _adapter_stamp: tuple) -> str:
     return json.dumps(drafter_identity(model, adapter), sort_keys=True)
 
 

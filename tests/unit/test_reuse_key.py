@@ -83,3 +83,14 @@ def test_the_config_part_is_the_config_hash_reuse_and_drift_left_out():
 
 def test_the_prompt_digest_covers_the_prompt_code():
     assert len(prompt_digest()) == 64
+
+
+def test_a_local_model_is_identified_by_its_weights_even_when_replaced_in_place(tmp_path):
+    from specrag_batch.reuse.key import _model_identity
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"one")
+    before = _model_identity(str(tmp_path), None)
+    assert before == _model_identity(str(tmp_path), None) and "weights_sha256" in before
+    weights.write_bytes(b"two!")  # other weights in the same directory
+    assert _model_identity(str(tmp_path), None) != before

@@ -223,8 +223,10 @@ def _write_output(job: ShardJob, io: ShardIO, rows_in: int, records: list[dict],
     table = pa.Table.from_pylist(_with_file(records, job.shard_file), schema=OUTPUT_SCHEMA)
     io.write_table(job.output_file, table)
     if reused is not None:
-        reuse.write_key_index(job.output_prefix, job.output_file, reused.keys, records, run_id=job.run_id,
-                              config_hash=job.config.config_hash(), seconds_per_row=reused.seconds_per_row)
+        io.write_table(reuse.key_index_uri(job.output_prefix, job.output_file),
+                       reuse.key_index_table(reused.keys, records, run_id=job.run_id,
+                                             config_hash=job.config.config_hash(),
+                                             seconds_per_row=reused.seconds_per_row))
     return ShardResult(job.shard_file, job.output_file, "ok", run_id=job.run_id, rows_in=rows_in,
                        rows_out=table.num_rows, errors=sum(r["error"] is not None for r in records),
                        stage_seconds=_timings(timer), summary=summarize(records),

@@ -15,8 +15,8 @@ reusable is :func:`index.reusable`.
 
 from .apply import (REUSED, ReuseOutcome, config_for_shards, process_with_reuse, reuse_summary,
                     trusted_sources)
-from .index import KEYS_DIR, key_index_uri, reusable, write_key_index
+from .index import KEYS_DIR, key_index_table, key_index_uri, reusable, write_key_index
 from .key import SCORING_VERSION, ScoringIdentity, row_key
 
-__all__ = ["KEYS_DIR", "REUSED", "config_for_shards", "reuse_summary", "SCORING_VERSION", "ReuseOutcome", "ScoringIdentity", "key_index_uri",
+__all__ = ["KEYS_DIR", "REUSED", "config_for_shards", "reuse_summary", "SCORING_VERSION", "ReuseOutcome", "ScoringIdentity", "key_index_table", "key_index_uri",
            "process_with_reuse", "reusable", "row_key", "trusted_sources", "write_key_index"]

@@ -62,20 +62,26 @@ def reusable(record: dict) -> bool:
     return record.get("error") is None and Flag.FALLBACK_FAILED not in (record.get("flags") or [])
 
 
-def write_key_index(output_prefix: str, output_file: str, keys: list[bytes | None], records: list[dict],
-                    *, run_id: str, config_hash: str, seconds_per_row: float) -> str:
-    """Write the key index part of one output shard atomically (after the shard, before its done
-    marker); returns its URI. ``keys[i]``: the key of output row ``i`` (None: no key, e.g. a row
-    that failed before retrieval); only rows with a key that are :func:`reusable` are indexed.
+def key_index_table(keys: list[bytes | None], records: list[dict], *, run_id: str, config_hash: str,
+                    seconds_per_row: float) -> pa.Table:
+    """The key index part of one output shard (:data:`KEY_SCHEMA` and its metadata).
+    ``keys[i]``: the key of output row ``i`` (None: no key, e.g. a row that failed before
+    retrieval); only rows with a key that are :func:`reusable` are indexed.
     ``seconds_per_row``: the shard's engine seconds per computed row."""
-    rows = [(k, i, r["query_id"]) for i, (k, r) in enumerate(zip(keys, records))
+    rows = [{"key": k, "row": i, "query_id": r["query_id"]} for i, (k, r) in enumerate(zip(keys, records))
             if k is not None and reusable(r)]
-    table = pa.Table.from_pylist([{"key": k, "row": i, "query_id": q} for k, i, q in rows], schema=KEY_SCHEMA)
-    table = table.replace_schema_metadata({
+    return pa.Table.from_pylist(rows, schema=KEY_SCHEMA).replace_schema_metadata({
         "run_id": run_id, "config_hash": config_hash, "output_rows": str(len(records)),
         "seconds_per_row": repr(float(seconds_per_row))})
+
+
+def write_key_index(output_prefix: str, output_file: str, keys: list[bytes | None], records: list[dict],
+                    *, run_id: str, config_hash: str, seconds_per_row: float) -> str:
+    """Write :func:`key_index_table` atomically to :func:`key_index_uri` (after the shard,
+    before its done marker); returns its URI."""
     uri = key_index_uri(output_prefix, output_file)
-    storage.write_parquet_atomic(uri, table)
+    storage.write_parquet_atomic(uri, key_index_table(keys, records, run_id=run_id, config_hash=config_hash,
+                                                      seconds_per_row=seconds_per_row))
     return uri
 
 

@@ -67,6 +67,9 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON instead of a table."),
     allow_empty: bool = typer.Option(False, "--allow-empty", help="An input without any .parquet "
                                      "shard is a run of 0 shards (default: exit 2)."),
+    reuse_from: Optional[list[str]] = typer.Option(None, "--reuse-from", metavar="URI", help="An earlier "
+                                                   "run's output to copy rows answered under the same key "
+                                                   "from (repeatable; config reuse.sources)."),
     task_runner: str = TASK_RUNNER,
     ray_address: Optional[str] = RAY_ADDRESS,
     stages: str = STAGES_OPT,
@@ -94,6 +97,8 @@ def run(
     with exit_codes(_fail):  # config errors: "<file>: <field>: <message>", one line each
         cfg = read_run_config(config, config_overrides, {k: v[0] for k, v in COMMON.items()})
         check_config_models(cfg)  # here, where the lines can name the file or flag of each model
+        if reuse_from:
+            cfg = cfg.model_copy(update={"reuse": cfg.reuse.model_copy(update={"sources": reuse_from})})
         manifest = run_batch(input, output, config=cfg, execution=execution, run_id=run_id,
                              overwrite=overwrite, allow_empty=allow_empty)
     if json_out:

@@ -18,6 +18,7 @@ from .identity import drafter_identity
 from .pipeline import STAGES
 from .planning import footer_rows
 from .redaction import redact
+from .reuse import reuse_summary
 
 if TYPE_CHECKING:
     from .shard import ShardResult
@@ -242,6 +243,7 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         "rows_out": sum(r.rows_out for r in results),
         "failed_shards": sum(r.status != "ok" for r in results),
         "resumed_shards": sum(r.resumed for r in results),
+        "reuse": reuse_summary(cfg, shards),  # rows copied from earlier outputs (reuse.sources)
         "metrics": merge_summaries([r.summary for r in results if r.summary]),
         "cost": cost,
         # this invocation's, as cost.this_invocation (keys kept for readers of older manifests)

@@ -30,6 +30,7 @@ from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from .index.search import check_index
 from .models import check_config_models
 from .redaction import install_log_filter
+from .reuse import config_for_shards
 from .manifest import build_manifest, computed_part, count_failed_rows, new_run_id, write_manifest
 from .planning import (check_foreign_outputs, check_layout, exception_reason, plan_run, plan_shards,
                        require_shards)
@@ -268,7 +269,8 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     resume.remove_stale_temporaries(output_uri)
     for s in skipped:
         log.warning("skipping %s: %s", s["input"], s["reason"])
-    jobs, failed, pending = _plan(input_uri, output_uri, cfg, run_id, shards, ids, fingerprints)
+    shard_cfg = config_for_shards(cfg, output_uri, ex.stages, log)  # reuse: trusted earlier outputs only
+    jobs, failed, pending = _plan(input_uri, output_uri, shard_cfg, run_id, shards, ids, fingerprints)
     log.info("run %s: %d shards (%d to compute, %d failed before the engines load), mode=%s, "
              "stages=%s, task runner=%s, config %s", run_id, len(shards), pending, len(failed),
              cfg.mode, ex.stages, ex.task_runner, cfg.config_hash())

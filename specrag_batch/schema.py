@@ -359,6 +359,7 @@ OUTPUT_SCHEMA = pa.schema([
     ("f1", pa.float64()), ("draft_rounds", pa.int32()), ("answer_source", pa.string()),
     ("first_answer", pa.string()), ("first_score", pa.float64()), ("first_correct", pa.bool_()),
     ("fallback_error", pa.string()), ("verifier_drafts_deduplicated", pa.int32()),
+    ("reused_from", pa.string()), ("reused_answer_source", pa.string()),
     *[(name, pa.string()) for name in ("mode", "drafter_model", "verifier_model", "run_id", "source_file")],
 ])
 """Output schema: one row per input row. ``score*`` are natural-log probabilities
@@ -378,4 +379,7 @@ first answer was low-confidence, ``selection.fallback``); ``first_answer``, ``fi
 ``verifier_drafts_deduplicated``: verifier forward passes saved on the row by
 ``verifier.deduplicate_drafts`` (drafts scored from another draft's pass with the same input
 tokens; both passes of a row the fallback answered); null when it is off or the verifier
-scored none of the row's drafts."""
+scored none of the row's drafts.
+``reused_from``: the earlier output shard a row was copied from (``answer_source: reused``,
+:mod:`specrag_batch.reuse`), ``reused_answer_source`` the pass that answered it there; null
+for a row computed in this run."""

@@ -18,7 +18,7 @@ from typing import Mapping, Protocol
 
 import pyarrow as pa
 
-from . import intermediate, resume, storage
+from . import intermediate, resume, reuse, storage
 from .config import RunConfig
 from .lazy_engine import load_needed
 from .evaluation import summarize
@@ -148,6 +148,8 @@ class ShardResult:
     # finished before this run): {"stage_seconds", "engines", "seconds"}; empty otherwise. The
     # result (and its done marker) holds the shard's whole cost; run.computed_part subtracts it.
     reused: dict = field(default_factory=dict)
+    rows_reused: int = 0  # rows copied from an earlier output (answer_source "reused", :mod:`reuse`)
+    reuse_seconds_saved: float = 0.0  # estimate: the earlier shards' seconds per computed row, summed
 
     def as_dict(self) -> dict:
         """The fields as a plain dict (a shallow copy): what a shard task returns, a done marker and
@@ -215,12 +217,21 @@ def _timings(timer: StageTimer) -> dict[str, float]:
 
 
 def _write_output(job: ShardJob, io: ShardIO, rows_in: int, records: list[dict],
-                  timer: StageTimer) -> ShardResult:
+                  timer: StageTimer, reused: reuse.ReuseOutcome | None = None) -> ShardResult:
+    """Write the shard's output, then its key index (:mod:`reuse`; ``reused`` holds the rows'
+    keys; None: a disaggregated run, which writes none), both before the done marker."""
     table = pa.Table.from_pylist(_with_file(records, job.shard_file), schema=OUTPUT_SCHEMA)
     io.write_table(job.output_file, table)
+    if reused is not None:
+        io.write_table(reuse.key_index_uri(job.output_prefix, job.output_file),
+                       reuse.key_index_table(reused.keys, records, run_id=job.run_id,
+                                             config_hash=job.config.config_hash(),
+                                             seconds_per_row=reused.seconds_per_row))
     return ShardResult(job.shard_file, job.output_file, "ok", run_id=job.run_id, rows_in=rows_in,
                        rows_out=table.num_rows, errors=sum(r["error"] is not None for r in records),
-                       stage_seconds=_timings(timer), summary=summarize(records))
+                       stage_seconds=_timings(timer), summary=summarize(records),
+                       rows_reused=reused.rows_reused if reused else 0,
+                       reuse_seconds_saved=reused.seconds_saved if reused else 0.0)
 
 
 def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResult:
@@ -232,11 +243,15 @@ def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResu
     def body(loading: list[float]) -> ShardResult:
         cfg = job.config
         rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
-        loading[0] += load_needed(rows, drafter, verifier)
         timer = StageTimer()
-        records = process_rows(rows, cfg, drafter=drafter, verifier=verifier,
-                               info=RunInfo(job.run_id, job.shard_file), timer=timer)
-        return _write_output(job, io, len(rows), records, timer)
+
+        def compute(todo: list[QueryRow]) -> list[dict]:  # rows no earlier output answered
+            loading[0] += load_needed(todo, drafter, verifier)
+            return process_rows(todo, cfg, drafter=drafter, verifier=verifier,
+                                info=RunInfo(job.run_id, job.shard_file), timer=timer)
+        reused = reuse.process_with_reuse(rows, cfg, run_id=job.run_id, source_file=job.shard_file,
+                                          timer=timer, compute=compute)
+        return _write_output(job, io, len(rows), reused.records, timer, reused)
     return _run_guarded(job.shard_file, body)
 
 

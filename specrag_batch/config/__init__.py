@@ -8,6 +8,7 @@ module             what
 ``run_config``     :class:`RunConfig`: the sections, cross-section checks, the hash
 ``identity``       which fields the hash counts (:data:`ADDED_FIELDS`), config differences
 ``drift``          the ``drift`` section (:class:`DriftConfig`): night-over-night thresholds
+``reuse``          the ``reuse`` section (:class:`ReuseConfig`): earlier outputs rows are copied from
 ``loading``        YAML and overrides to a :class:`RunConfig` (:func:`load_config`)
 ``errors``         validation errors as one line per field (:func:`read_run_config`)
 =================  =====================================================================
@@ -17,6 +18,7 @@ from .drift import MEASURE_FAMILIES, DriftConfig
 from .errors import ConfigError, explain_config_error, note_sources, read_run_config
 from .identity import ADDED_FIELDS, SWITCHED_FIELDS, UNHASHED_SECTIONS, config_differences, hashed_view
 from .loading import load_config, validate_run_config
+from .reuse import ReuseConfig
 from .run_config import RunConfig
 from .sections import (ANSWER_MARKER_ROOM, DEFAULT_CLAIM_LABELS, DEFAULT_DRAFTER, DEFAULT_VERIFIER,
                        MIN_PROMPT_ROOM, REFLECTION_QUESTION, DrafterConfig, ModelConfig, Mode,
@@ -25,6 +27,6 @@ from .sections import (ANSWER_MARKER_ROOM, DEFAULT_CLAIM_LABELS, DEFAULT_DRAFTER
 __all__ = ["ADDED_FIELDS", "ANSWER_MARKER_ROOM", "DEFAULT_CLAIM_LABELS", "DEFAULT_DRAFTER",
            "DEFAULT_VERIFIER", "MEASURE_FAMILIES", "MIN_PROMPT_ROOM", "REFLECTION_QUESTION", "SWITCHED_FIELDS",
            "UNHASHED_SECTIONS", "ConfigError", "DriftConfig", "DrafterConfig", "Mode", "ModelConfig",
-           "RetrievalConfig", "RunConfig", "SamplingConfig", "SelectionConfig", "TauTask", "VerifierConfig",
+           "RetrievalConfig", "ReuseConfig", "RunConfig", "SamplingConfig", "SelectionConfig", "TauTask", "VerifierConfig",
            "config_differences", "explain_config_error", "hashed_view", "load_config", "note_sources",
            "read_run_config", "validate_run_config"]

@@ -88,8 +88,9 @@ so a config with ``answer_on_truncation: false`` and any ``answer_max_tokens`` h
 both fields existed (it behaves so)."""
 
 
-UNHASHED_SECTIONS = ("drift",)
+UNHASHED_SECTIONS = ("drift", "reuse")
 """Sections left out of :meth:`RunConfig.config_hash` whatever their values: they change no
 row. ``drift`` (the night-over-night comparison's thresholds) is read after the run; in the
 hash, a changed threshold would make every earlier night "another config hash" (no baseline)
-and refuse to resume the night's own run."""
+and refuse to resume the night's own run. ``reuse`` (which earlier outputs rows are copied from)
+changes no answer: a reused row equals the recomputed one."""

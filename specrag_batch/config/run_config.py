@@ -13,6 +13,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from .calibration_model import SCORING_EXCLUDED
 from .drift import DriftConfig
+from .reuse import ReuseConfig
 from .identity import hashed_view
 from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
                        RetrievalConfig, SamplingConfig, SelectionConfig, VerifierConfig, _Strict)
@@ -67,6 +68,8 @@ class RunConfig(_Strict):
     reflection_question: str = Field(REFLECTION_QUESTION, min_length=1)
     drift: DriftConfig = Field(default_factory=DriftConfig, description="night-over-night comparison "
                                "of the nightly and backfill flows; not in the config hash")
+    reuse: ReuseConfig = Field(default_factory=ReuseConfig, description="rows answered by earlier "
+                               "runs copied, not computed; not in the config hash")
 
     @field_validator("claim_labels", mode="before")
     @classmethod

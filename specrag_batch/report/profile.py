@@ -17,6 +17,13 @@
   or :data:`SAMPLE_SIZE` drawn with a fixed seed.
 * ``per_row``: ``seconds_per_row`` (the output's shard task seconds over its rows),
   ``tokens_per_row:<model>:prompt`` / ``:generated``, ``engine_seconds_per_row:<model>``.
+
+Rows reused from an earlier run (``answer_source: reused``, :mod:`specrag_batch.reuse`): the
+row measures (rates, shares, mixes, distributions) take every answered row, reused ones
+included (a reused row is what recomputing it writes; in ``answer_source`` it counts under
+the pass that answered it, ``reused_answer_source``); the ``per_row`` costs take the computed
+rows only (output rows less ``rows_reused``; none when every row was reused), so a night that
+reused much is not a cost drop. ``rows_reused``: the manifest's ``reuse.rows``.
 """
 
 from __future__ import annotations
@@ -89,7 +96,10 @@ def profile(data: RunData, s: dict) -> dict:
         out["rates"][f"accuracy:{task}"] = {"k": int(t["correct"].sum()), "n": t.height}
     out["shares"]["error_reason"] = {"n": n, "counts": dict(s["errors_by_reason"])}
     if "answer_source" in df.columns and ok["answer_source"].drop_nulls().len():
-        out["shares"]["answer_source"] = {"n": answered, "counts": _counts(ok["answer_source"].drop_nulls())}
+        source = ok["answer_source"]  # a reused row counts under the pass that answered it
+        if "reused_answer_source" in ok.columns:
+            source = ok.select(pl.coalesce("reused_answer_source", "answer_source").alias("answer_source"))["answer_source"]
+        out["shares"]["answer_source"] = {"n": answered, "counts": _counts(source.drop_nulls())}
     labels = set((data.config or {}).get("claim_labels") or [])
     for task in LABEL_TASKS:
         answers = ok.filter(pl.col("task") == task)["answer"]
@@ -107,13 +117,15 @@ def profile(data: RunData, s: dict) -> dict:
         dist["answer_length:qa"] = d
     if "draft_tokens" in ok.columns and (d := _distribution(ok["draft_tokens"])) is not None:
         dist["draft_tokens"] = d
-    rows = (s.get("output_cost") or {}).get("rows") or n
+    out["rows_reused"] = reused = int(((data.manifest or {}).get("reuse") or {}).get("rows") or 0)
+    output_rows = (s.get("output_cost") or {}).get("rows") or n
+    rows = max(0, output_rows - reused)  # the costs are per computed row
     if s.get("shard_seconds") is not None and rows:
         out["per_row"]["seconds_per_row"] = s["shard_seconds"] / rows
     for model, u in (s.get("tokens_per_row") or {}).items():
-        for kind in ("prompt", "generated"):
-            if u.get(kind) is not None:
-                out["per_row"][f"tokens_per_row:{model}:{kind}"] = u[kind]
+        for kind in ("prompt", "generated"):  # the summary's are per output row
+            if u.get(kind) is not None and rows:
+                out["per_row"][f"tokens_per_row:{model}:{kind}"] = u[kind] * output_rows / rows if reused else u[kind]
         if u.get("engine_seconds") and rows:
             out["per_row"][f"engine_seconds_per_row:{model}"] = u["engine_seconds"] / rows
     return out

@@ -100,6 +100,7 @@ def summary(data: RunData) -> dict:
         t = t.filter(~pl.col("always"))  # τ_min never applies to fast-path rows
         out["auroc"][task] = {mm: calibration.auroc(calibration.measure_values(t, mm), t["correct"].to_numpy())
                               for mm in calibration.MEASURES}
+    out["reuse"] = (data.manifest or {}).get("reuse")  # rows copied from earlier runs (specrag_batch.reuse)
     man = with_marker_usage(data.manifest, data.prefix) if data.manifest else {}
     cost = cost_of(man) if man else None
     out.update(cost_summary(cost, n))
@@ -210,6 +211,9 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
             lines.append(f"| {name} | " + ", ".join(f"{k}: {v}" for k, v in s[key].items()) + " |")
     if "verifier_drafts_deduplicated" in s:
         lines.append(f"| verifier passes saved (repeated drafts) | {s['verifier_drafts_deduplicated']} |")
+    if (s.get("reuse") or {}).get("rows"):
+        lines.append(f"| reused from earlier runs (not computed) | {s['reuse']['rows']} rows, "
+                     f"about {_fmt(s['reuse'].get('seconds_saved'))} s saved |")
     if s["shards_missing"] or s["columns_read_as_null"]:
         lines += ["", "## Shards not read as written", ""]
         lines += [f"- {md_code(u)}: listed as finished, data object missing: not read" for u in s["shards_missing"]]

@@ -22,6 +22,7 @@ from ..orchestration import run_flow
 from ..execution import ExecutionConfig
 from ..planning import plan_shards
 from .drift_watch import DriftError, watch_night
+from .reuse_nights import with_earlier_nights
 from .partitions import (
     check_timezone,
     parse_date,
@@ -57,13 +58,15 @@ def run_partition(input_root: str, output_root: str, date, config: dict,
                   execution: ExecutionConfig, overwrite: bool = False) -> dict:
     """Run the pipeline over one date partition (a subflow when called inside a flow).
 
-    Returns the partition's manifest plus ``date``.
+    Returns the partition's manifest plus ``date``. Rows answered on the last
+    ``reuse.nights`` nights of ``output_root`` are reused (:func:`with_earlier_nights`).
 
     Raises:
         MissingPartitionError: the input partition does not exist or has no ``*.parquet``
             shard (upstream did not deliver; an empty run would hide that)."""
     d = parse_date(date, "date")
     src, dst = check_partition(input_root, d), partition_uri(output_root, d)
+    config = with_earlier_nights(config, output_root, d)
     manifest = run_flow(src, dst, config, None, overwrite, execution)
     return {**manifest, "date": d.isoformat()}
 

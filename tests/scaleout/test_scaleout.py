@@ -211,3 +211,24 @@ def test_unreadable_or_swapped_draft_shard_is_discarded_and_redrafted(prefect_ha
     assert sorted(outputs(str(out))) == ["part-0.parquet", "part-2.parquet"]
     m = run_flow(inputs, str(out), cfg, execution=ex)
     assert m["failed_shards"] == 0 and outputs(str(out)) == reference
+
+
+def test_ray_workers_reuse_the_rows_of_an_earlier_run(prefect_harness, ray_cluster, inputs, reference, tmp_path):
+    """Reuse on the Ray path (issue 52): the trusted sources travel in each shard task's config,
+    the Ray workers read the earlier run's key index and copy its rows, starting no engine;
+    the rows equal the single-process run's but for where they came from."""
+    from flows.speculative_rag import run_flow
+
+    first = str(tmp_path / "first")
+    assert run_flow(inputs, first, small_config().model_dump(mode="json"))["rows_out"] == 8
+    res = same_threads()
+    ex = {"task_runner": "ray", "ray_address": ray_cluster, "stages": "fused", "shard_resources": res}
+    out = str(tmp_path / "out")
+    m = run_flow(inputs, out, small_config(**{"reuse.sources": [first]}).model_dump(mode="json"), execution=ex)
+    assert m["failed_shards"] == 0 and m["reuse"]["rows"] == 8
+    assert not any(u.get("generated_tokens") for u in m["engines"].values())  # no engine work on the workers
+    own = ("source_file", "answer_source", "reused_from", "reused_answer_source")
+    got = {name: [{k: v for k, v in r.items() if k not in own} for r in rows] for name, rows in outputs(out).items()}
+    assert got == {name: [{k: v for k, v in r.items() if k not in own} for r in rows] for name, rows in reference.items()}
+    assert all(r["answer_source"] == "reused" and r["reused_from"].startswith(first)
+               for rows in outputs(out).values() for r in rows)

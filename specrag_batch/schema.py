@@ -337,12 +337,14 @@ DRAFT_TYPE = pa.struct([
     ("rationale", pa.string()), *_SCORES, ("logprob_yes", pa.float64()), ("logprob_no", pa.float64()),
     *[(f"tokens_{part}", pa.int32()) for part in ("draft", "answer", "rationale")],
     ("flags", pa.list_(pa.string())),
+    ("label_logprobs", pa.list_(pa.struct([("label", pa.string()), ("logprob", pa.float64())]))),
 ])
 """One draft: ``answer`` canonical (label / option text), ``written_answer`` α as the drafter
 wrote it (what the verifier scored, e.g. ``B``); ``logprob_yes``/``logprob_no`` the verifier's
 log P(Yes), log P(No) after R; ``tokens_*`` the number of tokens behind each score (drafter
 tokens of β+α for ``score_draft``; verifier tokens of α and of β for
-``score_self_consistency``; ``score_self_reflection`` is one position).
+``score_self_consistency``; ``score_self_reflection`` is one position); ``label_logprobs``
+the drafter's log P(label | Q, δ, β) per label of a claim/choice row (``selection.label_distribution``).
 Written and read by :meth:`records.Draft.to_record` / :meth:`records.Draft.from_record`."""
 
 DRAFT_RECORD_TYPE = pa.struct([*DRAFT_TYPE, ("valid", pa.bool_())])
@@ -359,6 +361,8 @@ OUTPUT_SCHEMA = pa.schema([
     ("f1", pa.float64()), ("draft_rounds", pa.int32()), ("answer_source", pa.string()),
     ("first_answer", pa.string()), ("first_score", pa.float64()), ("first_correct", pa.bool_()),
     ("fallback_error", pa.string()), ("verifier_drafts_deduplicated", pa.int32()),
+    ("label_distribution", pa.list_(pa.struct([("label", pa.string()), ("probability", pa.float64())]))),
+    ("label_probability", pa.float64()),
     *[(name, pa.string()) for name in ("mode", "drafter_model", "verifier_model", "run_id", "source_file")],
 ])
 """Output schema: one row per input row. ``score*`` are natural-log probabilities
@@ -378,4 +382,6 @@ first answer was low-confidence, ``selection.fallback``); ``first_answer``, ``fi
 ``verifier_drafts_deduplicated``: verifier forward passes saved on the row by
 ``verifier.deduplicate_drafts`` (drafts scored from another draft's pass with the same input
 tokens; both passes of a row the fallback answered); null when it is off or the verifier
-scored none of the row's drafts."""
+scored none of the row's drafts. ``label_distribution``, ``label_probability``: a claim/choice
+row's distribution over its labels and its answer's probability (``selection.label_distribution``;
+null otherwise)."""

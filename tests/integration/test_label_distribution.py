@@ -96,3 +96,27 @@ def test_standard_rag_label_rows_get_a_label_even_from_free_text():
         assert {"answer_not_a_label", "answer_not_a_choice"} & set(r["drafts"][0]["flags"])
         assert r["answer"] in cfg.claim_labels + ["Paris", "Lyon", "Nice"]
         assert not math.isnan(r["label_probability"])
+
+
+def test_the_report_of_a_fake_engine_run_shows_confusion_matrix_and_reliability(tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specrag_batch.report import write_report
+    from specrag_batch.schema import OUTPUT_SCHEMA
+
+    cfg = config(**ON, **{"selection.confidence": "label_probability"})
+    out = tmp_path / "out"
+    out.mkdir()
+    pq.write_table(pa.Table.from_pylist(fused(cfg), schema=OUTPUT_SCHEMA), out / "a.parquet")
+    (out / "_manifest.json").write_text(json.dumps({
+        "shards": [{"status": "ok", "output": str(out / "a.parquet")}], "config": cfg.model_dump(mode="json")}))
+    s = write_report(str(out))
+    assert set(s["diagnostics"]["confusion"]) == {"claim", "choice"}
+    assert "label_probability" in s["diagnostics"]["reliability"]
+    assert "## Confusion matrix: gold label (rows) against answer (columns)" in s["markdown"]
+    assert "expected calibration error (ECE)" in s["markdown"]
+    for name in ("confusion_matrix.png", "reliability.png"):
+        assert (out / "_report" / name).stat().st_size > 1000

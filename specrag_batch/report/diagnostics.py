@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from .. import calibration
+from ..labels import argmax, mixture, per_label_recall
 
 LABEL_TASKS = ("claim", "choice")
 MAX_LABELS = 12
@@ -32,11 +33,14 @@ BINS = 10
 PROBABILITY_COLUMNS = ("label_probability", "confidence")
 
 
-def confusion(g: pl.DataFrame) -> dict[str, dict]:
+def confusion(g: pl.DataFrame, prior_corrected: bool = False) -> dict[str, dict]:
     """Per label task of the graded rows ``g`` (:func:`~specrag_batch.calibration.graded_rows`
     with ``gold``): ``{"labels": gold labels (sorted), "answers": column names (the labels,
     then OTHER when an answer is none of them), "matrix": counts [gold][answer]}``, or
-    ``{"note": why no matrix}``. Tasks without graded rows are left out."""
+    ``{"note": why no matrix}``. Tasks without graded rows are left out. ``prior_corrected``
+    (the run's ``selection.label_prior`` was ``batch``): claim rows also get
+    ``recall_before_prior``, each gold label's recall of the answers the drafts' label
+    distribution gave before the correction (:func:`uncorrected_answer`)."""
     out: dict[str, dict] = {}
     if "gold" not in g.columns:
         return out
@@ -56,7 +60,19 @@ def confusion(g: pl.DataFrame) -> dict[str, dict]:
         for gl, a in zip(gold, answers):
             m[labels.index(gl)][cols.index(a if a in labels else OTHER)] += 1
         out[task] = {"labels": labels, "answers": cols, "matrix": m}
+        if task == "claim" and prior_corrected:
+            before = [uncorrected_answer(d) for d in t["drafts"].to_list()] if "drafts" in t.columns else []
+            if any(b is not None for b in before):
+                rec = per_label_recall(gold, before)
+                out[task]["recall_before_prior"] = [rec[label][0] for label in labels]
     return out
+
+
+def uncorrected_answer(drafts) -> str | None:
+    """The argmax label of the equal-weight mixture of ``drafts``' ``label_logprobs`` (output
+    draft records), before any prior correction; None when no draft has them."""
+    dist = mixture([{e["label"]: e["logprob"] for e in d.get("label_logprobs") or []} for d in drafts or []])
+    return None if dist is None else argmax(dist)[0]
 
 
 def reliability(p, correct, bins: int = BINS) -> dict | None:
@@ -104,7 +120,9 @@ def diagnostics(g: pl.DataFrame, config: dict | None) -> dict:
     graded rows ``g`` (all tasks pooled for the reliability)."""
     y = g["correct"].to_numpy().astype(bool) if g.height else np.zeros(0, bool)
     rel = {name: r for name, p in probabilities(g, config).items() if (r := reliability(p, y)) is not None}
-    return {"confusion": confusion(g), "reliability": rel}
+    sel = (config or {}).get("selection") or {}
+    prior = bool(sel.get("label_distribution")) and sel.get("label_prior") == "batch"
+    return {"confusion": confusion(g, prior), "reliability": rel}
 
 
 def markdown(d: dict) -> list[str]:
@@ -117,11 +135,14 @@ def markdown(d: dict) -> list[str]:
             if "note" in c:
                 lines += [f"{task}: {c['note']}.", ""]
                 continue
-            lines += [f"{task}:", "", "| gold \\ answer | " + " | ".join(c["answers"]) + " | recall |",
-                      "|---|" + "---|" * (len(c["answers"]) + 1)]
-            for label, counts in zip(c["labels"], c["matrix"]):
+            before = c.get("recall_before_prior")
+            lines += [f"{task}:", "", "| gold \\ answer | " + " | ".join(c["answers"]) + " | recall |"
+                      + (" recall before prior correction |" if before else ""),
+                      "|---|" + "---|" * (len(c["answers"]) + 1 + bool(before))]
+            for i, (label, counts) in enumerate(zip(c["labels"], c["matrix"])):
                 recall = counts[c["answers"].index(label)] / sum(counts) if sum(counts) else float("nan")
-                lines.append(f"| {label} | " + " | ".join(str(n) for n in counts) + f" | {f(recall)} |")
+                lines.append(f"| {label} | " + " | ".join(str(n) for n in counts) + f" | {f(recall)} |"
+                             + (f" {f(before[i])} |" if before else ""))
             lines.append("")
     if d.get("reliability"):
         lines += ["", "## Reliability: predicted probability against observed accuracy", ""]

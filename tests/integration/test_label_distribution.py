@@ -98,7 +98,8 @@ def test_standard_rag_label_rows_get_a_label_even_from_free_text():
         assert not math.isnan(r["label_probability"])
 
 
-def test_the_report_of_a_fake_engine_run_shows_confusion_matrix_and_reliability(tmp_path):
+def _report(cfg, out):
+    """The report of a fake-engine run of ``cfg`` written under ``out``."""
     import json
 
     import pyarrow as pa
@@ -107,13 +108,26 @@ def test_the_report_of_a_fake_engine_run_shows_confusion_matrix_and_reliability(
     from specrag_batch.report import write_report
     from specrag_batch.schema import OUTPUT_SCHEMA
 
-    cfg = config(**ON, **{"selection.confidence": "label_probability"})
-    out = tmp_path / "out"
     out.mkdir()
     pq.write_table(pa.Table.from_pylist(fused(cfg), schema=OUTPUT_SCHEMA), out / "a.parquet")
     (out / "_manifest.json").write_text(json.dumps({
         "shards": [{"status": "ok", "output": str(out / "a.parquet")}], "config": cfg.model_dump(mode="json")}))
-    s = write_report(str(out))
+    return write_report(str(out))
+
+
+def test_the_report_shows_per_label_recall_before_and_after_the_prior_correction(tmp_path):
+    plain = _report(config(**ON), tmp_path / "plain")["diagnostics"]["confusion"]["claim"]
+    fixed = _report(config(**ON, **{"selection.label_prior": "batch"}), tmp_path / "fixed")
+    claim = fixed["diagnostics"]["confusion"]["claim"]
+    recall = [row[plain["answers"].index(g)] / sum(row) for g, row in zip(plain["labels"], plain["matrix"])]
+    assert claim["labels"] == plain["labels"] and claim["recall_before_prior"] == pytest.approx(recall)
+    assert "recall before prior correction |" in fixed["markdown"]
+    assert "recall_before_prior" not in plain
+
+
+def test_the_report_of_a_fake_engine_run_shows_confusion_matrix_and_reliability(tmp_path):
+    out = tmp_path / "out"
+    s = _report(config(**ON, **{"selection.confidence": "label_probability"}), out)
     assert set(s["diagnostics"]["confusion"]) == {"claim", "choice"}
     assert "label_probability" in s["diagnostics"]["reliability"]
     assert "## Confusion matrix: gold label (rows) against answer (columns)" in s["markdown"]

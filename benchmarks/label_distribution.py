@@ -198,6 +198,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     ap.add_argument("--datasets", default=",".join(DATASETS))
+    ap.add_argument("--arms", default=",".join(ARMS), help="arms of the reported rows (default: all)")
     ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (400 for climate_fever_400)")
     ap.add_argument("--tuning-rows", type=int, default=decision.TUNING_ROWS)
     ap.add_argument("--shared", default=str(ROOT.parent / "shared" / "data"))
@@ -216,7 +217,8 @@ def main(argv=None) -> int:
     for name in names:
         n = 400 if name == decision.CLAIMS_DECISION and a.rows == 100 else a.rows
         rows = decision.reported_rows(name, shared, n)
-        cells[name] = {arm: run_cell(base, arm, name, rows, out / "cells" / f"{name}-{n}-{arm}.jsonl") for arm in ARMS}
+        cells[name] = {arm: run_cell(base, arm, name, rows, out / "cells" / f"{name}-{n}-{arm}.jsonl")
+                       for arm in ARMS if arm in a.arms.split(",")}
     res = analyse(cells, prior_on)
     res["tuning_gain_rows"] = int(gain)
     out.mkdir(parents=True, exist_ok=True)

@@ -296,7 +296,9 @@ class Selection(Stage):
     ``selection.rule`` extensions: answer vote, length-normalised), flagged low-confidence
     below the row task's ``selection.tau_min`` (:meth:`SelectionConfig.tau_for`;
     :func:`specrag_batch.stages.selection.select`), or, under ``selection.confidence:
-    calibrated``, its probability of being right below it (:func:`calibrated`).
+    calibrated``, its probability of being right below it (:func:`calibrated`). Under
+    ``selection.label_distribution`` claim and choice rows then take their answer from their
+    label distribution (:func:`label_selections`).
 
     Args:
         config: the run's configuration.

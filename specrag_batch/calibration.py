@@ -17,8 +17,9 @@ and the measure, so it is read off a run with gold answers:
 * the interval is a percentile bootstrap over rows (resampled with replacement, τ chosen again
   on each resample).
 
-Confidence measures: ``score`` (log ρ, nats) and ``mean_logprob`` (nats per token,
-:func:`specrag_batch.stages.selection.mean_logprob`); their AUROC for telling correct from wrong rows
+Confidence measures: ``score`` (log ρ, nats), ``mean_logprob`` (nats per token,
+:func:`specrag_batch.stages.selection.mean_logprob`) and ``label_probability`` (a claim/choice
+row's answer probability under its label distribution, ``selection.label_distribution``); their AUROC for telling correct from wrong rows
 is :func:`auroc`.
 """
 
@@ -32,7 +33,9 @@ import yaml
 
 from .records import Flag
 
-MEASURES = ("score", "mean_logprob")
+MEASURES = ("score", "mean_logprob", "label_probability")
+PROBABILITIES = ("label_probability", "confidence")
+"""Measures that are probabilities in [0, 1] (the others are natural-log probabilities, <= 0)."""
 MIN_KEPT_ROWS = 10
 """Least kept rows (rows at or above τ_min, fast path included) a task's τ_min should rest on:
 below it the accuracy at τ_min is a share of a handful of rows (1 of 1 is 100%), and
@@ -274,7 +277,10 @@ def tasks(g: pl.DataFrame, *, config_tasks: bool = False) -> list[str]:
 def measure_values(g: pl.DataFrame, measure: str) -> np.ndarray:
     """The confidence ``measure`` of each row of :func:`graded_rows`: float64 array, shape
     (rows of ``g``,), natural-log units (nats, or nats per token), or a probability for the
-    column ``confidence``; NaN = never kept (null, NaN, or a :data:`FORCED_LOW` row)."""
+    column ``confidence``; NaN = never kept (null, NaN, or a :data:`FORCED_LOW` row; every row
+    when ``g`` has no such column, as rows written before it existed)."""
+    if measure not in g.columns:
+        return np.full(g.height, np.nan)
     v = g.select(pl.when(pl.col("forced_low")).then(None).otherwise(pl.col(measure))
                  .cast(pl.Float64).fill_nan(None)).to_series()
     return v.fill_null(float("nan")).to_numpy()
@@ -282,6 +288,7 @@ def measure_values(g: pl.DataFrame, measure: str) -> np.ndarray:
 
 USED_LABELS = {"score": "selected score log ρ (nats; selection.confidence: score)",
                "mean_logprob": "selected draft's log-probability per token (nats; selection.confidence: mean_logprob)",
+               "label_probability": "answer's probability under the label distribution (selection.confidence: label_probability)",
                "confidence": "calibrated probability of being right (output column confidence; "
                              "selection.confidence: calibrated)"}
 """Caption of each confidence a run can compare with τ_min (:func:`used_confidence`)."""
@@ -301,7 +308,7 @@ def always_kept(g: pl.DataFrame, column: str) -> np.ndarray:
     """Rows of :func:`graded_rows` ``g`` kept at any τ_min when ``column`` is the confidence
     (bool, (rows,)): fast-path rows under the log-probability measures, none under the
     calibrated probability (``confidence``), which flags fast-path rows too."""
-    if column == "confidence":
+    if column in PROBABILITIES:  # applied to fast-path rows too
         return np.zeros(g.height, bool)
     return g["always"].to_numpy().astype(bool)
 
@@ -312,7 +319,7 @@ def check_log_scale(g: pl.DataFrame, column: str) -> None:
 
     Raises:
         ValueError: naming the first such row's ``query_id``, the field and how many rows."""
-    if column not in g.columns:
+    if column not in g.columns or column in PROBABILITIES:
         return
     positive = g.filter(pl.col(column).cast(pl.Float64).is_finite() & (pl.col(column).cast(pl.Float64) > 0))
     if positive.height:
@@ -347,7 +354,7 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
     out = []
     for task in tasks(g, config_tasks=True):
         t = g.filter(pl.col("task") == task)
-        correct, always = t["correct"].to_numpy(), t["always"].to_numpy()
+        correct, always = t["correct"].to_numpy(), always_kept(t, measure)
         conf = measure_values(t, measure)
         tau, cov, acc, interval, missed = calibrate_task(
             conf, correct, always, target_accuracy=target_accuracy,

@@ -185,7 +185,7 @@ def calibrate(
     budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", help="With --fallback-run: "
                                                    "at most these seconds per row (estimated from both manifests)."),
     confidence: Optional[str] = typer.Option(None, "--confidence", help="Measure: score (log ρ, the "
-                                             "default), mean_logprob (per token), or calibrated (fit a model "
+                                             "default), mean_logprob (per token), label_probability, or calibrated (fit a model "
                                              "per task); with --fallback-run the run's own by default."),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=1, max=MAX_BOOTSTRAP,
                                   help="Bootstrap resamples of the 95% intervals."),
@@ -205,7 +205,7 @@ def calibrate(
     nothing is written and a file already at --out (not this run's) is removed."""
     from . import stopping
     from .calibration import calibrate as calibrate_rows
-    from .calibration import config_snippet
+    from .calibration import MEASURES, config_snippet
     from .redaction import redact_text
     from .report import load_rows
 
@@ -256,14 +256,13 @@ def calibrate(
                              target_coverage=target_coverage, n_boot=bootstrap)
         write_out(out, config_snippet(res, f"{head}, {bootstrap} bootstrap resamples"))
     t = Table(title=f"τ_min ({confidence}) for {target}")
-    for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", "AUROC score",
-                "AUROC mean_logprob"):
+    for col in ("task", "n", "τ_min", "coverage", "accuracy", "95% interval", *(f"AUROC {m}" for m in MEASURES)):
         t.add_column(col)
     f = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
     for r in res:
         t.add_row(r.task, str(r.n), f(r.tau), f(r.coverage), f(r.accuracy),
                   f"[{f(r.interval[0])}, {f(r.interval[1])}]" if r.interval else "–",
-                  f(r.auroc["score"]), f(r.auroc["mean_logprob"]))
+                  *(f(r.auroc[m]) for m in MEASURES))
     console.print(t)
     for r in res:  # an unmet target, or a τ_min on a handful of rows; also in the snippet
         for line in (r.unmet, r.few_rows, r.no_ranking):

@@ -2,8 +2,10 @@
 run, with the checks that refuse data no model should be fitted on, and the config snippet it
 goes into (``selection.confidence: calibrated``, ``selection.calibration``).
 
-The model is scikit-learn's L2 logistic regression (``C`` = :data:`C`) on standardised
-features; the standardisation is folded back into the coefficients, so the config holds one
+The model is scikit-learn's L2 logistic regression on standardised features, its strength
+``C`` chosen among :data:`CS` by cross-validated log-loss (``LogisticRegressionCV``, stratified
+folds within the rows it is fitted on: a strong penalty on a small run, where 11 features
+overfit); the standardisation is folded back into the coefficients, so the config holds one
 weight per feature in the feature's own unit, an intercept, and the NaN fill values (the
 training medians). Features that are NaN on more than half the rows of the task (a term
 switched off) or constant on them are left out.
@@ -19,8 +21,8 @@ import polars as pl
 from .calibration import check_log_scale, tasks
 from .confidence import FEATURES, probability, row_features
 
-C = 1.0
-"""Inverse L2 strength of the logistic regression (scikit-learn's default)."""
+CS = tuple(float(c) for c in np.logspace(-3, 1, 9))
+"""Candidate inverse L2 strengths of the logistic regression (``LogisticRegressionCV``)."""
 MIN_ROWS = 30
 """Least graded rows per task a model is fitted on."""
 MIN_CLASS = 5
@@ -92,12 +94,15 @@ def fit_task(x: np.ndarray, correct: np.ndarray, *, task: str = "", config_hash:
     ``checked``: apply :func:`check_counts` and refuse data with no usable feature (a whole
     run's task); :func:`out_of_fold` fits its training folds with ``checked=False``: the
     minimums hold for the run, not for each fold, and a fold without a usable feature gets the
-    intercept-only model (its share right).
+    intercept-only model (its share right). The L2 strength is chosen from :data:`CS` by
+    stratified cross-validation on log-loss (scikit-learn's ``LogisticRegressionCV``), so few or
+    noisy rows give a flat model; a training fold with a class of fewer rows than folds is fitted
+    at C = 1.
 
     Raises:
         CalibrationInputError: (``checked``) see :func:`check_counts`; no usable feature
             (every signal NaN or equal on every row)."""
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 
     x, y = np.asarray(x, float), np.asarray(correct, bool)
     n, right = len(y), int(y.sum())
@@ -120,7 +125,11 @@ def fit_task(x: np.ndarray, correct: np.ndarray, *, task: str = "", config_hash:
     sub = np.where(np.isfinite(x[:, keep]), x[:, keep], np.array(fill))
     mu, sd = sub.mean(axis=0), sub.std(axis=0)
     sd[sd == 0] = 1.0
-    lr = LogisticRegression(C=C, max_iter=2000).fit((sub - mu) / sd, y)
+    folds = max(2, min(5, right, n - right))  # stratified folds each holding a right and a wrong row
+    if min(right, n - right) < folds:  # a training fold of the out-of-fold check with a class of 1 row
+        lr = LogisticRegression(C=1.0, max_iter=2000).fit((sub - mu) / sd, y)
+    else:
+        lr = LogisticRegressionCV(Cs=list(CS), cv=folds, scoring="neg_log_loss", max_iter=2000).fit((sub - mu) / sd, y)
     w = lr.coef_[0] / sd
     b = float(lr.intercept_[0] - np.sum(lr.coef_[0] * mu / sd))
     return TaskModel(task, [FEATURES[j] for j in keep], [float(v) for v in w], b, fill, n,
@@ -181,6 +190,29 @@ def out_of_fold(x: np.ndarray, correct: np.ndarray, seed: int = 0) -> np.ndarray
     for tr, te in StratifiedKFold(fold_count(y), shuffle=True, random_state=seed).split(x, y):
         p[te] = fit_task(x[tr], y[tr], checked=False).predict(x[te])
     return p
+
+
+def not_better(task: str, calibrated: float | None, t: pl.DataFrame) -> str | None:
+    """The warning when the calibrated confidence's out-of-fold AUROC is not above that of the
+    best plain measure (``calibration.MEASURES``: ``score``, ``mean_logprob``,
+    ``label_probability``) on the same graded rows ``t`` of ``task``; None when it is above
+    every one (or no plain measure has an AUROC). The line proposes that measure."""
+    from .calibration import FORCED_LOW, MEASURES, auroc, measure_values
+
+    if "forced_low" not in t.columns:  # rows selection flags whatever τ: no confidence (calibration.graded_rows)
+        forced = pl.col("flags").list.eval(pl.element().is_in(FORCED_LOW)).list.any() if "flags" in t.columns else None
+        t = t.with_columns(forced_low=pl.lit(False) if forced is None else forced.fill_null(False))
+    y = t["correct"].to_numpy().astype(bool)
+    plain = {m: a for m in MEASURES if (a := auroc(measure_values(t, m), y)) is not None}
+    if not plain:
+        return None
+    best = max(plain, key=lambda m: plain[m])
+    if calibrated is not None and calibrated > plain[best]:
+        return None
+    got = "no AUROC" if calibrated is None else f"out-of-fold AUROC {calibrated:.3f}"
+    return (f"{task}: the calibrated confidence ({got}) ranks rows no better than the plain measure {best} "
+            f"(AUROC {plain[best]:.3f} on the same rows): use selection.confidence: {best} "
+            f"(`specrag-batch calibrate --confidence {best}`)")
 
 
 def calibrate_run(df: pl.DataFrame, config: dict, *, target_accuracy: float | None = None,
@@ -244,6 +276,7 @@ def calibrate_run(df: pl.DataFrame, config: dict, *, target_accuracy: float | No
                           "calibration": {k: m.config() for k, m in models.items()},
                           "tau_min": {k: round(r.tau, 6) for k, r in res.items() if r.tau is not None} or None}}
     warnings = [w for r in res.values() for w in (r.few_rows, r.no_ranking) if w]
+    warnings += [w for task, r in res.items() if (w := not_better(task, r.auroc["calibrated"], g.filter(pl.col("task") == task)))]
     notes = "".join(f"# {k}: target not met on out-of-fold probabilities; left out, never flagged\n"
                     for k, r in res.items() if r.tau is None) + "".join(f"# WARNING {w}\n" for w in warnings)
     text = "".join(f"# {line}\n" for line in header.splitlines()) + notes + yaml.safe_dump(body, sort_keys=False)

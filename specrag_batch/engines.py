@@ -200,6 +200,34 @@ class Engine:
                            {int(t): float(e.logprob) for t, e in nxt.items() if int(t) in wanted}))
         return result
 
+    def next_token_logprobs(self, prompts: Sequence[list[int]], next_ids: Sequence[Sequence[int]],
+                            desc: str = "labels") -> list[dict[int, float]]:
+        """Log-probs of given next tokens after each prompt: one vLLM request per prompt (one
+        greedy generated token with ``logprob_token_ids``, no prompt log-probs), so prompts of
+        the call that share a prefix read it from the prefix cache (vLLM skips the cache only
+        for requests asking for prompt log-probs, PR 17251). Used to score label continuations
+        (:mod:`specrag_batch.stages.label_scoring`).
+
+        Args:
+            prompts: token-id prompts.
+            next_ids: per prompt, the token ids whose log-probs are read (at most 128 each).
+
+        Returns, per prompt, {token id: log P(token | prompt)} for each of its ``next_ids``
+        (natural log; a non-finite value becomes :data:`NON_FINITE_FLOOR`)."""
+        from vllm import SamplingParams
+
+        if not prompts:
+            return []
+        params = [SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=sorted({int(t) for t in ids}))
+                  for ids in next_ids]
+        outs = self._generate(prompts, params, desc)
+        result = []
+        for ids, out in zip(next_ids, outs):
+            o = out.outputs[0]
+            nxt = o.logprobs[0] if o.logprobs else {}
+            result.append({int(t): clean_logprob(nxt[t].logprob if t in nxt else None)[0] for t in ids})
+        return result
+
     def _generate(self, prompts, sp, desc: str):
         """One locked ``LLM.generate`` over token-id prompts, with usage accounting.
 

@@ -75,6 +75,10 @@ class LazyEngine:
         """:meth:`Engine.prompt_and_next_logprobs`; no prompts: ``[]`` without starting the engine."""
         return self.load().prompt_and_next_logprobs(prompts, next_ids, **kw) if prompts else []
 
+    def next_token_logprobs(self, prompts, next_ids, **kw):
+        """:meth:`Engine.next_token_logprobs`; no prompts: ``[]`` without starting the engine."""
+        return self.load().next_token_logprobs(prompts, next_ids, **kw) if prompts else []
+
     def __getattr__(self, attr: str):
         if attr.startswith("_") or attr in ("cfg", "seed"):
             raise AttributeError(attr)

@@ -226,6 +226,9 @@ class Draft:
     tokens_draft: int | None = None
     tokens_answer: int | None = None
     tokens_rationale: int | None = None
+    label_logprobs: dict[str, float] | None = None
+    """``claim``/``choice`` rows under ``selection.label_distribution``: label -> the drafter's
+    log P(label | Q, δ, β), nats (:mod:`specrag_batch.stages.label_scoring`); None otherwise."""
 
     def to_record(self) -> dict:
         """The draft as a record of :data:`schema.DRAFT_RECORD_TYPE` (``written_answer``
@@ -238,6 +241,8 @@ class Draft:
                 "logprob_yes": self.logprob_yes, "logprob_no": self.logprob_no,
                 "tokens_draft": self.tokens_draft, "tokens_answer": self.tokens_answer,
                 "tokens_rationale": self.tokens_rationale, "flags": list(self.flags),
+                "label_logprobs": None if self.label_logprobs is None else
+                [{"label": k, "logprob": v} for k, v in self.label_logprobs.items()],
                 "valid": self.valid}
 
     @classmethod
@@ -258,7 +263,9 @@ class Draft:
                    score=record.get("score"), written_answer="" if written == answer else written,
                    logprob_yes=record.get("logprob_yes"), logprob_no=record.get("logprob_no"),
                    tokens_draft=record.get("tokens_draft"), tokens_answer=record.get("tokens_answer"),
-                   tokens_rationale=record.get("tokens_rationale"))
+                   tokens_rationale=record.get("tokens_rationale"),
+                   label_logprobs=None if record.get("label_logprobs") is None else
+                   {e["label"]: e["logprob"] for e in record["label_logprobs"]})
 
 
 @dataclass
@@ -290,3 +297,11 @@ class SelectedAnswer:
     confidence: float | None = None
     """The calibrated probability of being right (``selection.confidence: calibrated``,
     :mod:`specrag_batch.confidence`), in [0, 1]; None under the other measures."""
+    answer: str | None = None
+    """``selection.label_distribution``: the label distribution's answer (canonical: a claim
+    label, an option text), which may be one no draft wrote; None = the selected draft's."""
+    label_distribution: dict[str, float] | None = None
+    """The row's distribution over its labels (:mod:`specrag_batch.labels`; after the prior
+    correction of ``selection.label_prior``); None when not computed."""
+    label_probability: float | None = None
+    """The probability of ``answer`` under ``label_distribution``, in [0, 1]."""

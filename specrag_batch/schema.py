@@ -337,12 +337,14 @@ DRAFT_TYPE = pa.struct([
     ("rationale", pa.string()), *_SCORES, ("logprob_yes", pa.float64()), ("logprob_no", pa.float64()),
     *[(f"tokens_{part}", pa.int32()) for part in ("draft", "answer", "rationale")],
     ("flags", pa.list_(pa.string())),
+    ("label_logprobs", pa.list_(pa.struct([("label", pa.string()), ("logprob", pa.float64())]))),
 ])
 """One draft: ``answer`` canonical (label / option text), ``written_answer`` α as the drafter
 wrote it (what the verifier scored, e.g. ``B``); ``logprob_yes``/``logprob_no`` the verifier's
 log P(Yes), log P(No) after R; ``tokens_*`` the number of tokens behind each score (drafter
 tokens of β+α for ``score_draft``; verifier tokens of α and of β for
-``score_self_consistency``; ``score_self_reflection`` is one position).
+``score_self_consistency``; ``score_self_reflection`` is one position); ``label_logprobs``
+the drafter's log P(label | Q, δ, β) per label of a claim/choice row (``selection.label_distribution``).
 Written and read by :meth:`records.Draft.to_record` / :meth:`records.Draft.from_record`."""
 
 DRAFT_RECORD_TYPE = pa.struct([*DRAFT_TYPE, ("valid", pa.bool_())])
@@ -360,6 +362,8 @@ OUTPUT_SCHEMA = pa.schema([
     ("first_answer", pa.string()), ("first_score", pa.float64()), ("first_correct", pa.bool_()),
     ("fallback_error", pa.string()), ("verifier_drafts_deduplicated", pa.int32()),
     ("reused_from", pa.string()), ("reused_answer_source", pa.string()),
+    ("label_distribution", pa.list_(pa.struct([("label", pa.string()), ("probability", pa.float64())]))),
+    ("label_probability", pa.float64()),
     *[(name, pa.string()) for name in ("mode", "drafter_model", "verifier_model", "run_id", "source_file")],
 ])
 """Output schema: one row per input row. ``score*`` are natural-log probabilities
@@ -382,4 +386,7 @@ tokens; both passes of a row the fallback answered); null when it is off or the 
 scored none of the row's drafts.
 ``reused_from``: the earlier output shard a row was copied from (``answer_source: reused``,
 :mod:`specrag_batch.reuse`), ``reused_answer_source`` the pass that answered it there; null
-for a row computed in this run."""
+for a row computed in this run.
+``label_distribution``, ``label_probability``: a claim/choice
+row's distribution over its labels and its answer's probability (``selection.label_distribution``;
+null otherwise)."""

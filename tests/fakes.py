@@ -158,7 +158,7 @@ class FakeEngine:
 
     def calls_to(self, method: str) -> list[FakeCall]:
         """The calls made to ``method`` (``generate``, ``prompt_logprobs``,
-        ``prompt_and_next_logprobs``)."""
+        ``prompt_and_next_logprobs``, ``next_token_logprobs``)."""
         return [c for c in self.calls if c.method == method]
 
     def generate(self, prompts: Sequence[list[int]], *, max_tokens: int, temperature: float,
@@ -210,4 +210,20 @@ class FakeEngine:
             nxt = {int(t): main.get(int(t), -6.0 - (int(t) % 7) / 10.0) for t in next_ids}
             out.append((self._prompt_row(list(p)), nxt))
         self._account("prompt_and_next_logprobs", prompts, desc, len(prompts))
+        return out
+
+    def next_token_logprobs(self, prompts: Sequence[list[int]], next_ids: Sequence[Sequence[int]],
+                            desc: str = "labels") -> list[dict[int, float]]:
+        """Per prompt, {id: fake log P(id | prompt)} for each of its ``next_ids``: a hash of
+        (prompt, id) in [-4.05, -0.05], as the real engine reads them (``logprob_token_ids``).
+        Cached prompt tokens as for ``generate`` (no prompt log-probs are asked for)."""
+        if not prompts:
+            return []
+        out = [{int(t): -0.05 - (digest(list(p), int(t)) % 400) / 100.0 for t in ids}
+               for p, ids in zip(prompts, next_ids)]
+        self.calls.append(FakeCall("next_token_logprobs", len(prompts), desc))
+        self.stats.calls += 1
+        self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        self.stats.cached_prompt_tokens += sum(cached_prefix_tokens(prompts))
+        self.stats.generated_tokens += len(prompts)
         return out

@@ -50,11 +50,11 @@ class CalibrationModel(BaseModel):
 
 def check_tau(tau: float, confidence: str | None, where: str = "") -> str | None:
     """Why ``tau`` cannot be a threshold on ``confidence`` (None when it can): a probability
-    (``calibrated``) is in [0, 1]; the log-probability measures are <= 0."""
-    if confidence == "calibrated":
+    (``calibrated``, ``label_probability``) is in [0, 1]; the log-probability measures are <= 0."""
+    if confidence in ("calibrated", "label_probability"):
         if not 0 <= tau <= 1:
-            return (f"{where}{tau} is outside [0, 1], but selection.confidence 'calibrated' is a "
-                    "probability of being right")
+            return (f"{where}{tau} is outside [0, 1], but selection.confidence {confidence!r} is a "
+                    "probability")
         return None
     if 0 < tau < math.inf:
         return f"{where}{tau} is positive, but the confidence it is compared with is a log-probability (<= 0)"

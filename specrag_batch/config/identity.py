@@ -68,7 +68,7 @@ ADDED_FIELDS = (("selection", "confidence", "score"), ("selection", "calibration
                 ("retrieval", "nprobe", 128), ("retrieval", "ef_search", 128), ("retrieval", "rrf_k", 60),
                 ("retrieval", "nprobe", None), ("retrieval", "ef_search", None),
                 ("retrieval", "hybrid_candidates", 50), ("drafter", "adapter", None),
-                ("verifier", "evidence_aware", False))
+                ("verifier", "evidence_aware", False), ("selection", "label_distribution", False))
 """(section, field, value before the field existed) of fields added after 0.1: left out of
 :meth:`RunConfig.config_hash` at that value, so a run started before they existed resumes under
 the same hash. The value is what the code did before the field existed (its default when it was
@@ -81,7 +81,8 @@ explicitly and kept its hash through the flip), and never resumes a run that ran
 (its rows' ``verifier_drafts_deduplicated`` would be null on part of the output)."""
 
 
-SWITCHED_FIELDS = (("drafter", "answer_max_tokens", "answer_on_truncation"),)
+SWITCHED_FIELDS = (("drafter", "answer_max_tokens", "answer_on_truncation"),
+                   ("selection", "label_prior", "label_distribution"))
 """(section, field, switch) of fields read only while the boolean ``switch`` of the same
 section is on: left out of :meth:`RunConfig.config_hash` whatever their value while it is off,
 so a config with ``answer_on_truncation: false`` and any ``answer_max_tokens`` hashes as before

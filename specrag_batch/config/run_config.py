@@ -117,6 +117,8 @@ class RunConfig(_Strict):
         if sel.confidence == "calibrated" and not sel.calibration:
             raise ValueError("selection.confidence 'calibrated' needs selection.calibration (a model "
                              "per task; `specrag-batch calibrate --confidence calibrated` writes it)")
+        if sel.confidence == "label_probability" and not sel.label_distribution:
+            raise ValueError("selection.confidence 'label_probability' needs selection.label_distribution: true")
         for task, model in (sel.calibration or {}).items():
             if model.config_hash != (own := self.scoring_hash()):
                 raise ValueError(f"selection.calibration.{task} was fitted on a run of scoring hash "

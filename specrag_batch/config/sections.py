@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .calibration_model import CalibrationModel, check_tau
+from .label_keys import LabelSelection
 
 Mode = Literal["speculative", "standard"]
 TauTask = Literal["qa", "claim", "choice"]
@@ -296,7 +297,7 @@ class SamplingConfig(_Strict):
         return v
 
 
-class SelectionConfig(_Strict):
+class SelectionConfig(_Strict, LabelSelection):
     """Stage 5: score combination and draft selection (paper §3.3, Eq. ρ_j)."""
 
     use_draft_score: bool = True
@@ -325,12 +326,12 @@ class SelectionConfig(_Strict):
         "this product's extensions; the selected draft's log ρ stays the row's score. The "
         "paper's rule is the default (docs/results.md, \"Settings measured and kept\")")
     random_selection: bool = Field(False, description="ablation: pick a draft at random")
-    confidence: Literal["score", "mean_logprob", "calibrated"] = Field(
+    confidence: Literal["score", "mean_logprob", "calibrated", "label_probability"] = Field(
         "score", description="measure ``tau_min`` is compared with: score = log ρ (paper "
         "§3.3); mean_logprob = each enabled term per token (log ρ_draft / drafter tokens of "
         "β+α, log ρ_SC / verifier tokens of α+β, plus log ρ_SR), which does not fall with "
-        "draft length (:func:`specrag_batch.stages.selection.mean_logprob`); calibrated = the "
-        "probability of being right from ``calibration`` (tau_min then in [0, 1])")
+        "draft length (:func:`specrag_batch.stages.selection.mean_logprob`); calibrated = the probability of being right from ``calibration`` (tau_min then in [0, 1]); "
+        "label_probability = the answer's probability under the label distribution (needs ``label_distribution``; in [0, 1]; qa rows get none and are never flagged)")
     calibration: dict[TauTask, CalibrationModel] | None = Field(
         None, description="task -> fitted model of the calibrated confidence (`specrag-batch "
         "calibrate --confidence calibrated` writes it; :mod:`specrag_batch.confidence`); its rows' "
@@ -386,11 +387,10 @@ class SelectionConfig(_Strict):
     @field_validator("tau_min")
     @classmethod
     def _tau_is_log(cls, v: float | dict | None, info: ValidationInfo) -> float | dict | None:
-        """Raises ValueError for a positive value on a log-probability measure (every row would be
-        flagged), or one outside [0, 1] on the calibrated probability."""
+        """Raises ValueError for a positive value on a log-probability measure (every row would be flagged), or one outside [0, 1] on a probability."""
         for x in [] if v is None else v.values() if isinstance(v, dict) else [v]:
             if why := check_tau(x, info.data.get("confidence"), "tau_min "):
-                raise ValueError(why + ("" if info.data.get("confidence") == "calibrated"
+                raise ValueError(why + ("" if info.data.get("confidence") in ("calibrated", "label_probability")
                                         else ": every row would be flagged low_confidence"))
         return v
     consensus_min: int | None = Field(

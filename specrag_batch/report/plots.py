@@ -1,6 +1,7 @@
 """The report's PNG plots (matplotlib, Agg backend): the selected score of correct vs wrong
-rows, and the risk-coverage curve of the confidence the run compared with τ_min
-(:func:`specrag_batch.calibration.used_confidence`) as τ_min moves."""
+rows, the risk-coverage curve of the confidence the run compared with τ_min
+(:func:`specrag_batch.calibration.used_confidence`) as τ_min moves, and the label tasks'
+confusion matrix and the confidences' reliability diagram (:mod:`.diagnostics`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import numpy as np
 import polars as pl
 
 from .. import calibration
+from .diagnostics import diagnostics, figures
 from .rows import RunData
 
-PLOTS = {"scores": "score_correct_vs_wrong.png", "risk_coverage": "risk_coverage.png"}
+PLOTS = {"scores": "score_correct_vs_wrong.png", "risk_coverage": "risk_coverage.png",
+         "confusion": "confusion_matrix.png", "reliability": "reliability.png"}
 """Plot name -> file name under ``_report/``."""
 _SHORT = {"score": "the selected score log ρ", "mean_logprob": "log-probability per token",
           "confidence": "the calibrated P(right)"}
@@ -78,4 +81,6 @@ def plots(data: RunData) -> dict[str, bytes]:
     fig.subplots_adjust(bottom=0.18)
     _legend_or_note(ax, f"no graded row has a {column} τ_min applies to")
     out["risk_coverage"] = _png(fig)
+    for name, fig in figures(diagnostics(g, data.config)).items():  # confusion matrix, reliability diagram
+        out[name] = _png(fig)
     return out

@@ -26,13 +26,15 @@ COLUMNS = ("query_id", "task", "answer", "score", "score_draft", "score_self_con
            "score_self_reflection", "low_confidence", "fast_path", "drafts", "flags", "error",
            "correct", "exact_match", "f1", "mode")
 OPTIONAL_COLUMNS = ("error_reason", "answer_source", "draft_rounds", "verifier_drafts_deduplicated",
-                    "confidence", "reused_answer_source")
+                    "confidence", "reused_answer_source", "label_probability", "gold")
 """Read when a shard has them (outputs written before these columns were added lack them):
 ``error_reason`` the row error's code, ``answer_source`` which pass answered a row
 (``selection.fallback``), ``draft_rounds`` adaptive drafting's rounds (``sampling.adaptive``),
 ``verifier_drafts_deduplicated`` verifier passes saved (``verifier.deduplicate_drafts``),
 ``confidence`` the calibrated probability of being right (``selection.confidence: calibrated``),
 ``reused_answer_source`` the pass that answered a row reused from an earlier run (:mod:`specrag_batch.reuse`).
+``label_probability`` the answer's probability under the label distribution
+(``selection.label_distribution``), ``gold`` the gold answers (the confusion matrix).
 The rationale's text is not read (it is most of a shard's bytes); the selected draft's length
 in drafter tokens is ``draft_tokens`` (:func:`with_mean_logprob`)."""
 

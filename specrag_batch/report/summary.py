@@ -21,6 +21,7 @@ from .. import calibration
 from ..engine_usage import prefix_cache_hit_rate
 from ..redaction import redact_text
 from ..manifest import cost_of
+from .diagnostics import diagnostics, markdown as diagnostics_markdown
 from .rows import RunData, with_marker_usage
 
 UNRECORDED = "unrecorded"
@@ -47,6 +48,8 @@ def summary(data: RunData) -> dict:
     ``shards_not_answered``: the manifest's failed shards (``input``, ``status``, ``reason``: its
     error) and skipped input files (``status`` ``skipped``, ``reason``), none of whose rows
     are in the output.
+    ``diagnostics``: the label tasks' confusion matrices and each confidence's reliability
+    with its ECE (:func:`~specrag_batch.report.diagnostics.diagnostics`).
     ``risk_coverage``: the confidence the risk-coverage plot is drawn for (``confidence``: the
     report column, ``caption``: what it is) and ``note``, the line said instead of the plot
     when no row has gold (else None).
@@ -88,6 +91,7 @@ def summary(data: RunData) -> dict:
     column, caption = calibration.used_confidence(data.config)
     out["risk_coverage"] = {"confidence": column, "caption": caption, "note": None if g.height else (
         "No risk-coverage plot: no answered row has a gold answer, so no row is known to be right or wrong.")}
+    out["diagnostics"] = diagnostics(g, data.config)
     for task in calibration.tasks(g):
         t = g.filter(pl.col("task") == task)
         m = {"n_with_gold": t.height, "accuracy": float(t["correct"].mean())}
@@ -231,6 +235,7 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
               "| task | " + " | ".join(calibration.MEASURES) + " |", "|---|" + "---|" * len(calibration.MEASURES)]
     lines += [f"| {t} | " + " | ".join(_fmt(a[m]) for m in calibration.MEASURES) + " |"
               for t, a in s["auroc"].items()]
+    lines += diagnostics_markdown(s.get("diagnostics") or {})
     lines += ["", "## Errors by reason", ""]
     lines += [f"- {v} × {k}" for k, v in s["errors_by_reason"].items()] or ["none"]
     lines += ["", "## Flags by kind", ""]

@@ -46,6 +46,9 @@ class EngineLike(Protocol):  # pragma: no cover - typing only
     def prompt_and_next_logprobs(self, prompts, next_ids, desc: str = ...):
         """Per prompt, (:meth:`prompt_logprobs`, {token id: log P(next token)} for each of ``next_ids``)."""
 
+    def next_token_logprobs(self, prompts, next_ids, desc: str = ...):
+        """Per prompt, {token id: log P(token | prompt)} for each id of its ``next_ids`` entry."""
+
 
 @dataclass
 class StageTimer:

@@ -34,7 +34,9 @@ from ..engines import Engine, GenerationResult
 from ..parsing import ANSWER_FORCED, ANSWER_RE, ParsedDraft, parse_draft
 from ..prompts import PromptTooLongError, encode_plain, fitted_prompt
 from ..records import Draft, ErrorReason, Flag, QueryRow, add_flag
+from ..labels import label_names
 from .base import EngineLike, Stage
+from .label_scoring import score_labels
 from .selection import consensus
 
 
@@ -291,6 +293,10 @@ class _Generation(Stage):
                             temperature=self.model.temperature, top_p=self.model.top_p,
                             seed=self.config.seed, labels=self.config.claim_labels, desc=self.desc,
                             answer_max_tokens=self.answer_max_tokens)
+        if self.config.selection.label_distribution:  # labels after each β (stages.label_scoring)
+            score_labels(self.engine, [r.prompt_ids for r in requests], drafts, lambda i: label_names(
+                requests[i].task, requests[i].choices, self.config.claim_labels),
+                max_model_len=self.model.max_model_len, desc=f"{self.desc}: label scores")
         by_row: dict[int, list[Draft]] = {}
         for request, draft in zip(requests, drafts):
             row = rows[request.row]

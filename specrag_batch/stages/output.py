@@ -31,7 +31,7 @@ def output_row(row: QueryRow, result: tuple[list[Draft], SelectedAnswer] | None,
               "f1": None, "draft_rounds": row.draft_rounds, "answer_source": None,
               "first_answer": None, "first_score": None, "first_correct": None,
               "fallback_error": None, "verifier_drafts_deduplicated": row.verifier_drafts_deduplicated,
-              "mode": config.mode,
+              "label_distribution": None, "label_probability": None, "mode": config.mode,
               "drafter_model": model_id(config.drafter.model) if config.mode == "speculative" else None,
               "verifier_model": model_id(config.verifier.model), "run_id": info.run_id,
               "source_file": info.source_file}
@@ -51,6 +51,12 @@ def output_row(row: QueryRow, result: tuple[list[Draft], SelectedAnswer] | None,
                           score_self_consistency=best.score_self_consistency,
                           score_self_reflection=best.score_self_reflection)
             _add_flags(record["flags"], best.flags)
+        if selection.label_distribution is not None:
+            record.update(label_distribution=[{"label": k, "probability": v}
+                                              for k, v in selection.label_distribution.items()],
+                          label_probability=selection.label_probability)
+            if selection.answer is not None:
+                record["answer"] = selection.answer
         if any(Flag.NON_FINITE_LOGPROB in d.flags for d in drafts):
             _add_flags(record["flags"], [Flag.NON_FINITE_LOGPROB])
     if row.error is None:
@@ -94,5 +100,5 @@ def output_record(row: QueryRow, config: RunConfig, info: RunInfo) -> dict:
 
 _FALLBACK_KEYS = ("answer", "rationale", "score", "score_draft", "score_self_consistency",
                   "score_self_reflection", "fast_path", "num_documents", "drafts", "correct",
-                  "exact_match", "f1")
+                  "exact_match", "f1", "label_distribution", "label_probability")
 """Output fields taken from the fallback pass for a row it answered."""

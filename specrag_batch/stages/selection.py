@@ -20,6 +20,7 @@ import numpy as np
 
 from ..config import RunConfig
 from ..confidence import answer_key, features, probability
+from ..labels import LABEL_TASKS, argmax, batch_prior, canonical_answer, correct, mixture
 from ..records import Draft, Flag, QueryRow, SelectedAnswer, add_flag
 from .base import Stage
 from .sampling import row_seed
@@ -253,6 +254,41 @@ def calibrated(drafts: list[Draft], selected: SelectedAnswer, model, tau_min: fl
                                low_confidence=bool(selected.flags) or (tau_min is not None and p < tau_min))
 
 
+def label_selections(rows: Sequence[QueryRow], prior: str, tau_min, measure: str) -> None:
+    """Answer the chunk's ``claim``/``choice`` rows from their label distribution
+    (``selection.label_distribution``; :mod:`specrag_batch.labels`, issue 50, not in the paper):
+    the mixture of the drafts' ``label_logprobs``, divided by the mean mixture of the chunk's
+    rows of the same task and renormalised when ``prior`` is ``"batch"`` (contextual
+    calibration, Zhao et al. 2021). The row's ``selection`` gets ``answer`` (the argmax label,
+    canonical), ``label_distribution``, ``label_probability``; its ``index`` moves to the
+    best-scored valid draft with that answer when the selected one has another (kept when
+    none has it). Under ``measure`` ``"label_probability"`` the row is ``low_confidence`` when
+    it has a forcing flag or its probability is below ``tau_min(task)`` (in [0, 1]).
+    A row without a selection or any draft distribution is left as it is."""
+    mixtures = {i: mixture([d.label_logprobs for d in row.drafts or []]) for i, row in enumerate(rows)
+                if row.error is None and row.selection is not None and row.task in LABEL_TASKS}
+    priors = {task: batch_prior([m for i, m in mixtures.items() if rows[i].task == task])
+              for task in LABEL_TASKS} if prior == "batch" else {}
+    for i, dist in mixtures.items():
+        if dist is None:
+            continue
+        row, sel = rows[i], rows[i].selection
+        dist = correct(dist, priors[row.task]) if row.task in priors else dist
+        label, p = argmax(dist)
+        answer = canonical_answer(row.task, label, row.choices)
+        index = sel.index
+        if index is not None and row.drafts[index].answer != answer:
+            same = [j for j, d in enumerate(row.drafts) if d.valid and d.answer == answer]
+            if same:
+                index = max(same, key=lambda j: (row.drafts[j].score is not None, row.drafts[j].score or 0.0, -j))
+        low = sel.low_confidence
+        if measure == "label_probability":
+            tau = tau_min(row.task)
+            low = bool(sel.flags) or (tau is not None and p < tau)
+        row.selection = dataclasses.replace(sel, index=index, answer=answer, label_distribution=dist,
+                                            label_probability=p, low_confidence=low)
+
+
 class Selection(Stage):
     """Each row's drafts get their log ρ ``score`` (natural log; ρ = ρ_draft·ρ_SC·ρ_SR, paper
     §3.3, over the enabled terms of ``selection.use_*``) and the row its
@@ -260,7 +296,9 @@ class Selection(Stage):
     ``selection.rule`` extensions: answer vote, length-normalised), flagged low-confidence
     below the row task's ``selection.tau_min`` (:meth:`SelectionConfig.tau_for`;
     :func:`specrag_batch.stages.selection.select`), or, under ``selection.confidence:
-    calibrated``, its probability of being right below it (:func:`calibrated`).
+    calibrated``, its probability of being right below it (:func:`calibrated`). Under
+    ``selection.label_distribution`` claim and choice rows then take their answer from their
+    label distribution (:func:`label_selections`).
 
     Args:
         config: the run's configuration.
@@ -273,17 +311,19 @@ class Selection(Stage):
 
     def __init__(self, config: RunConfig, *, standard: bool = False):
         self.config, self.standard = config, standard
-        self.reads = ("query_id", "task", "drafts") + (() if standard else ("consensus",))
+        self.reads = ("query_id", "task", "drafts") + (() if standard else ("consensus",)) + (
+            ("choices",) if config.selection.label_distribution else ())
 
     def __call__(self, rows: Sequence[QueryRow]) -> None:
         config, selection = self.config, self.config.selection
         model_of = (selection.calibration or {}).get if selection.confidence == "calibrated" else None
-        measure = "score" if model_of else selection.confidence
+        on_probability = model_of or selection.confidence == "label_probability"
+        measure = "score" if on_probability else selection.confidence
         for row in rows:
             if row.error is not None or row.drafts is None:
                 continue
             tau_min = selection.tau_for(row.task)
-            on_log = None if model_of else tau_min  # the calibrated threshold is a probability
+            on_log = None if on_probability else tau_min  # a probability's threshold is applied below
             if self.standard:
                 row.selection = select(row.drafts, use_draft=True, use_sc=False, use_sr=False,
                                        tau_min=on_log, confidence=measure)
@@ -296,3 +336,5 @@ class Selection(Stage):
                                        confidence=measure, rule=selection.rule)
             if model_of:
                 row.selection = calibrated(row.drafts, row.selection, model_of(row.task), tau_min)
+        if selection.label_distribution:
+            label_selections(rows, selection.label_prior, selection.tau_for, selection.confidence)

@@ -99,7 +99,8 @@ def test_flow_s3_round_trip(prefect_harness, s3_bucket, shards):
     assert manifest["rows_out"] == 6 and all(s["output"].startswith("s3://") for s in manifest["shards"])
     fs, path = storage.filesystem(out)
     written = sorted(f[len(path):].lstrip("/") for f in fs.find(path))  # exactly these objects
-    assert written == ["_manifest.json", "_report/profile.json", "_report/report.md", "_report/risk_coverage.png",
+    assert written == ["_manifest.json", "_report/confusion_matrix.png", "_report/profile.json",
+                       "_report/reliability.png", "_report/report.md", "_report/risk_coverage.png",
                        "_report/score_correct_vs_wrong.png", "_report/summary.json", "_run.json",
                        "_shards/claims__climate.parquet.json", "_shards/popqa.parquet.json",
                        "claims__climate.parquet", "popqa.parquet"]

@@ -109,7 +109,7 @@ def test_report_written_by_the_run(cli_run):
     assert tok["prompt"] == pytest.approx(man["engines"][name]["prompt_tokens"] / man["rows_out"])
     md = (out / "_report" / "report.md").read_text()
     assert f"| rows | {want['rows']} |" in md and "risk_coverage.png" in md
-    assert set(s["auroc"]["all"]) == {"score", "mean_logprob"}
+    assert set(s["auroc"]["all"]) == {"score", "mean_logprob", "label_probability"}
 
 
 def test_report_command_and_s3(cli_run, s3_bucket, tmp_path):

@@ -96,7 +96,8 @@ def test_plots_with_nothing_labelled_warn_nothing(tmp_path, rows):
         warnings.simplefilter("error")
         out = plots(data)
     graded = any(r.get("correct") is not None for r in rows)
-    assert set(out) == ({"scores", "risk_coverage"} if graded else {"scores"})
+    scored = graded and any(r.get("score") is not None for r in rows)  # exp(score) has a reliability diagram
+    assert set(out) == ({"scores", "risk_coverage"} if graded else {"scores"}) | ({"reliability"} if scored else set())
     assert all(png.startswith(PNG) for png in out.values())
 
 

@@ -24,7 +24,8 @@ def write_inputs(prefix: str, shards: dict[str, pa.Table]) -> None:
 
 
 def read_outputs(prefix: str) -> tuple[list[dict], dict]:
-    files = [f for f in storage.list_files(prefix) if f.endswith(".parquet")]
+    files = [f for f in storage.list_files(prefix)  # output shards, not _keys/, _drafts/ or _report/
+             if f.endswith(".parquet") and "/_" not in f[len(prefix):]]
     rows = [r for f in files for r in storage.read_parquet(f).to_pylist()]
     return rows, json.loads(storage.read_bytes(storage.join(prefix, MANIFEST)))
 

@@ -115,7 +115,7 @@ def test_a_signal_stops_the_run_promptly_and_the_next_run_resumes(tmp_path, sig,
     assert r.returncode == 0, r.stderr[-3000:]
     manifest = json.loads(storage.read_bytes(storage.join(out, "_manifest.json")))
     assert manifest["resumed_shards"] == len(done_at_signal) and manifest["failed_shards"] == 0
-    rows = [row for f in sorted(storage.list_files(out)) if f.endswith(".parquet")
+    rows = [row for f in sorted(storage.list_files(out)) if f.endswith(".parquet") and "/_" not in f[len(out):]
             for row in storage.read_parquet(f).to_pylist()]
     assert sorted(row["query_id"] for row in rows) == expected  # every input row exactly once
     after = markers(out)

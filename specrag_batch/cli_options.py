@@ -62,10 +62,16 @@ def hide_flag_types() -> None:
 
 def _scalar_type(annotation: Any) -> Any | None:
     """The CLI type of a field annotation, or None when it is not a scalar: ``X | None`` ->
-    ``X``; a union holding ``float`` (``tau_min``: one value or a dict per task) -> float."""
+    ``X``; a union holding ``float`` (``tau_min``: one value or a dict per task) -> float; a
+    union holding a ``Literal`` (``mode``: a word or a dict per task, given as ``task=mode``
+    pairs that the config parses) -> str."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return float if float in args else _scalar_type(args[0]) if len(args) == 1 else None
+        if float in args:
+            return float
+        if len(args) > 1 and any(typing.get_origin(a) is Literal for a in args):
+            return str
+        return _scalar_type(args[0]) if len(args) == 1 else None
     if typing.get_origin(annotation) is Literal:
         return annotation  # typer checks the value against the words
     return annotation if annotation in _SCALARS else None

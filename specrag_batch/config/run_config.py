@@ -15,8 +15,11 @@ from .calibration_model import SCORING_EXCLUDED
 from .drift import DriftConfig
 from .identity import hashed_view
 from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
-                       ModeKey, RetrievalConfig, SamplingConfig, SelectionConfig, TauTask, VerifierConfig,
+                       RetrievalConfig, SamplingConfig, SelectionConfig, TauTask, VerifierConfig,
                        _Strict)
+
+ModeKey = Literal["qa", "claim", "choice", "default"]
+"""The keys a per-task ``mode`` mapping may name: the tasks, and ``default`` for the others."""
 
 MAX_LABEL_CHARS = 64
 """Longest claim label (characters): a label is a short answer the drafter writes (SUPPORTS)."""
@@ -68,8 +71,11 @@ class RunConfig(_Strict):
         problem of a mapping in one line.
 
         Raises:
-            ValueError: a pair without ``=``, a key that is not a task (``qa``, ``claim``,
+            ValueError: a value that is neither a mode nor a mapping, a pair without ``=``, a key that is not a task (``qa``, ``claim``,
                 ``choice``) nor ``default``, a value that is not a mode, an empty mapping."""
+        if not isinstance(v, (str, dict)) or (isinstance(v, str) and "=" not in v and v not in typing.get_args(Mode)):
+            raise ValueError(f"mode must be speculative or standard, or a mapping task -> mode "
+                             f"(flag: claim=speculative,qa=standard); got {v!r}")
         if isinstance(v, str) and "=" in v:
             pairs = [p.strip() for p in v.split(",") if p.strip()]
             bad = [p for p in pairs if "=" not in p]

@@ -21,8 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from .calibration_model import CalibrationModel, check_tau
 
 Mode = Literal["speculative", "standard"]
-ModeKey = Literal["qa", "claim", "choice", "default"]
-"""The keys a per-task ``mode`` mapping may name: the tasks, and ``default`` for the others."""
 TauTask = Literal["qa", "claim", "choice"]
 """The tasks a per-task ``selection.tau_min`` mapping may name (``schema.TASKS``)."""
 

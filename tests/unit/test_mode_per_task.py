@@ -95,3 +95,19 @@ def test_metrics_and_cost_per_mode_merge_over_shards():
     shards = [{"status": "ok", "mode_seconds": {"speculative": 2.0, "standard": 1.0}},
               {"status": "ok", "mode_seconds": {"standard": 0.5}}, {"status": "failed", "mode_seconds": {"standard": 9}}]
     assert output_cost(shards)["mode_seconds"] == {"speculative": 2.0, "standard": 1.5}
+
+
+@pytest.mark.parametrize("command", [["nightly", "--input-root", "in", "--output-root", "out", "--date", "2026-01-01"],
+                                     ["backfill", "--input-root", "in", "--output-root", "out", "--start",
+                                      "2026-01-01", "--end", "2026-01-01"],
+                                     ["claims", "-i", "in", "-o", "out"]])
+def test_the_scheduled_commands_take_mode_as_run_does(command):
+    """``--mode`` on nightly, backfill and claims is checked before any flow starts: a bad
+    value is one line naming the flag, exit 2."""
+    from typer.testing import CliRunner
+
+    from specrag_batch.cli import app
+
+    r = CliRunner().invoke(app, [*command, "--mode", "qa=fast"])
+    assert r.exit_code == 2, r.output
+    assert "--mode: mode: task 'qa': mode must be one of speculative, standard, got 'fast'" in r.output

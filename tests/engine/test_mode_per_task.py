@@ -1,7 +1,7 @@
 """A mode per task with the real vLLM engine (SmolLM2-135M-Instruct on CPU, configs/test-smollm2.yaml):
 a claim, a choice and a qa row in one shard, the claim and choice rows by Speculative RAG and
 the qa row by Standard RAG; each row's answer equals the one its mode gives it in a run of
-that mode alone (issue 49)."""
+that mode alone, its score too but for float noise of other batches (issue 49)."""
 
 from __future__ import annotations
 
@@ -42,4 +42,8 @@ def test_three_rows_each_answered_by_its_tasks_mode():
              "standard": run(per_task.model_copy(update={"mode": "standard"}))}
     for i, row in enumerate(mixed):
         ref = alone[row["mode"]][i]
-        assert (row["answer"], row["score"]) == (ref["answer"], ref["score"]), row["query_id"]
+        # the same answer; the score to float noise: the batches differ (the standard run sends all
+        # three rows in one batch, the per-task run the qa row alone), and vLLM's CPU sums are not
+        # batch-invariant (benchmarks/batch_invariance.py)
+        assert row["answer"] == ref["answer"], row["query_id"]
+        assert row["score"] == pytest.approx(ref["score"], rel=1e-4, abs=1e-4), row["query_id"]

@@ -39,6 +39,7 @@ models_app = typer.Typer(no_args_is_help=True, help="Packaged models (GGUF in Py
 app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")
 from .cli_calibrate import calibrate  # noqa: E402
+from .cli_tune import tune  # noqa: E402
 from .cli_drift import drift  # noqa: E402  (night over night: specrag_batch.cli_drift)
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
 app.add_typer(drafter_app, name="drafter")
@@ -283,6 +284,7 @@ app.command()(drift)
 
 
 app.command()(calibrate)  # specrag_batch.cli_calibrate: cli.py stays one screenful of commands
+app.command()(tune)  # specrag_batch.cli_tune
 
 
 @index_app.command("build")

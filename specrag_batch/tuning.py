@@ -79,7 +79,7 @@ def check_sample(table: pa.Table, name: str, task: str | None, min_rows: int) ->
 
 def split_sample(table: pa.Table, task: str | None) -> dict[str, pa.Table]:
     """The sample as shards, each of one task (``<task>-<i>.parquet`` -> rows in sample order):
-    each task in about 8 shards of at least 5 rows. A shard's seconds (the manifest's) are the
+    each task in min(8, n // 5) near-equal shards (one when n < 10), so a shard has at least 5 rows. A shard's seconds (the manifest's) are the
     units the seconds ratio resamples; rows whose task is none of :data:`TASKS` go to
     ``other-0.parquet`` (the run answers or flags them as any run does; they are not compared)."""
     tasks = table.column("task").to_pylist() if "task" in table.column_names else [task] * table.num_rows
@@ -88,9 +88,10 @@ def split_sample(table: pa.Table, task: str | None) -> dict[str, pa.Table]:
         idx = [i for i, x in enumerate(tasks) if (x == t if t else x not in TASKS)]
         if not idx:
             continue
-        size = max(5, math.ceil(len(idx) / 8)) if t else len(idx)
-        for k, start in enumerate(range(0, len(idx), size)):
-            out[f"{t or 'other'}-{k}.parquet"] = table.take(pa.array(idx[start:start + size]))
+        parts = max(1, min(8, len(idx) // 5)) if t else 1
+        bounds = [round(len(idx) * k / parts) for k in range(parts + 1)]  # near-equal, in sample order
+        for k in range(parts):
+            out[f"{t or 'other'}-{k}.parquet"] = table.take(pa.array(idx[bounds[k]:bounds[k + 1]]))
     return out
 
 

@@ -105,3 +105,20 @@ def test_with_a_drafter_the_config_takes_the_speculative_candidate_chosen_for_mo
     assert d["modes"] == {"claim": "speculative", "choice": "speculative", "qa": "standard"}
     assert tuning.tuned_config(None, d, "big", "speculative")["drafter"] == {"model": "big"}
     assert "the config takes the one the rule chooses for more tasks" in tuning.rule_text(2.0, "big")
+
+
+def test_a_candidate_whose_run_fails_stops_tune_in_one_line(monkeypatch):
+    """A shard of a candidate failed: nothing is decided; the line names the candidate, the
+    shard and its error (the command exits 1, as a run with a failed shard does)."""
+    from specrag_batch import cli_tune, orchestration
+
+    def failed_run(sample, out, config):
+        return {"shards": [{"input": "s/claim-0.parquet", "status": "ok", "output": "o"},
+                           {"input": "s/qa-0.parquet", "status": "failed", "error": "qa-0.parquet: engine lost"}],
+                "manifest_uri": "out/runs/standard/_manifest.json"}
+
+    monkeypatch.setattr(orchestration, "run_batch", failed_run)
+    with pytest.raises(RuntimeError) as e:
+        cli_tune._run_candidate("standard", "s", "out", {})
+    assert str(e.value) == ("candidate standard failed: 1 shard(s), first s/qa-0.parquet: qa-0.parquet: engine lost; "
+                            "nothing decided (see out/runs/standard/_manifest.json)")

@@ -47,4 +47,4 @@ def test_three_rows_each_answered_by_its_tasks_mode():
         # batch-invariant (benchmarks/batch_invariance.py)
         assert row["answer"] == ref["answer"], row["query_id"]
         assert row["score"] == (None if ref["score"] is None else pytest.approx(ref["score"], rel=1e-4, abs=1e-4)), \
-            row["query_id"]  # None: the consensus fast path selects without a score
+            row["query_id"]  # None where the run of that mode gives the row no score

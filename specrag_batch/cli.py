@@ -40,6 +40,7 @@ app.add_typer(index_app, name="index")
 app.add_typer(models_app, name="models")
 from .cli_calibrate import calibrate  # noqa: E402
 from .cli_index import index_info  # noqa: E402  (`index info`: specrag_batch.cli_index)
+from .cli_tune import tune  # noqa: E402
 from .cli_drift import drift  # noqa: E402  (night over night: specrag_batch.cli_drift)
 from .drafter_training.cli import drafter_app  # noqa: E402  (specialist drafter, paper §3.1)
 app.add_typer(drafter_app, name="drafter")
@@ -109,18 +110,22 @@ def run(
         raise typer.Exit(1)
 
 
-def _check_config(config_path: str | None) -> None:
-    """Before a scheduled flow starts (which reads the config again): the config file
-    validates (:func:`config.read_run_config`: one ``<file>: <field>: <message>`` line per
+def _check_config(config_path: str | None, mode: str | None = None) -> dict | None:
+    """Before a scheduled flow starts (which reads the config again): the config file (with
+    ``--mode`` over it) validates (:func:`config.read_run_config`: one ``<file>: <field>: <message>`` line per
     error) and its models can be used (:func:`models.check_config_models`), so that either is
     a one-line exit 2 and not a failed flow run with Prefect's traceback.
 
     Raises:
-        config.ConfigError, models.ModelNameError, FileNotFoundError, ValueError: see there."""
+        config.ConfigError, models.ModelNameError, FileNotFoundError, ValueError: see there.
+
+    Returns the flow's ``config_overrides``: ``{"mode": mode}``, or None without ``--mode``."""
     from .config import read_run_config
     from .models import check_config_models
 
-    check_config_models(read_run_config(config_path))
+    over = {"mode": mode} if mode is not None else None
+    check_config_models(read_run_config(config_path, over, {"mode": "--mode"}))
+    return over
 
 
 @app.command()
@@ -133,6 +138,7 @@ def nightly(
     timezone: str = typer.Option("UTC", "--timezone", help="IANA timezone of the schedule."),
     lag_days: int = typer.Option(1, "--lag-days", min=0, max=36_500, help="1 = yesterday's partition."),
     config_path: str | None = None,
+    mode: str | None = None,
     overwrite: bool = False,
     execution=None,
 ) -> None:
@@ -150,13 +156,13 @@ def nightly(
     with exit_codes(_fail):  # failed shards (RuntimeError): listed in the partition's manifest
         check_timezone(timezone, "--timezone")
         day = parse_date(date, "--date") if date is not None else scheduled_date(timezone, lag_days)
-        _check_config(config_path)
+        over = _check_config(config_path, mode)
         # a missing root or partition: one error line before the flow starts (no flow-run traceback)
         require_directory(input_root, "--input-root")
         # an output partition inside the input one (or the reverse): the flow's refusal, here
         check_layout(check_partition(input_root, day), partition_uri(output_root, day), [])
-        m = nightly_flow(input_root, output_root, day.isoformat(), lag_days, timezone,
-                         config_path=config_path, execution=execution, overwrite=overwrite)
+        m = nightly_flow(input_root, output_root, day.isoformat(), lag_days, timezone, config_path=config_path,
+                         config_overrides=over, execution=execution, overwrite=overwrite)
     print_summary(m)
 
 
@@ -171,6 +177,7 @@ def backfill(
     allow_missing: bool = typer.Option(False, "--allow-missing", help="A date without input "
                                        "partition does not fail the backfill."),
     config_path: str | None = None,
+    mode: str | None = None,
     overwrite: bool = False,
     execution=None,
 ) -> None:
@@ -182,12 +189,12 @@ def backfill(
 
     with exit_codes(_fail):
         days = dates_between(start, end, names=("--start", "--end"))
-        _check_config(config_path)
+        over = _check_config(config_path, mode)
         require_directory(input_root, "--input-root")  # before the flow: no failed flow run's traceback
         for day in days:  # an output partition inside its input one (or the reverse), as nightly
             check_layout(partition_uri(input_root, day), partition_uri(output_root, day), [])
         s = backfill_flow(input_root, output_root, start, end, max_concurrency,
-                          config_path=config_path, execution=execution,
+                          config_path=config_path, config_overrides=over, execution=execution,
                           overwrite=overwrite, allow_missing=allow_missing)
     t = Table(title=f"backfill {start}..{end}")
     for col in ("date", "status", "rows in", "rows out", "failed shards", "resumed shards", "drift", "reason"):
@@ -221,6 +228,7 @@ def claims(
                                          "at least two, distinct ignoring case, each at most 64 characters "
                                          "(default: claim_labels of the config)."),
     config_path: str | None = None,
+    mode: str | None = None,
     overwrite: bool = False,
     execution=None,
 ) -> None:
@@ -240,20 +248,21 @@ def claims(
     from .scheduled.claim_verification import claim_verification_flow
 
     label_list = [x.strip() for x in labels.split(",")] if labels is not None else None  # "A,,B": refused
+    given = {"claim_labels": label_list, "mode": mode}
+    flags = {"claim_labels": "--labels", "mode": "--mode"}
     with exit_codes(_fail):
         if labels is not None and not labels.strip():  # an unset shell variable: not "the config's labels"
             raise ValueError("--labels: empty; give comma-separated labels (SUPPORTS,REFUTES) or leave the flag out")
         try:  # labels, config and models checked before the flow starts: no failed flow run first
-            cfg = note_sources(load_config(config_path, {"claim_labels": label_list}),
-                               {"claim_labels": label_list}, {"claim_labels": "--labels"})
+            cfg = note_sources(load_config(config_path, given), given, flags)
         except ValidationError as e:
             err = e.errors()[0]
             if label_list and err["loc"] and err["loc"][0] == "claim_labels":
                 raise ValueError(f"--labels: {err['msg']}".replace("Value error, ", "")) from None
-            raise explain_config_error(e, config_path, {"claim_labels": label_list},
-                                       {"claim_labels": "--labels"}) from None
+            raise explain_config_error(e, config_path, given, flags) from None
         check_config_models(cfg)
         m = claim_verification_flow(input, output, config_path=config_path, claim_labels=label_list,
+                                    config_overrides={"mode": mode} if mode else None,
                                     execution=execution, overwrite=overwrite)
     print_summary(m)
     console.print("labels: " + ", ".join(f"{k} {v}" for k, v in m["label_counts"].items()))
@@ -287,6 +296,7 @@ app.command()(drift)
 
 
 app.command()(calibrate)  # specrag_batch.cli_calibrate: cli.py stays one screenful of commands
+app.command()(tune)  # specrag_batch.cli_tune
 
 
 @index_app.command("build")

@@ -62,10 +62,16 @@ def hide_flag_types() -> None:
 
 def _scalar_type(annotation: Any) -> Any | None:
     """The CLI type of a field annotation, or None when it is not a scalar: ``X | None`` ->
-    ``X``; a union holding ``float`` (``tau_min``: one value or a dict per task) -> float."""
+    ``X``; a union holding ``float`` (``tau_min``: one value or a dict per task) -> float; a
+    union holding a ``Literal`` (``mode``: a word or a dict per task, given as ``task=mode``
+    pairs that the config parses) -> str."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return float if float in args else _scalar_type(args[0]) if len(args) == 1 else None
+        if float in args:
+            return float
+        if len(args) > 1 and any(typing.get_origin(a) is Literal for a in args):
+            return str
+        return _scalar_type(args[0]) if len(args) == 1 else None
     if typing.get_origin(annotation) is Literal:
         return annotation  # typer checks the value against the words
     return annotation if annotation in _SCALARS else None
@@ -129,23 +135,26 @@ def with_config_options(command: Callable) -> Callable:
 
 
 def with_run_options(command: Callable) -> Callable:
-    """Add ``--config/-c``, ``--overwrite``, ``--task-runner``, ``--ray-address`` and
+    """Add ``--config/-c``, ``--mode``, ``--overwrite``, ``--task-runner``, ``--ray-address`` and
     ``--stages`` to a typer command (the scheduled flows); it receives ``config_path`` (str or
-    None), ``overwrite`` and ``execution`` (an :class:`ExecutionConfig`).
+    None), ``mode`` (the ``--mode`` value or None: the config's), ``overwrite`` and
+    ``execution`` (an :class:`ExecutionConfig`).
 
     Raises:
         typer.BadParameter: a bad execution flag (exit 2, naming the flag)."""
     kw = inspect.Parameter.KEYWORD_ONLY
     added = [inspect.Parameter("config", kw, default=CONFIG_OPT, annotation=Optional[str]),
+             inspect.Parameter("mode", kw, default=typer.Option(None, "--mode", help=config_field("mode").json_schema_extra[
+                 "flag_help"] + "; overrides the config's mode", show_default=False), annotation=Optional[str]),
              inspect.Parameter("overwrite", kw, default=OVERWRITE_OPT, annotation=bool),
              inspect.Parameter("task_runner", kw, default=TASK_RUNNER, annotation=str),
              inspect.Parameter("ray_address", kw, default=RAY_ADDRESS, annotation=Optional[str]),
              inspect.Parameter("stages", kw, default=STAGES_OPT, annotation=str)]
 
     def collect(v: dict) -> dict:
-        return {"config_path": v["config"] or None, "overwrite": v["overwrite"],
+        return {"config_path": v["config"] or None, "overwrite": v["overwrite"], "mode": v["mode"],
                 "execution": execution_from_flags(v["task_runner"], v["ray_address"], v["stages"])}
-    return _extended(command, added, ("config_path", "overwrite", "execution"), collect)
+    return _extended(command, added, ("config_path", "mode", "overwrite", "execution"), collect)
 
 
 TASK_RUNNER = typer.Option("threads", "--task-runner", help="threads (this process) or ray (a "

@@ -103,7 +103,8 @@ def print_summary(m: dict) -> None:
     nightly run's drift comparison (``m["drift"]``): the measures that moved, or why none was
     compared, and where ``drift.json`` is. Paths are never cut: the output and report cells do not wrap."""
     met = m["metrics"]
-    t = Table(title=f"run {m['run_id']} ({m['mode']})", show_header=False)
+    mode = m["mode"] if isinstance(m["mode"], str) else ",".join(f"{k}={v}" for k, v in m["mode"].items())
+    t = Table(title=f"run {m['run_id']} ({mode})", show_header=False)
     t.add_column()
     t.add_column(overflow="fold")
     t.add_row("shards", f"{len(m['shards'])} ({m['failed_shards']} failed, "

@@ -192,7 +192,9 @@ def summarize(rows: list[dict]) -> dict:
     ``fallback``: rows answered by the fallback pass, ``fallback_failed``: flagged rows the
     fallback could not answer (they keep their first answer), ``verifier_drafts_deduplicated``:
     verifier forward passes saved by ``verifier.deduplicate_drafts`` (sum of the rows'
-    column; 0 when it is off)."""
+    column; 0 when it is off), ``by_mode``: per mode that answered rows (the rows' ``mode``;
+    ``speculative``, ``standard``): ``rows``, ``n_with_gold`` and ``accuracy`` (None without gold),
+    and each task's ``mode`` in ``by_task``."""
     out: dict = {"rows": len(rows),
                  "answered": sum(1 for r in rows if r.get("error") is None and r.get("answer") is not None),
                  "errors": sum(1 for r in rows if r.get("error") is not None),
@@ -207,7 +209,16 @@ def summarize(rows: list[dict]) -> dict:
         if task == "qa":
             t["exact_match"] = sum(bool(r["exact_match"]) for r in sub) / len(sub)
             t["f1"] = sum(r["f1"] or 0.0 for r in sub) / len(sub)
+        modes = sorted({r["mode"] for r in rows if r.get("task") == task and r.get("mode")})
+        if modes:
+            t["mode"] = "+".join(modes)
         out["by_task"][task] = t
+    out["by_mode"] = {}
+    for mode in sorted({r["mode"] for r in rows if r.get("mode")}):
+        sub = [r for r in rows if r.get("mode") == mode]
+        graded = [r for r in sub if r.get("correct") is not None]
+        out["by_mode"][mode] = {"rows": len(sub), "n_with_gold": len(graded),
+                                "accuracy": sum(r["correct"] for r in graded) / len(graded) if graded else None}
     graded = [r for r in rows if r.get("correct") is not None]
     out["gold_not_scored"] = sum(1 for r in rows if r.get("correct") is None
                                  and set(GOLD_FLAGS) & set(r.get("flags") or []))

@@ -80,12 +80,15 @@ class ExecutionConfig(BaseModel):
             return RayTaskRunner(address=self.ray_address, init_kwargs=dict(self.ray_init_kwargs))
         return StoppableThreadPoolTaskRunner(max_workers=self.max_workers)
 
-    def check_mode(self, mode: str) -> None:
-        """Raises ValueError when the topology cannot run this config mode (disaggregated
-        stages need speculative mode: standard RAG has no drafts to hand over)."""
-        if self.stages == "disaggregated" and mode != "speculative":
+    def check_mode(self, config: Any) -> None:
+        """Raises ValueError when the topology cannot run ``config``'s mode (a ``RunConfig``, or
+        its ``mode`` string): disaggregated stages need some task in speculative mode (standard
+        RAG has no drafts to hand over; under a per-task mode the verifier side answers the
+        Standard RAG rows whole)."""
+        modes = getattr(config, "modes", None) or {config}
+        if self.stages == "disaggregated" and "speculative" not in modes:
             raise ValueError(f"execution.stages 'disaggregated' needs config mode 'speculative' "
-                             f"(got {mode!r}); use stages 'fused' for Standard RAG")
+                             f"(got {getattr(config, 'mode', config)!r}); use stages 'fused' for Standard RAG")
 
     @property
     def distributed(self) -> bool:

@@ -47,11 +47,24 @@ def count_failed_rows(shards: list[str], results: list[ShardResult],
 def merge_summaries(parts: list[dict]) -> dict:
     """Combine per-shard :func:`evaluation.summarize` outputs (accuracies weighted by n; counts,
     and rows per number of adaptive drafting rounds, summed; a count a shard's summary lacks,
-    e.g. ``verifier_drafts_deduplicated`` in a done marker written before it existed, adds 0)."""
+    e.g. ``verifier_drafts_deduplicated`` in a done marker written before it existed, adds 0;
+    ``by_mode``: rows, graded rows and accuracy per mode; a task's ``mode`` kept)."""
     out: dict = {"rows": 0, "answered": 0, "errors": 0, "low_confidence": 0, "fast_path": 0,
                  "n_with_gold": 0, "gold_not_scored": 0, "fallback": 0, "fallback_failed": 0,
-                 "verifier_drafts_deduplicated": 0, "draft_rounds": {}, "by_task": {}}
+                 "verifier_drafts_deduplicated": 0, "draft_rounds": {}, "by_task": {}, "by_mode": {}}
     acc = defaultdict(lambda: defaultdict(float))
+    task_modes: dict[str, set] = defaultdict(set)
+    for p in parts:
+        for mode, b in (p.get("by_mode") or {}).items():
+            m = out["by_mode"].setdefault(mode, {"rows": 0, "n_with_gold": 0, "correct": 0.0})
+            m["rows"] += b["rows"]
+            m["n_with_gold"] += b["n_with_gold"]
+            m["correct"] += (b["accuracy"] or 0.0) * b["n_with_gold"]
+        for task, t in (p.get("by_task") or {}).items():
+            task_modes[task].update(t["mode"].split("+") if t.get("mode") else ())
+    for m in out["by_mode"].values():
+        correct = m.pop("correct")
+        m["accuracy"] = correct / m["n_with_gold"] if m["n_with_gold"] else None
     for p in parts:
         for k in ("rows", "answered", "errors", "low_confidence", "fast_path", "n_with_gold",
                   "gold_not_scored", "fallback", "fallback_failed", "verifier_drafts_deduplicated"):
@@ -67,6 +80,8 @@ def merge_summaries(parts: list[dict]) -> dict:
     for task, t in acc.items():
         n = t["n_with_gold"]
         out["by_task"][task] = {"n_with_gold": int(n), **{m: t[m] / n for m in t if m != "n_with_gold"}}
+        if task_modes[task]:
+            out["by_task"][task]["mode"] = "+".join(sorted(task_modes[task]))
     graded = sum(t["n_with_gold"] for t in acc.values())
     out["accuracy"] = (sum(t["accuracy"] for t in acc.values()) / graded) if graded else None
     return out
@@ -111,7 +126,8 @@ def output_cost(shards: list[dict]) -> dict:
     loads and planning are not in it), "engines": {model: usage} (:meth:`EngineUsage.as_dict`,
     summed per model), "engines_unrecorded": [inputs of resumed shards with no recorded engine
     usage: manifests written before resumed shards kept it], "engine_dtypes": {model: dtype}
-    (:func:`output_dtypes`)}``."""
+    (:func:`output_dtypes`), "mode_seconds": {mode: s} (wall seconds of the stages that
+    answered each mode's rows, summed; ``ShardResult.mode_seconds``)}``."""
     ok = [s for s in shards if s.get("status") == "ok"]
     return {
         "shards": len(ok),
@@ -122,7 +138,16 @@ def output_cost(shards: list[dict]) -> dict:
         "engines": EngineUsage.total([s.get("engines") or {} for s in ok]).as_dict(),
         "engines_unrecorded": [s.get("input") for s in ok if s.get("resumed") and not s.get("engines")],
         "engine_dtypes": output_dtypes(ok),
+        "mode_seconds": {k: round(v, 3) for k, v in sorted(_mode_sum(ok).items())},
     }
+
+
+def _mode_sum(shards: list[dict]) -> dict[str, float]:
+    total: dict[str, float] = defaultdict(float)
+    for s in shards:
+        for k, v in (s.get("mode_seconds") or {}).items():
+            total[k] += v or 0.0
+    return total
 
 
 def output_dtypes(shards: list[dict]) -> dict[str, str]:
@@ -234,7 +259,7 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         "output": output_uri,
         "mode": cfg.mode,
         # which drafter: packaged pin, or a tuned model's training manifest id / weights sha256
-        "drafter": drafter_identity(cfg.drafter.model, cfg.drafter.adapter) if cfg.mode == "speculative" else None,
+        "drafter": drafter_identity(cfg.drafter.model, cfg.drafter.adapter) if cfg.uses_speculative else None,
         "config": cfg.model_dump(mode="json"),
         "config_hash": cfg.config_hash(),
         "shards": shards,

@@ -380,7 +380,7 @@ def check_config_models(cfg) -> dict[str, str]:
 
     named = hasattr(cfg, "field_source") and cfg.field_source("verifier.model") is not None
     fields = [("verifier.model", cfg.verifier.model, {})] if getattr(cfg, "uses_verifier", True) or named else []
-    if cfg.mode == "speculative":
+    if getattr(cfg, "uses_speculative", cfg.mode == "speculative"):
         fields.insert(0, ("drafter.model", cfg.drafter.model, {}))
         if cfg.sampling.strategy != "random":  # sentence-transformers: modules.json, any case
             embedders = ["all-MiniLM-L6-v2", *sorted(PACKAGED_EMBEDDERS - {"all-minilm-l6-v2"})]

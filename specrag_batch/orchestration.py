@@ -1,12 +1,10 @@
 """Prefect flow: one task run per input shard; storage I/O tasks retry on transient errors.
 
 Stages run fused (one ``process-shard`` task per shard) or disaggregated (``draft-shard`` tasks
-write intermediate draft Parquet, ``verify-shard`` tasks read it); tasks run on threads in this
-process or on a Ray cluster (``execution``, see :mod:`specrag_batch.execution`). Run through
-``specrag-batch run``, :func:`run_batch`, or ``python -m flows.speculative_rag INPUT OUTPUT
-[CONFIG.yaml]``. Tasks receive a :class:`~specrag_batch.shard.ShardJob` (URIs, the config as
-JSON), never frames. The scheduled flows (nightly, backfill, claim verification) call
-:func:`run_flow` as a subflow.
+write intermediate draft Parquet, ``verify-shard`` tasks read it), on threads or a Ray cluster
+(:mod:`specrag_batch.execution`). Run by ``specrag-batch run``, :func:`run_batch` or ``python -m
+flows.speculative_rag INPUT OUTPUT [CONFIG.yaml]``; tasks receive a :class:`~specrag_batch.shard.ShardJob`
+(URIs, the config as JSON). Scheduled flows call :func:`run_flow` as a subflow.
 """
 
 from __future__ import annotations
@@ -93,7 +91,7 @@ def process_shard_task(job: ShardJob) -> dict:
         return done
     cfg, before = job.config, usage_now()
     verifier = LazyEngine(cfg.verifier, cfg.seed) if cfg.uses_verifier else None
-    drafter = LazyEngine(cfg.drafter, cfg.seed) if cfg.mode == "speculative" else None
+    drafter = LazyEngine(cfg.drafter, cfg.seed) if cfg.uses_speculative else None
     res = process_shard(job, IO, verifier=verifier, drafter=drafter)
     out = _finish(res, job, job.output_prefix, before, [verifier, drafter])
     if res.status == "ok":  # drafts an earlier disaggregated attempt left for this shard
@@ -142,6 +140,8 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
                       "engines": drafted.get("engines") or {}}
     for k, v in drafted["stage_seconds"].items():
         res.stage_seconds[k] = round(res.stage_seconds.get(k, 0.0) + v, 3)
+    for k, v in (drafted.get("mode_seconds") or {}).items():
+        res.mode_seconds[k] = round(res.mode_seconds.get(k, 0.0) + v, 3)
     out = _finish(res, job, job.output_prefix, before, [verifier, drafter], drafting=drafted)
     if res.status == "ok" and not keep_drafts:
         resume.discard(job.drafts_prefix, drafted["output"])
@@ -254,7 +254,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     t0 = time.perf_counter()
     cfg = RunConfig.model_validate(config or {})
     ex = ExecutionConfig.coerce(execution)
-    ex.check_mode(cfg.mode)
+    ex.check_mode(cfg)
     input_uri, output_uri = storage.normalize_uri(input_uri), storage.normalize_uri(output_uri)
     run_id = run_id or new_run_id()
     log = get_run_logger()

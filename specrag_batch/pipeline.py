@@ -40,8 +40,9 @@ job; the functions after them keep the older per-stage API (results keyed by pos
 
 from __future__ import annotations
 
+import time
 from functools import partial
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .config import RunConfig
 from .records import Document, Draft, QueryRow, SelectedAnswer
@@ -56,7 +57,7 @@ from .stages.selection import Selection
 from .stages.verification import Verification
 
 __all__ = ["INPUT_FIELDS", "SPLIT_AT", "STAGES", "EngineLike", "Pipeline", "RunInfo", "Stage",
-           "StageContractError", "StageTimer", "build_pipeline", "draft_stage", "fallback_stages",
+           "RoutedPipeline", "StageContractError", "StageTimer", "build_pipeline", "draft_stage", "fallback_stages",
            "output_record", "output_row", "process_rows", "speculative_stages", "stage_table",
            "standard_stages", "verify_stage"]
 
@@ -128,6 +129,42 @@ class Pipeline:
         return first, second
 
 
+class RoutedPipeline:
+    """A run where each row is answered by its task's mode (``mode`` per task,
+    :meth:`RunConfig.mode_for`): the rows of each chunk of ``chunk_rows`` go to the
+    :class:`Pipeline` of their mode (in input order within each), so one chunk makes at most one
+    batched engine call per stage and mode; every row is run by exactly one pipeline. Wall seconds
+    per mode go to :attr:`StageTimer.modes`.
+
+    Args:
+        pipelines: mode -> its pipeline (chunked by ``chunk_rows`` too, a group never exceeds it).
+        route: row -> mode.
+        chunk_rows: rows per chunk.
+
+    Raises:
+        KeyError: (from :meth:`run`) a row routed to a mode without a pipeline."""
+
+    def __init__(self, pipelines: dict[str, Pipeline], route: Callable[[QueryRow], str], *, chunk_rows: int):
+        self.pipelines, self.route, self.chunk_rows = pipelines, route, chunk_rows
+
+    def run(self, rows: Sequence[QueryRow], timer: StageTimer | None = None) -> None:
+        """:meth:`Pipeline.run` of each mode's rows of each chunk, rows updated in place."""
+        timer = timer if timer is not None else StageTimer()
+        for start in range(0, len(rows), self.chunk_rows):
+            groups: dict[str, list[QueryRow]] = {}
+            for row in rows[start:start + self.chunk_rows]:
+                groups.setdefault(self.route(row), []).append(row)
+            for mode, group in groups.items():
+                t0 = time.perf_counter()
+                self.pipelines[mode].run(group, timer)
+                timer.modes[mode] += time.perf_counter() - t0
+
+
+def routed(cfg: RunConfig, pipelines: dict[str, Pipeline]) -> RoutedPipeline:
+    """:class:`RoutedPipeline` of ``pipelines`` routing each row by ``cfg.mode_for(row.task)``."""
+    return RoutedPipeline(pipelines, lambda row: cfg.mode_for(row.task), chunk_rows=cfg.chunk_rows)
+
+
 STAGES = ("retrieval", "sampling", "drafting", "verification", "selection", "fallback")
 """Stage timer names (:class:`StageTimer` keys, the manifest's ``stage_seconds``)."""
 SPLIT_AT = "verification"
@@ -186,19 +223,35 @@ def standard_stages(config: RunConfig, *, generator: EngineLike) -> list[Stage]:
 
 
 def build_pipeline(config: RunConfig, *, drafter: EngineLike | None,
-                   verifier: EngineLike | None) -> Pipeline:
-    """The pipeline of ``config.mode`` in chunks of ``config.chunk_rows``: speculative (needs
-    ``drafter``) or standard (the ``verifier`` engine answers).
+                   verifier: EngineLike | None, mode: str | None = None) -> Pipeline:
+    """The pipeline of ``mode`` (default: ``config.mode``, a single mode) in chunks of
+    ``config.chunk_rows``: speculative (needs ``drafter``) or standard (the ``verifier`` engine
+    answers).
 
     Raises:
-        ValueError: speculative mode without a drafter engine."""
-    if config.mode == "standard":
+        ValueError: speculative mode without a drafter engine; no ``mode`` under a per-task
+            mode (:func:`build_routed`)."""
+    mode = mode or config.mode
+    if not isinstance(mode, str):
+        raise ValueError("a per-task mode runs one pipeline per mode: use build_routed")
+    if mode == "standard":
         stages = standard_stages(config, generator=verifier)
     elif drafter is None:
         raise ValueError("speculative mode needs a drafter engine")
     else:
         stages = speculative_stages(config, drafter=drafter, verifier=verifier)
     return Pipeline(stages, chunk_rows=config.chunk_rows)
+
+
+def build_routed(config: RunConfig, *, drafter: EngineLike | None,
+                 verifier: EngineLike | None) -> RoutedPipeline:
+    """Each row by its task's mode (:meth:`RunConfig.mode_for`): one :func:`build_pipeline` per
+    mode the config uses, in a :class:`RoutedPipeline`.
+
+    Raises:
+        ValueError: a mode is speculative and there is no drafter engine."""
+    return routed(config, {m: build_pipeline(config, drafter=drafter, verifier=verifier, mode=m)
+                           for m in sorted(config.modes)})
 
 
 def stage_table(stages: list[Stage]) -> str:
@@ -218,7 +271,7 @@ def process_rows(rows: Sequence[QueryRow], cfg: RunConfig, *, drafter: EngineLik
 
     Raises:
         ValueError: speculative mode without a drafter engine."""
-    build_pipeline(cfg, drafter=drafter, verifier=verifier).run(rows, timer)
+    build_routed(cfg, drafter=drafter, verifier=verifier).run(rows, timer)
     return [output_record(row, cfg, info) for row in rows]
 
 
@@ -231,13 +284,15 @@ def draft_stage(rows: Sequence[QueryRow], cfg: RunConfig, *, drafter: EngineLike
                 timer: StageTimer | None = None) -> dict[int, list[Draft]]:
     """Disaggregated runs, drafter side: the stages before verification over a shard's rows
     in chunks of ``cfg.chunk_rows`` (the same chunks as :func:`process_rows`). Returns position
-    in ``rows`` -> drafts; failing rows get an ``error``. Speculative mode only.
+    in ``rows`` -> drafts; failing rows get an ``error``. Under a per-task mode the rows of
+    Standard RAG tasks pass untouched (the verifier side answers them, :func:`verify_stage`).
 
     Raises:
-        ValueError: ``cfg.mode`` is not ``speculative``."""
-    if cfg.mode != "speculative":
+        ValueError: no task of ``cfg`` is answered by Speculative RAG."""
+    if not cfg.uses_speculative:
         raise ValueError("disaggregated drafting needs mode 'speculative'")
-    _halves(cfg, drafter, None)[0].run(rows, timer)
+    nothing = Pipeline([], chunk_rows=cfg.chunk_rows)
+    routed(cfg, {"speculative": _halves(cfg, drafter, None)[0], "standard": nothing}).run(rows, timer)
     return {i: row.drafts for i, row in enumerate(rows) if row.error is None and row.drafts is not None}
 
 
@@ -249,13 +304,18 @@ def verify_stage(rows: Sequence[QueryRow], drafts: dict[int, list[Draft]], cfg: 
     (position in ``rows`` -> drafts), chunked as in :func:`process_rows`; one output record
     per row, in input order (rows with an ``error`` pass through). The fallback reads the
     rows' input ``documents`` (the draft Parquet has none) and, for ``wider``, ``drafter``.
+    Under a per-task mode the rows of Standard RAG tasks (not drafted) run the whole
+    :func:`standard_stages` here, from their input ``documents`` (set by the caller).
 
     Raises:
         ValueError: a row needs the fallback and its engine was not given."""
     for i, row in enumerate(rows):
         if i in drafts and row.error is None:
             row.drafts = drafts[i]
-    _halves(cfg, drafter, verifier)[1].run(rows, timer)
+    pipelines = {"speculative": _halves(cfg, drafter, verifier)[1]}
+    if "standard" in cfg.modes:
+        pipelines["standard"] = build_pipeline(cfg, drafter=None, verifier=verifier, mode="standard")
+    routed(cfg, pipelines).run(rows, timer)
     return [output_record(row, cfg, info) for row in rows]
 
 

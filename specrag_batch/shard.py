@@ -137,6 +137,8 @@ class ShardResult:
     run_id: str | None = None
     resumed: bool = False
     engines: dict = field(default_factory=dict)  # engine usage by this shard's task(s)
+    # wall seconds per mode of the rows it answered (StageTimer.modes; both sides if disaggregated)
+    mode_seconds: dict[str, float] = field(default_factory=dict)
     # {model: dtype} of the engines in ``engines`` ("bfloat16", "float32"; engines.used_dtypes):
     # the numerics the rows were computed in, which differ per host unless the config pins them
     engine_dtypes: dict[str, str] = field(default_factory=dict)
@@ -216,6 +218,20 @@ def _timings(timer: StageTimer) -> dict[str, float]:
     return {k: round(v, 3) for k, v in timer.seconds.items()}
 
 
+def _of_mode(rows: list[QueryRow], cfg: RunConfig, mode: str) -> list[QueryRow]:
+    """The rows ``cfg`` answers by ``mode``: an engine only they use starts only for them."""
+    return [r for r in rows if cfg.mode_for(r.task) == mode]
+
+
+def _load(rows: list[QueryRow], cfg: RunConfig, drafter, verifier) -> float:
+    """:func:`load_needed`: the drafter when a Speculative RAG row passed validation, the
+    verifier when some row did and (a Standard RAG row or a verifier term) needs it."""
+    spec = _of_mode(rows, cfg, "speculative")
+    need_verifier = rows if cfg.verifier_reads_documents or cfg.selection.verifier_scores_drafts \
+        or cfg.selection.fallback != "none" else _of_mode(rows, cfg, "standard")
+    return load_needed(spec, drafter) + load_needed(need_verifier, verifier)
+
+
 def _write_output(job: ShardJob, io: ShardIO, rows_in: int, records: list[dict],
                   timer: StageTimer, reused: reuse.ReuseOutcome | None = None) -> ShardResult:
     """Write the shard's output, then its key index (:mod:`reuse`; ``reused`` holds the rows'
@@ -231,7 +247,8 @@ def _write_output(job: ShardJob, io: ShardIO, rows_in: int, records: list[dict],
                        rows_out=table.num_rows, errors=sum(r["error"] is not None for r in records),
                        stage_seconds=_timings(timer), summary=summarize(records),
                        rows_reused=reused.rows_reused if reused else 0,
-                       reuse_seconds_saved=reused.seconds_saved if reused else 0.0)
+                       reuse_seconds_saved=reused.seconds_saved if reused else 0.0,
+                       mode_seconds={k: round(v, 3) for k, v in timer.modes.items()})
 
 
 def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResult:
@@ -246,7 +263,7 @@ def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResu
         timer = StageTimer()
 
         def compute(todo: list[QueryRow]) -> list[dict]:  # rows no earlier output answered
-            loading[0] += load_needed(todo, drafter, verifier)
+            loading[0] += _load(todo, cfg, drafter, verifier)
             return process_rows(todo, cfg, drafter=drafter, verifier=verifier,
                                 info=RunInfo(job.run_id, job.shard_file), timer=timer)
         reused = reuse.process_with_reuse(rows, cfg, run_id=job.run_id, source_file=job.shard_file,
@@ -262,7 +279,7 @@ def draft_shard(job: ShardJob, io: ShardIO, *, drafter) -> ShardResult:
     def body(loading: list[float]) -> ShardResult:
         cfg = job.config
         rows = _reading(job.shard_file, io.read_rows, job.shard_file, job.seen_before, cfg.task)
-        loading[0] += load_needed(rows, drafter)
+        loading[0] += load_needed(_of_mode(rows, cfg, "speculative"), drafter)
         timer = StageTimer()
         table = intermediate.to_table(rows, draft_stage(rows, cfg, drafter=drafter, timer=timer),
                                       documents=cfg.verifier_reads_documents)
@@ -272,15 +289,17 @@ def draft_shard(job: ShardJob, io: ShardIO, *, drafter) -> ShardResult:
                            errors=sum(r.error is not None for r in rows),
                            digest=intermediate.ids_digest(r.query_id for r in rows),
                            claims_digest=job.claims_digest,
-                           stage_seconds=_timings(timer))
+                           stage_seconds=_timings(timer),
+                           mode_seconds={k: round(v, 3) for k, v in timer.modes.items()})
     return _run_guarded(job.shard_file, body)
 
 
 def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict, drafter=None) -> ShardResult:
     """Disaggregated, verifier side: read the draft shard ``drafted["output"]``, run stages
     4-5 (and the fallback pass) in the chunks of a fused run, write ``job.output_file``
-    atomically. With ``selection.fallback`` the input shard is read again for its documents
-    (the draft shard has none); ``drafter`` is needed for ``wider``.
+    atomically. With ``selection.fallback``, or Standard RAG rows of a per-task mode (answered
+    here whole), the input shard is read again for its documents (the draft shard has none);
+    ``drafter`` is needed for ``wider``.
 
     ``drafted`` is the drafting result (row count, ``digest`` of the query ids): a draft shard
     that cannot be read or does not match it returns status ``failed`` with ``output=None``
@@ -300,7 +319,7 @@ def verify_shard(job: ShardJob, io: ShardIO, *, verifier, drafted: dict, drafter
     def body(loading: list[float]) -> ShardResult:
         cfg = job.config
         rows, drafts = _reading(draft_file, read)
-        if cfg.selection.fallback != "none":
+        if cfg.selection.fallback != "none" or "standard" in cfg.modes:
             for row, source in zip(rows, _reading(job.shard_file, read_input)):
                 row.documents = source.documents
         loading[0] += load_needed(rows, verifier, drafter)

@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import re
+import typing
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -16,7 +17,11 @@ from .drift import DriftConfig
 from .reuse import ReuseConfig
 from .identity import hashed_view
 from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
-                       RetrievalConfig, SamplingConfig, SelectionConfig, VerifierConfig, _Strict)
+                       RetrievalConfig, SamplingConfig, SelectionConfig, TauTask, VerifierConfig,
+                       _Strict)
+
+ModeKey = Literal["qa", "claim", "choice", "default"]
+"""The keys a per-task ``mode`` mapping may name: the tasks, and ``default`` for the others."""
 
 MAX_LABEL_CHARS = 64
 """Longest claim label (characters): a label is a short answer the drafter writes (SUPPORTS)."""
@@ -51,8 +56,46 @@ class RunConfig(_Strict):
             return self._file[0]
         return None
 
-    mode: Mode = Field("speculative", description="speculative (drafter + verifier) or standard "
-                       "(verifier answers from all N documents)")
+    mode: Mode | dict[ModeKey, Mode] = Field(
+        "speculative", description="speculative (drafter + verifier) or standard (verifier answers "
+        "from all N documents); or a mapping task -> mode ({claim: speculative, qa: standard}; "
+        "`default` names the mode of the tasks left out, else speculative): each row is answered "
+        "by its task's mode",
+        json_schema_extra={"flag_help": (
+            "speculative or standard, for every row; or one mode per task as "
+            "task=mode pairs (claim=speculative,choice=speculative,qa=standard; "
+            "default=<mode> for the tasks left out, else speculative)")})
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode_mapping(cls, v: Any) -> Any:
+        """``task=mode`` pairs (``--mode claim=speculative,qa=standard``) as a mapping; every
+        problem of a mapping in one line.
+
+        Raises:
+            ValueError: a value that is neither a mode nor a mapping, a pair without ``=``, a key that is not a task (``qa``, ``claim``,
+                ``choice``) nor ``default``, a value that is not a mode, an empty mapping."""
+        if not isinstance(v, (str, dict)) or (isinstance(v, str) and "=" not in v and v not in typing.get_args(Mode)):
+            raise ValueError(f"mode must be speculative or standard, or a mapping task -> mode "
+                             f"(flag: claim=speculative,qa=standard); got {v!r}")
+        if isinstance(v, str) and "=" in v:
+            pairs = [p.strip() for p in v.split(",") if p.strip()]
+            bad = [p for p in pairs if "=" not in p]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not task=mode (e.g. claim=speculative,qa=standard)")
+            v = {k.strip(): m.strip() for k, _, m in (p.partition("=") for p in pairs)}
+        if isinstance(v, dict):
+            keys, modes = typing.get_args(ModeKey), typing.get_args(Mode)
+            problems = [f"unknown task {k!r} in the per-task mode mapping; keys: {', '.join(keys)}"
+                        for k in v if k not in keys]
+            problems += [f"task {k!r}: mode must be one of {', '.join(modes)}, got {m!r}"
+                         for k, m in v.items() if k in keys and m not in modes]
+            if not v:
+                problems.append("an empty per-task mode mapping: give a mode or task -> mode")
+            if problems:
+                raise ValueError("; ".join(problems))
+        return v
+
     seed: int = Field(0, ge=0, lt=2**32, description="random seed (sampling, K-Means, vLLM); "
                       "0 <= seed < 2**32, what vLLM's engine (numpy's seeding) takes")
     drafter: DrafterConfig = Field(default_factory=DrafterConfig)
@@ -110,6 +153,11 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":
+        if isinstance(self.mode, dict):  # one mode for every task the run can see: that mode
+            default = self.mode.get("default", "speculative")
+            full = {t: self.mode.get(t, default) for t in typing.get_args(TauTask)}
+            seen = {full[self.task]} if self.task else set(full.values())
+            self.mode = seen.pop() if len(seen) == 1 else full
         sel = self.selection
         taus = sel.tau_min.values() if isinstance(sel.tau_min, dict) else [sel.tau_min]
         if any(t is not None and not math.isfinite(t) for t in taus):
@@ -127,7 +175,7 @@ class RunConfig(_Strict):
         if self.sampling.adaptive and not sel.consensus_enabled:
             raise ValueError("sampling.adaptive stops a row on the consensus rule; it needs "
                              "selection.consensus_enabled: true")
-        if sel.fallback != "none" and self.mode != "speculative":
+        if sel.fallback != "none" and not self.uses_speculative:
             raise ValueError(f"selection.fallback {sel.fallback!r} re-answers low-confidence "
                              "Speculative RAG rows; mode 'standard' takes fallback: none")
         if sel.fallback == "wider":
@@ -140,6 +188,30 @@ class RunConfig(_Strict):
                                  f"must exceed retrieval.top_n ({self.retrieval.top_n}) for "
                                  "selection.fallback 'wider'")
         return self
+
+    def mode_for(self, task: str | None) -> str:
+        """The mode that answers a row of ``task`` (``speculative`` or ``standard``): ``mode``
+        itself, or its per-task mapping's entry (completed with ``default`` when the config
+        loads). A task the mapping does not know (a row that failed validation) gets
+        ``speculative`` when some task runs it, else ``standard``."""
+        if isinstance(self.mode, str):
+            return self.mode
+        return self.mode.get(task or "", "speculative" if self.uses_speculative else "standard")
+
+    @property
+    def modes(self) -> frozenset[str]:
+        """The modes some row of this config may be answered by (one, or both for a per-task mapping)."""
+        return frozenset([self.mode] if isinstance(self.mode, str) else self.mode.values())
+
+    @property
+    def uses_speculative(self) -> bool:
+        """Whether some task is answered by Speculative RAG (the drafter engine is needed)."""
+        return "speculative" in self.modes
+
+    @property
+    def mixed_modes(self) -> bool:
+        """Whether rows of one run are answered by both modes (a per-task ``mode`` mapping)."""
+        return len(self.modes) > 1
 
     @property
     def consensus_threshold(self) -> int | None:
@@ -168,7 +240,7 @@ class RunConfig(_Strict):
         False only for Speculative RAG selecting by log ρ_draft alone: no verifier pass runs,
         so the engine is not loaded."""
         sel = self.selection
-        return self.mode != "speculative" or sel.verifier_scores_drafts or sel.fallback != "none"
+        return "standard" in self.modes or sel.verifier_scores_drafts or sel.fallback != "none"
 
     @property
     def verifier_reads_documents(self) -> bool:
@@ -176,7 +248,7 @@ class RunConfig(_Strict):
         the paper's variant that adds the draft's documents to its rationale, Score(α|Q,β,δ)): Speculative RAG with the switch on and a
         verifier term in log ρ. Then verification reads each row's ``top_documents`` and
         ``subsets``, and a disaggregated run writes them to the intermediate draft Parquet."""
-        return (self.mode == "speculative" and self.verifier.evidence_aware
+        return (self.uses_speculative and self.verifier.evidence_aware
                 and self.selection.verifier_scores_drafts)
 
     def idle_settings(self) -> list[str]:
@@ -196,14 +268,14 @@ class RunConfig(_Strict):
         never meant, a ``sampling.num_drafts`` above the distinct subsets N documents give or
         above :data:`MAX_DRAFTS` (:func:`_draft_count_warnings`)."""
         smp, out = self.sampling, []
-        if self.mode == "speculative" and self.selection.fallback != "standard":
+        if "standard" not in self.modes and self.selection.fallback != "standard":
             for key in ("temperature", "top_p"):
                 value = getattr(self.verifier, key)
                 if key in self.verifier.model_fields_set and value != type(self.verifier).model_fields[key].default:
                     out.append(f"verifier.{key} ({value}) is set, but the verifier generates nothing in this "
                                "config: it scores each draft in one forward pass (paper §3.3), whatever the "
                                "sampling settings; they apply in mode standard and to selection.fallback: standard")
-        if self.mode == "speculative" and not self.uses_verifier and self.verifier.model != DEFAULT_VERIFIER:
+        if self.uses_speculative and not self.uses_verifier and self.verifier.model != DEFAULT_VERIFIER:
             out.append(f"verifier.model ({self.verifier.model}) is set, but nothing uses the verifier: "
                        "log ρ = log ρ_draft alone (selection.use_self_consistency and use_self_reflection "
                        "are false, no fallback), so no verifier pass runs and the model is not loaded; "
@@ -212,7 +284,7 @@ class RunConfig(_Strict):
             out.append("verifier.evidence_aware is on, but no verifier pass scores drafts in this config "
                        "(mode standard, or selection.use_self_consistency and use_self_reflection false): "
                        "the documents reach no verifier input")
-        if (self.mode == "speculative" and not self.adaptive_drafting and "first_round" in smp.model_fields_set
+        if (self.uses_speculative and not self.adaptive_drafting and "first_round" in smp.model_fields_set
                 and smp.first_round != type(smp).model_fields["first_round"].default):
             # (a full config dump sets every field: its default first round is not named)
             why = ("it is set false" if smp.adaptive is not None else
@@ -221,18 +293,18 @@ class RunConfig(_Strict):
             out.append(f"sampling.first_round ({smp.first_round}) is set, but adaptive drafting (sampling.adaptive) "
                        f"is off ({why}): every row drafts its m subsets in one round; set sampling.adaptive: true "
                        "to draft in rounds")
-        if (self.mode == "speculative" and self.adaptive_drafting and "first_round" in smp.model_fields_set
+        if (self.uses_speculative and self.adaptive_drafting and "first_round" in smp.model_fields_set
                 and smp.first_round >= smp.num_drafts):
             out.append(f"sampling.first_round ({smp.first_round}) >= sampling.num_drafts ({smp.num_drafts}): "
                        "adaptive drafting drafts every subset in its first round, so it never stops a row early; "
                        f"set sampling.first_round below {smp.num_drafts} or sampling.adaptive: false")
         sel = self.selection
-        if self.mode == "speculative" and not (sel.use_draft_score or sel.use_self_consistency
+        if self.uses_speculative and not (sel.use_draft_score or sel.use_self_consistency
                                                or sel.use_self_reflection):
             out.append("selection.use_draft_score, use_self_consistency and use_self_reflection are all false: "
                        "every draft's log ρ is 0, so no score ranks the drafts (argmax takes one by order, like the paper's "
                        "random-draft ablation of Table 3) and selection.tau_min compares nothing; turn a term on")
-        if self.mode == "speculative":
+        if self.uses_speculative:
             out += _draft_count_warnings(smp.num_drafts, self.retrieval.top_n, smp.num_clusters, smp.strategy)
         return out
 

@@ -107,10 +107,29 @@ def summary(data: RunData) -> dict:
     out["reuse"] = (data.manifest or {}).get("reuse")  # rows copied from earlier runs (specrag_batch.reuse)
     man = with_marker_usage(data.manifest, data.prefix) if data.manifest else {}
     cost = cost_of(man) if man else None
+    out["by_mode"] = by_mode(df, g, ((cost or {}).get("output") or {}).get("mode_seconds") or {})
+    for task, m in out["by_task"].items():
+        modes = df.filter(pl.col("task") == task)["mode"].drop_nulls().unique().sort().to_list() if "mode" in df.columns else []
+        if modes:
+            m["mode"] = "+".join(modes)
     out.update(cost_summary(cost, n))
     if cost is not None:
         out["this_invocation"]["run_id"] = man.get("run_id")
     return _finite(out)
+
+
+def by_mode(df: pl.DataFrame, graded: pl.DataFrame, seconds: dict[str, float]) -> dict:
+    """Per mode that answered rows (the output's ``mode`` column): ``rows``, ``n_with_gold``,
+    ``accuracy`` (a fraction; None without gold), ``seconds`` (wall seconds of the stages that
+    answered them, the manifest's ``cost.output.mode_seconds``; None when not recorded) and
+    ``seconds_per_row``."""
+    out: dict = {}
+    for mode in (sorted(df["mode"].drop_nulls().unique().to_list()) if "mode" in df.columns else []):
+        rows, g = df.filter(pl.col("mode") == mode).height, graded.filter(pl.col("mode") == mode)
+        sec = seconds.get(mode)
+        out[mode] = {"rows": rows, "n_with_gold": g.height, "accuracy": float(g["correct"].mean()) if g.height else None,
+                     "seconds": sec, "seconds_per_row": sec / rows if sec is not None and rows else None}
+    return out
 
 
 def not_answered(manifest: dict | None) -> list[dict]:
@@ -231,6 +250,13 @@ def markdown(s: dict, plots: dict[str, str] | None = None) -> str:
               "| task | n with gold | accuracy (match for qa) | exact match | F1 |", "|---|---|---|---|---|"]
     lines += [f"| {t} | {m['n_with_gold']} | {_fmt(m['accuracy'])} | {_fmt(m.get('exact_match'))} | "
               f"{_fmt(m.get('f1'))} |" for t, m in s["by_task"].items()] or ["| – | 0 | – | – | – |"]
+    if len(s.get("by_mode") or {}) > 1:
+        lines += ["", "## Per mode (a mode per task)", "",
+                  "| mode | tasks | rows | n with gold | accuracy | seconds | seconds per row |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {mode} | {', '.join(t for t, tm in s['by_task'].items() if tm.get('mode') == mode) or '–'} | "
+                  f"{m['rows']} | {m['n_with_gold']} | {_fmt(m['accuracy'])} | {_fmt(m['seconds'])} | "
+                  f"{_fmt(m['seconds_per_row'])} |" for mode, m in s["by_mode"].items()]
     lines += ["", "## Confidence measures: AUROC correct vs wrong (rows τ_min applies to)", "",
               "| task | " + " | ".join(calibration.MEASURES) + " |", "|---|" + "---|" * len(calibration.MEASURES)]
     lines += [f"| {t} | " + " | ".join(_fmt(a[m]) for m in calibration.MEASURES) + " |"

@@ -108,7 +108,7 @@ def backfill_flow(input_root: str, output_root: str, start_date: str, end_date: 
     dates = [d.isoformat() for d in dates_between(start_date, end_date)]
     cfg = resolve_config(config, config_path, config_overrides)
     ex = ExecutionConfig.coerce(execution)
-    ex.check_mode(cfg.mode)
+    ex.check_mode(cfg)
     require_directory(input_root, "input_root")
     log = get_run_logger()
     log.info("backfill %s..%s: %d dates, %d at a time", dates[0], dates[-1], len(dates), max_concurrency)

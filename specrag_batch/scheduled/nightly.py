@@ -106,7 +106,7 @@ def nightly_flow(input_root: str, output_root: str, date: str | None = None, lag
     day = parse_date(date, "date") if date is not None else scheduled_date(timezone, lag_days)
     cfg = resolve_config(config, config_path, config_overrides)
     ex = ExecutionConfig.coerce(execution)
-    ex.check_mode(cfg.mode)
+    ex.check_mode(cfg)
     require_directory(input_root, "input_root")
     get_run_logger().info("nightly partition %s (%s)", day, timezone)
     manifest = run_partition(input_root, output_root, day, cfg.model_dump(mode="json"), ex, overwrite)

@@ -52,9 +52,12 @@ class EngineLike(Protocol):  # pragma: no cover - typing only
 
 @dataclass
 class StageTimer:
-    """Wall seconds per stage timer name (:data:`STAGES`), accumulated over chunks."""
+    """Wall seconds per stage timer name (:data:`STAGES`), accumulated over chunks; ``modes``:
+    wall seconds per mode (``speculative``, ``standard``) of the rows each answered
+    (:class:`~specrag_batch.pipeline.RoutedPipeline`)."""
 
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    modes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:

@@ -31,8 +31,8 @@ def output_row(row: QueryRow, result: tuple[list[Draft], SelectedAnswer] | None,
               "f1": None, "draft_rounds": row.draft_rounds, "answer_source": None,
               "first_answer": None, "first_score": None, "first_correct": None,
               "fallback_error": None, "verifier_drafts_deduplicated": row.verifier_drafts_deduplicated,
-              "label_distribution": None, "label_probability": None, "mode": config.mode,
-              "drafter_model": model_id(config.drafter.model) if config.mode == "speculative" else None,
+              "label_distribution": None, "label_probability": None, "mode": config.mode_for(row.task),
+              "drafter_model": model_id(config.drafter.model) if config.mode_for(row.task) == "speculative" else None,
               "verifier_model": model_id(config.verifier.model), "run_id": info.run_id,
               "source_file": info.source_file}
     if row.error is None and result is not None:

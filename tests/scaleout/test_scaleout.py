@@ -232,3 +232,35 @@ def test_ray_workers_reuse_the_rows_of_an_earlier_run(prefect_harness, ray_clust
     assert got == {name: [{k: v for k, v in r.items() if k not in own} for r in rows] for name, rows in reference.items()}
     assert all(r["answer_source"] == "reused" and r["reused_from"].startswith(first)
                for rows in outputs(out).values() for r in rows)
+
+
+@pytest.fixture(scope="module")
+def mixed_inputs(tmp_path_factory):
+    """2 shards, each mixing a PopQA question and a Climate-FEVER claim (issue 49)."""
+    import pyarrow as pa
+
+    d = tmp_path_factory.mktemp("mixed")
+    for i in range(2):
+        pq.write_table(pa.concat_tables([sample_rows("popqa", 1, i), sample_rows("climate_fever", 1, i)]),
+                       d / f"mixed-{i}.parquet")
+    return str(d)
+
+
+@pytest.mark.parametrize("stages", ["fused", "disaggregated"])
+def test_ray_cluster_mode_per_task_same_rows_as_threads(prefect_harness, ray_cluster, mixed_inputs, tmp_path, stages):
+    """A mode per task on the Ray path: every row once, answered by its task's mode, the same
+    rows as the single-process run (claims by Speculative RAG, questions by Standard RAG)."""
+    from flows.speculative_rag import run_flow
+
+    cfg = small_config(mode={"claim": "speculative", "qa": "standard"}).model_dump(mode="json")
+    ref = str(tmp_path / "ref")
+    assert run_flow(mixed_inputs, ref, cfg)["failed_shards"] == 0
+    res = same_threads()
+    ex = {"task_runner": "ray", "ray_address": ray_cluster, "stages": stages,
+          "shard_resources": res, "drafter_resources": res, "verifier_resources": res}
+    out = str(tmp_path / "out")
+    m = run_flow(mixed_inputs, out, cfg, execution=ex)
+    assert m["failed_shards"] == 0 and m["rows_out"] == 4
+    rows = [r for shard in outputs(out).values() for r in shard]
+    assert sorted((r["task"], r["mode"]) for r in rows) == [("claim", "speculative")] * 2 + [("qa", "standard")] * 2
+    assert outputs(out) == outputs(ref)

@@ -102,7 +102,7 @@ def test_cli_options_follow_the_config_fields():
     drafts = params["cfg__sampling__num_drafts"]
     assert drafts.default.param_decls == ("--drafts", "-m") and "number of document subsets" in drafts.default.help
     assert "int" in str(drafts.annotation) and "float" in str(params["cfg__selection__tau_min"].annotation)
-    assert "speculative" in str(params["cfg__mode"].annotation)
+    assert "str" in str(params["cfg__mode"].annotation) and "task=mode" in params["cfg__mode"].default.help  # one word or task=mode pairs (issue 49)
 
 
 @pytest.mark.parametrize("error, code", [(ValueError("bad"), 2), (FileNotFoundError("gone"), 2),

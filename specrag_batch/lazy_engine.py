@@ -8,6 +8,7 @@ from typing import Sequence
 
 from . import engines
 from .config import ModelConfig
+from .engine_usage import EngineStats, EngineUsage
 from .engines import Engine, loaded_engines
 
 
@@ -26,6 +27,22 @@ class LazyEngine:
     def __init__(self, cfg: ModelConfig, seed: int = 0):
         self.cfg, self.seed = cfg, seed
         self._engine: Engine | None = None
+        self.role = {"DrafterConfig": "drafter", "VerifierConfig": "verifier"}.get(type(cfg).__name__, "model")
+        self.usage = EngineStats()  # this handle's calls only: its role's share of the engine's usage
+
+    def _call(self, method: str, prompts, *args, **kw):
+        """``method`` of the engine (started on the first call; no prompts: ``[]``), its usage
+        added to :attr:`usage` as well as the engine's own ``stats``: when the drafter and the
+        verifier are one engine (the same model and settings), the handles keep the roles apart."""
+        if not prompts:
+            return []
+        engine = self.load()
+        stats = getattr(engine, "stats", None)
+        before = dict(vars(stats)) if stats is not None else {}
+        out = getattr(engine, method)(prompts, *args, **kw)
+        for k, v in (vars(stats) if stats is not None else {}).items():
+            setattr(self.usage, k, getattr(self.usage, k, 0) + v - before.get(k, 0))
+        return out
 
     @property
     def name(self) -> str:
@@ -65,24 +82,33 @@ class LazyEngine:
 
     def generate(self, prompts, **kw):
         """:meth:`Engine.generate`; no prompts: ``[]`` without starting the engine."""
-        return self.load().generate(prompts, **kw) if prompts else []
+        return self._call("generate", prompts, **kw)
 
     def prompt_logprobs(self, prompts, **kw):
         """:meth:`Engine.prompt_logprobs`; no prompts: ``[]`` without starting the engine."""
-        return self.load().prompt_logprobs(prompts, **kw) if prompts else []
+        return self._call("prompt_logprobs", prompts, **kw)
 
     def prompt_and_next_logprobs(self, prompts, next_ids, **kw):
         """:meth:`Engine.prompt_and_next_logprobs`; no prompts: ``[]`` without starting the engine."""
-        return self.load().prompt_and_next_logprobs(prompts, next_ids, **kw) if prompts else []
+        return self._call("prompt_and_next_logprobs", prompts, next_ids, **kw)
 
     def next_token_logprobs(self, prompts, next_ids, **kw):
         """:meth:`Engine.next_token_logprobs`; no prompts: ``[]`` without starting the engine."""
-        return self.load().next_token_logprobs(prompts, next_ids, **kw) if prompts else []
+        return self._call("next_token_logprobs", prompts, next_ids, **kw)
 
     def __getattr__(self, attr: str):
         if attr.startswith("_") or attr in ("cfg", "seed"):
             raise AttributeError(attr)
         return getattr(self.load(), attr)
+
+
+def usage_by_role(handles: Sequence) -> EngineUsage:
+    """Engine usage per role (``drafter``, ``verifier``) of the :class:`LazyEngine` ``handles``
+    that made calls (None and started engines without a handle are skipped): a shard's usage by
+    role even when one engine served both roles. Counters as :class:`EngineStats` (seconds
+    inside engine calls, tokens)."""
+    return EngineUsage.total([EngineUsage({h.role: dict(vars(h.usage))}) for h in handles
+                              if isinstance(h, LazyEngine) and h.usage.calls])
 
 
 def load_needed(rows, *handles) -> float:

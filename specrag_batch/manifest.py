@@ -124,7 +124,8 @@ def output_cost(shards: list[dict]) -> dict:
     Returns ``{"shards": n, "rows": rows they hold, "runs": [run ids that computed them],
     "stage_seconds": {stage: s}, "shard_seconds": s (the shards' task wall time, summed; engine
     loads and planning are not in it), "engines": {model: usage} (:meth:`EngineUsage.as_dict`,
-    summed per model), "engines_unrecorded": [inputs of resumed shards with no recorded engine
+    summed per model), "engines_by_role": {role: usage} (the same by role, ``drafter`` and
+    ``verifier``, kept apart when one engine served both), "engines_unrecorded": [inputs of resumed shards with no recorded engine
     usage: manifests written before resumed shards kept it], "engine_dtypes": {model: dtype}
     (:func:`output_dtypes`), "mode_seconds": {mode: s} (wall seconds of the stages that
     answered each mode's rows, summed; ``ShardResult.mode_seconds``)}``."""
@@ -136,6 +137,7 @@ def output_cost(shards: list[dict]) -> dict:
         "stage_seconds": _stage_sum([s.get("stage_seconds") for s in ok]),
         "shard_seconds": round(sum(s.get("seconds") or 0.0 for s in ok), 3),
         "engines": EngineUsage.total([s.get("engines") or {} for s in ok]).as_dict(),
+        "engines_by_role": EngineUsage.total([s.get("engines_by_role") or {} for s in ok]).as_dict(),
         "engines_unrecorded": [s.get("input") for s in ok if s.get("resumed") and not s.get("engines")],
         "engine_dtypes": output_dtypes(ok),
         "mode_seconds": {k: round(v, 3) for k, v in sorted(_mode_sum(ok).items())},

@@ -23,7 +23,7 @@ from . import resume, storage
 from .config import RunConfig, load_config
 from .engine_usage import EngineUsage, merge_dtypes
 from .engines import check_cpu_env, loaded_engines, usage_now, used_dtypes
-from .lazy_engine import LazyEngine, loaded_since
+from .lazy_engine import LazyEngine, loaded_since, usage_by_role
 from .execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from .index.search import check_index
 from .models import check_config_models
@@ -69,6 +69,7 @@ def _finish(res: ShardResult, job: ShardJob, prefix: str, before: EngineUsage, u
     own = usage_now().since(before)
     drafting = drafting or {}
     res.engines = EngineUsage.total([own, drafting.get("engines") or {}]).as_dict()
+    res.engines_by_role = EngineUsage.total([usage_by_role(used), drafting.get("engines_by_role") or {}]).as_dict()
     res.engine_dtypes = merge_dtypes([drafting.get("engine_dtypes"), used_dtypes(used, own.by_engine)])
     res.worker = f"{socket.gethostname()}:{os.getpid()}"
     if res.status == "ok":

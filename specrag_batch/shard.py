@@ -137,6 +137,7 @@ class ShardResult:
     run_id: str | None = None
     resumed: bool = False
     engines: dict = field(default_factory=dict)  # engine usage by this shard's task(s)
+    engines_by_role: dict = field(default_factory=dict)  # the same by role (drafter, verifier)
     # wall seconds per mode of the rows it answered (StageTimer.modes; both sides if disaggregated)
     mode_seconds: dict[str, float] = field(default_factory=dict)
     # {model: dtype} of the engines in ``engines`` ("bfloat16", "float32"; engines.used_dtypes):

@@ -166,3 +166,34 @@ def test_resumed_and_noop_runs_keep_the_outputs_cost_and_label_their_own(tmp_pat
     # not a terminal: the paths are whole, each on one line
     lines = noop.stdout.splitlines()
     assert f"output: {out}" in lines and f"report: {out}/_report/report.md" in lines, noop.stdout
+
+
+def test_one_model_in_both_roles_keeps_its_usage_apart_by_role(tmp_path):
+    """Drafter and verifier of one model (one engine name, also one engine when their settings
+    agree): the usage per model sums both roles, and ``engines_by_role`` keeps the drafter's and
+    the verifier's calls and tokens apart, adding up to the model's, in every done marker and
+    in the output's cost."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    cfg = yaml.safe_load(Path(CONFIG).read_text())
+    cfg.setdefault("selection", {})["use_self_reflection"] = True  # a verifier pass on every row
+    config = tmp_path / "both-roles.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    inp = tmp_path / "in"
+    inp.mkdir()
+    pq.write_table(sample_rows("climate_fever", 2), inp / "s0.parquet")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "tests.fake_engine_cli", "run", "-i", str(inp), "-o", str(out),
+                        "-c", str(config)], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env=subprocess_env(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    cost = json.loads((out / "_manifest.json").read_text())["cost"]["output"]
+    (model, usage), = cost["engines"].items()  # one name: the roles merged, as before
+    roles = cost["engines_by_role"]
+    assert set(roles) == {"drafter", "verifier"} and all(roles[x]["calls"] > 0 for x in roles), roles
+    for counter in ("calls", "prompt_tokens", "generated_tokens"):
+        assert roles["drafter"][counter] + roles["verifier"][counter] == usage[counter], (counter, roles, usage)
+    assert roles["verifier"]["generated_tokens"] < roles["drafter"]["generated_tokens"]  # it scores, drafts are written
+    marker, = _markers(out).values()
+    assert marker["result"]["engines_by_role"] == roles

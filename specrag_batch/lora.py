@@ -56,6 +56,20 @@ class AdapterInfo:
     layers: int
 
 
+def _json_object(path: Path) -> dict:
+    """The JSON object in ``path`` (an adapter's config or its training manifest).
+
+    Raises:
+        AdapterError: not readable, not JSON or not an object, naming the file."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise AdapterError(f"drafter.adapter: {path}: not readable JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise AdapterError(f"drafter.adapter: {path}: not a JSON object")
+    return value
+
+
 def read_adapter(adapter: str) -> AdapterInfo:
     """Read ``adapter_config.json`` and the ``adapter_model.safetensors`` header of the LoRA
     directory ``adapter`` (no tensor is loaded: safetensors' header holds names and shapes).
@@ -70,12 +84,7 @@ def read_adapter(adapter: str) -> AdapterInfo:
     cfg_file = p / "adapter_config.json"
     if not cfg_file.is_file():
         raise AdapterError(f"drafter.adapter: {adapter!r} is not a LoRA adapter directory (no adapter_config.json)")
-    try:
-        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise AdapterError(f"drafter.adapter: {cfg_file}: not readable JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise AdapterError(f"drafter.adapter: {cfg_file}: not a JSON object")
+    cfg = _json_object(cfg_file)
     pattern = cfg.get("rank_pattern") or {}
     if not isinstance(pattern, dict):
         raise AdapterError(f"drafter.adapter: {cfg_file}: rank_pattern must be an object of module: rank, "
@@ -210,12 +219,7 @@ def check_adapter(adapter: str, model: str, packaged: dict[str, tuple[Path, int]
                        local_config(info.base, packaged) if info.base else None, engine_kwargs)
     trained = Path(adapter).parent / "training_manifest.json"
     if trained.is_file():
-        try:
-            m = json.loads(trained.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise AdapterError(f"drafter.adapter: {trained}: not readable JSON ({e})") from None
-        if not isinstance(m, dict):
-            raise AdapterError(f"drafter.adapter: {trained}: not a JSON object")
+        m = _json_object(trained)
         if model not in {m.get("base_model"), m.get("base_path")}:
             raise AdapterError(f"drafter.adapter: {adapter!r} was trained on {m.get('base_model')!r}, "
                                f"not drafter.model {model!r}: set drafter.model: {m.get('base_model')}")

@@ -46,6 +46,19 @@ def sample_rows(name: str, n: int, skip: int = 0) -> pa.Table:
     return pq.read_table(SAMPLES / "demo" / f"{name}.parquet").slice(skip, n)
 
 
+@pytest.fixture
+def fake_engine(monkeypatch):
+    """The fake engine (:class:`specrag_batch.testing.FakeEngine`) in place of every vLLM engine of
+    this process: ``engines.get_engine`` returns it and the usage snapshots count it."""
+    from specrag_batch import engines
+    from specrag_batch.testing import FakeEngine
+
+    engine = FakeEngine()
+    monkeypatch.setattr(engines, "get_engine", lambda cfg, seed=0: engine)
+    monkeypatch.setattr(engines, "loaded_engines", lambda: [engine])
+    return engine
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     """Prefect with a temporary local database (ephemeral API; no server process)."""

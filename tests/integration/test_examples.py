@@ -15,10 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.flows import load_flow_from_entrypoint
 
-from specrag_batch import engines
 
 from ..conftest import ROOT, subprocess_env
-from ..fakes import FakeEngine
 
 EXAMPLES = ROOT / "examples"
 CONFIG = str(ROOT / "configs" / "test-smollm2.yaml")
@@ -30,14 +28,6 @@ def _example(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture
-def fake_engine(monkeypatch):
-    engine = FakeEngine()
-    monkeypatch.setattr(engines, "get_engine", lambda cfg, seed=0: engine)
-    monkeypatch.setattr(engines, "loaded_engines", lambda: [engine])
-    return engine
 
 
 def _answered(table) -> None:

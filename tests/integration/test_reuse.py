@@ -15,25 +15,16 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from specrag_batch import engines, resume, storage
+from specrag_batch import resume, storage
 from specrag_batch.orchestration import run_batch
 from specrag_batch.reuse import key_index_uri
 
 from ..conftest import small_config
-from ..fakes import FakeEngine
 
 pytestmark = pytest.mark.integration
 
 PER_ROW = ("run_id", "source_file", "answer_source", "reused_from", "reused_answer_source")
 """Columns a reused row and its recomputation may differ in (where from, which run)."""
-
-
-@pytest.fixture
-def fake_engine(monkeypatch):
-    engine = FakeEngine()
-    monkeypatch.setattr(engines, "get_engine", lambda cfg, seed=0: engine)
-    monkeypatch.setattr(engines, "loaded_engines", lambda: [engine])
-    return engine
 
 
 def _config(**over):

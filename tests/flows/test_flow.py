@@ -59,7 +59,7 @@ def test_flow_speculative_local(prefect_harness, tmp_path, shards):
     assert sorted(r["query_id"] for r in rows) == input_ids(shards)  # every row exactly once
     assert manifest["rows_in"] == manifest["rows_out"] == 6 and manifest["failed_shards"] == 0
     assert manifest == json.loads(json.dumps(m, default=str))
-    assert sorted(os.listdir(out)) == [MANIFEST, "_report", "_run.json", "_shards", "claims__climate.parquet", "popqa.parquet"]
+    assert sorted(os.listdir(out)) == ["_keys", MANIFEST, "_report", "_run.json", "_shards", "claims__climate.parquet", "popqa.parquet"]
     assert {s["output"].rsplit("/", 1)[-1] for s in manifest["shards"]} == {"claims__climate.parquet", "popqa.parquet"}
     assert manifest["config"]["drafter"]["model"] == "smollm2-135m-instruct"
     assert manifest["metrics"]["n_with_gold"] == 6 and manifest["stage_seconds"]["drafting"] > 0
@@ -100,7 +100,7 @@ def test_flow_s3_round_trip(prefect_harness, s3_bucket, shards):
     assert manifest["rows_out"] == 6 and all(s["output"].startswith("s3://") for s in manifest["shards"])
     fs, path = storage.filesystem(out)
     written = sorted(f[len(path):].lstrip("/") for f in fs.find(path))  # exactly these objects
-    assert written == ["_manifest.json", "_report/confusion_matrix.png", "_report/profile.json",
+    assert written == ["_keys/claims__climate.parquet", "_keys/popqa.parquet", "_manifest.json", "_report/confusion_matrix.png", "_report/profile.json",
                        "_report/reliability.png", "_report/report.md", "_report/risk_coverage.png",
                        "_report/score_correct_vs_wrong.png", "_report/summary.json", "_run.json",
                        "_shards/claims__climate.parquet.json", "_shards/popqa.parquet.json",
@@ -193,7 +193,7 @@ def test_relative_input_same_names_in_two_folders_and_respelled_resume(prefect_h
     m = run_flow("in/", "out", small_config())
     rows, _ = read_outputs(str(tmp_path / "out"))
     assert len(rows) == 2 and m["input"] == str(tmp_path / "in") and m["failed_shards"] == 0
-    assert sorted(os.listdir(tmp_path / "out")) == [MANIFEST, "_report", "_run.json", "_shards", "x__a.parquet", "y__a.parquet"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["_keys", MANIFEST, "_report", "_run.json", "_shards", "x__a.parquet", "y__a.parquet"]
     for spelling in ("./in", str(tmp_path / "in") + "/"):
         m = run_flow(spelling, str(tmp_path / "out") + "/", small_config())
         assert m["resumed_shards"] == 2

@@ -102,7 +102,9 @@ def test_report_written_by_the_run(cli_run):
         assert s[k] == want[k], k
     assert s["by_task"].keys() == want["by_task"].keys() and want["by_task"]
     for task, m in want["by_task"].items():
-        assert s["by_task"][task] == pytest.approx(m)
+        got = dict(s["by_task"][task])
+        assert got.pop("mode") == "speculative"  # the mode that answered the task's rows
+        assert got == pytest.approx(m)
     assert s["errors_by_reason"] == {"empty_query": 1}  # the blank query, by its error_reason code
     assert s["stage_seconds"] == man["stage_seconds"] and s["stage_seconds"]["drafting"] > 0
     (name, tok), = s["tokens_per_row"].items()  # one engine serves both roles

@@ -156,7 +156,7 @@ def test_messy_input_through_a_real_run(prefect_harness, tmp_path):
     assert r["inject"]["low_confidence"] is bool(sel_flags) and r["inject"]["error"] is None
     assert any("inj" in d["doc_ids"] for d in r["inject"]["drafts"])
     # path-like ids never choose where files go
-    assert sorted(os.listdir(out)) == sorted(["_manifest.json", "_report", "_run.json", "_shards", "messy.parquet", "empty.parquet"])
+    assert sorted(os.listdir(out)) == sorted(["_keys", "_manifest.json", "_report", "_run.json", "_shards", "messy.parquet", "empty.parquet"])
     assert not (tmp_path / "x").exists() and not (tmp_path / "out" / "a").exists()
 
 

@@ -53,7 +53,7 @@ def test_calibrated_snippet_loads_as_a_config_and_flags_by_probability(tmp_path)
 
 
 @pytest.mark.parametrize("kind, line", [
-    ("no_gold", "no answered row has a gold answer: calibration needs a labelled run"),
+    ("no_gold", "has no answered rows with a gold answer: calibration needs a labelled run"),
     ("one_class", "task 'qa': 60 graded rows (60 right, 0 wrong): a model of being right needs at least 5"),
     ("few", "task 'qa': 12 graded rows (6 right, 6 wrong), fewer than the 30"),
 ])

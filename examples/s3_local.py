@@ -1,4 +1,4 @@
-"""Runs on S3 without a cloud account: a local S3 server (moto's, in this process), a bucket,
+"""Runs on S3 without a cloud account: a local S3 server (moto's, as its own process), a bucket,
 the sample uploaded, ``run_batch`` from ``s3://`` to ``s3://``, the answers listed. Against
 MinIO or a real bucket the same run needs only the endpoint and credentials (docs/cli.md, "S3").
 
@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -27,12 +31,23 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo.yaml")
     a = ap.parse_args(argv)
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # port 0: a free port
-    server.start()
+    # moto's server in its own process: in this one its Flask app would sit in sys.modules, where
+    # vLLM's engine start walks every module and trips over Flask's application-context proxy
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # a free port
+        host, port = sock.getsockname()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        host, port = server.get_host_and_port()
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection((host, port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    raise RuntimeError("the local S3 server (moto) did not start") from None
+                time.sleep(0.2)
         # what a MinIO or other S3-compatible store needs too: an endpoint and credentials
         os.environ.update({"SPECRAG_S3_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "example",
                            "AWS_SECRET_ACCESS_KEY": "example", "AWS_DEFAULT_REGION": "us-east-1"})
@@ -52,7 +67,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"s3://{BUCKET}/{obj['Key']}  {obj['Size']} bytes")
         return manifest
     finally:
-        server.stop()
+        server.terminate()
+        server.wait(10)
 
 
 if __name__ == "__main__":

@@ -90,3 +90,6 @@ def test_s3_example_runs_from_s3_to_s3_through_a_local_server(prefect_harness, f
     assert shard["status"] == "ok" and shard["rows_out"] == 2, shard
     assert shard["input"].startswith("s3://specrag-example/queries/")
     assert shard["output"] == "s3://specrag-example/answers/part-0000.parquet", shard
+    # the S3 server ran as its own process: its Flask app in this one breaks every later vLLM
+    # engine start (vLLM walks sys.modules and trips over Flask's application-context proxy)
+    assert "flask" not in sys.modules

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 def _slice(input_dir: Path, n: int):
     import pyarrow.parquet as pq
 
-    from specrag_batch.schema import validate_table
+    from specrag_batch.core.schema import validate_table
 
     files = sorted(input_dir.glob("*.parquet"))
     per = -(-n // len(files))
@@ -52,7 +52,7 @@ def _slice(input_dir: Path, n: int):
 
 
 def _run(rows, cfg, drafter, verifier):
-    from specrag_batch.pipeline import RunInfo, process_rows
+    from specrag_batch.run.pipeline import RunInfo, process_rows
 
     rows = copy.deepcopy(rows)  # process_rows records flags and N on the rows
     cfg = cfg.model_copy(update={"chunk_rows": max(1, len(rows))})
@@ -85,7 +85,7 @@ def _pair_drafts(a: list[dict], b: list[dict]) -> tuple[list[tuple[dict, dict]],
 
 def compare_layouts(ref: dict, other: dict) -> dict:
     """Compare two layouts' output records, each ``{query_id: record}`` (output rows of
-    :func:`specrag_batch.pipeline.process_rows`; every query id of ``ref`` must be in ``other``,
+    :func:`specrag_batch.run.pipeline.process_rows`; every query id of ``ref`` must be in ``other``,
     else KeyError).
 
     Counts rows whose selected ``answer`` changed; whose selected score log ρ changed bit for
@@ -170,7 +170,7 @@ def main() -> None:
     os.environ.setdefault("SPECRAG_PROGRESS", "0")
 
     from specrag_batch.config import load_config
-    from specrag_batch.engines import get_engine
+    from specrag_batch.engines.engine import get_engine
 
     cfg = load_config(args.config)
     rows = _slice(Path(args.input), args.rows)

@@ -1,6 +1,6 @@
 """Does ``specrag-batch calibrate --fallback-run`` predict a real cascade? (issue 39 item 3)
 
-``calibrate --fallback-run`` (``specrag_batch.cascade``) PREDICTS the accuracy and seconds per
+``calibrate --fallback-run`` (``specrag_batch.confidence.cascade``) PREDICTS the accuracy and seconds per
 row of re-answering the least-confident rows of a Speculative RAG run with Standard RAG, from a
 speculative run and a Standard RAG run over the same rows. The decision benchmark holds REAL
 cascade runs: per dataset, the cell ``fallback_standard`` (``selection.fallback: standard``,
@@ -48,10 +48,11 @@ sys.path.insert(0, str(ROOT))
 
 import decision  # noqa: E402
 import decision_stats  # noqa: E402
-from specrag_batch import cascade, storage  # noqa: E402
-from specrag_batch.calibration import always_kept, graded_rows, measure_values, used_confidence  # noqa: E402
-from specrag_batch.manifest import output_cost  # noqa: E402
-from specrag_batch.report import load_rows  # noqa: E402
+from specrag_batch.confidence import cascade
+from specrag_batch.core import storage  # noqa: E402
+from specrag_batch.confidence.calibration import always_kept, graded_rows, measure_values, used_confidence  # noqa: E402
+from specrag_batch.run.manifest import output_cost  # noqa: E402
+from specrag_batch.run.report import load_rows  # noqa: E402
 
 ARMS = ("speculative", "standard", "fallback_standard")
 
@@ -202,7 +203,7 @@ def _f(x, spec="{:.2f}") -> str:
 def markdown(res: dict) -> str:
     out = ["# Cascade frontier vs a real cascade run (`benchmarks/cascade_check.py`; issue 39 item 3)", "",
            f"Cells of `decision.py` (machine(s) {', '.join(res['machines'])}), same rows. Predicted: "
-           "`specrag_batch.cascade.frontier` on the `speculative` and `standard` cells, at the share the real run "
+           "`specrag_batch.confidence.cascade.frontier` on the `speculative` and `standard` cells, at the share the real run "
            "re-answered. Real: the `fallback_standard` cell. Seconds: shard seconds of the done markers per row; "
            "ratio = / Standard RAG alone. Real - predicted: paired difference [bootstrap 95%], McNemar p "
            "(rows right only in the real run / only in the prediction).", "",

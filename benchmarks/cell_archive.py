@@ -130,7 +130,7 @@ dict), so the analysis and a later archive attribute it to the machine that comp
 def archive_schema() -> pa.Schema:
     """:data:`KEPT_COLUMNS` of ``schema.OUTPUT_SCHEMA`` in its types, ``drafts`` without
     ``doc_ids``."""
-    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.core.schema import OUTPUT_SCHEMA
 
     fields = []
     for name in KEPT_COLUMNS:
@@ -166,7 +166,8 @@ def input_sha256(uri: str) -> str:
 
     Raises:
         OSError, pyarrow.ArrowInvalid: the shard cannot be read as Parquet."""
-    from specrag_batch import resume, storage
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
 
     fp = resume.input_fingerprint(uri)
     key = (uri, fp["size"], fp["tag"])
@@ -456,8 +457,8 @@ def archive_machines(archive: Path) -> set[str]:
 def _shards(cell) -> tuple[str, str, list[tuple[str, str]]]:
     """(input URI, output URI, [(input shard URI, output shard URI)] sorted), by the product's
     rules (``planning.plan_shards``, ``planning.shard_output_uri``)."""
-    from specrag_batch import storage
-    from specrag_batch.planning import plan_shards, shard_output_uri
+    from specrag_batch.core import storage
+    from specrag_batch.run.planning import plan_shards, shard_output_uri
 
     inp, out = storage.normalize_uri(str(cell.input_dir)), storage.normalize_uri(str(cell.output_dir))
     shards, _ = plan_shards(inp)
@@ -514,7 +515,7 @@ def archive_cell(cell, archive: Path, stage_only: bool = False) -> dict:
     Returns ``{"added": int, "present": int, "failed": [(shard name, why)]}``: entries
     staged now, finished shards already archived, finished shards not archived with why
     (``"<exception type>: <message>"``)."""
-    from specrag_batch import storage
+    from specrag_batch.core import storage
 
     h = cell.config.config_hash()
     inp, out, pairs = _shards(cell)
@@ -543,7 +544,8 @@ def _archive_shard(cell, archive: Path, h: str, out: str, s: str, o: str) -> str
     Raises:
         OSError, pyarrow.ArrowException, ValueError, TypeError: the shard's files cannot be
             read or archived (:func:`archive_cell` lists it)."""
-    from specrag_batch import resume, storage
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
 
     marker = resume.completed_shard(out, o, h, resume.input_fingerprint(s))
     if marker is None:
@@ -634,7 +636,8 @@ def restore_cell(cell, archive: Path, machine: str | None = None) -> dict:
     ``"<exception type>: <message>"``), with why (the run computes them again); why nothing
     was restored (a run conflict, an unreadable archive). Shards never archived are in neither
     list. Never raises for one shard."""
-    from specrag_batch import resume, storage
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
 
     h = cell.config.config_hash()
     inp, out, pairs = _shards(cell)
@@ -679,8 +682,9 @@ def _restore_shard(cell, have: dict[str, bytes], h: str, out: str, s: str, o: st
             archived Parquet cannot be read, its rows no longer fit ``OUTPUT_SCHEMA`` (a
             column whose type changed since it was archived), or the runs directory cannot be
             written (:func:`restore_cell` lists the shard)."""
-    from specrag_batch import resume, storage
-    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
+    from specrag_batch.core.schema import OUTPUT_SCHEMA
 
     in_hash = input_sha256(s)
     stem = entry_stem(cell, h, o, in_hash)

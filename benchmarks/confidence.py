@@ -2,8 +2,8 @@
 items 2 and 3), from the decision benchmark's stored cells only (no engine run).
 
 **Confidence.** For each Speculative RAG arm, each reported row gets the product's calibrated
-probability of being right (``specrag_batch.confidence_fit``: the per-task logistic model over
-``specrag_batch.confidence.FEATURES``) from a model *not fitted on that row*, two ways:
+probability of being right (``specrag_batch.confidence.fit``: the per-task logistic model over
+``specrag_batch.confidence.measures.FEATURES``) from a model *not fitted on that row*, two ways:
 
 * ``cv``: stratified 5-fold cross-validation by row within each task (qa, claim, choice), the
   probability averaged over 5 fold assignments (seeds 0-4), each from a model that never saw
@@ -52,8 +52,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.cell_archive import read_archive  # noqa: E402
-from specrag_batch.confidence import FEATURES  # noqa: E402
-from specrag_batch.confidence_fit import CalibrationInputError, feature_matrix, fit_task, out_of_fold  # noqa: E402
+from specrag_batch.confidence.measures import FEATURES  # noqa: E402
+from specrag_batch.confidence.fit import CalibrationInputError, feature_matrix, fit_task, out_of_fold  # noqa: E402
 
 DATASETS = ("climate_fever", "popqa", "arc_challenge", "hotpotqa", "nq_open")
 ARMS = {"speculative-default": "log ρ_draft alone, adaptive drafting (the defaults before decision 009)",

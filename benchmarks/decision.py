@@ -114,7 +114,7 @@ Cells run in this order: standard and speculative for every dataset, then the tu
 per dataset the tuning cell and ``fallback_standard``. Rows (:func:`reported_rows`): the first
 :data:`TUNING_ROWS` rows of each file are the tuning split (prompt work may look at them; never reported); reported rows start
 at :data:`REPORT_START` and stay inside the first ``BENCHMARK_RESERVE`` (300) rows of each file,
-which drafter training never reads (``specrag_batch/datasets.py``). Arm ``tuning-selection``
+which drafter training never reads (``specrag_batch/core/datasets.py``). Arm ``tuning-selection``
 (named in ``--arms``, run last) is the speculative config on a second tuning split of 100 rows
 right after the reported ones (:data:`SELECTION_TUNING_START`; Climate-FEVER, HotpotQA,
 NQ-open): its rows join the tuning cells' in choosing the selection variants, never τ_min.
@@ -163,8 +163,8 @@ sys.path.insert(0, str(ROOT))
 import cell_archive  # noqa: E402
 import decision_stats  # noqa: E402
 from specrag_batch.config import RunConfig, load_config  # noqa: E402
-from specrag_batch.datasets import BENCHMARK_RESERVE  # noqa: E402
-from specrag_batch.datasets import DATASETS as CONVERTERS  # noqa: E402
+from specrag_batch.core.datasets import BENCHMARK_RESERVE  # noqa: E402
+from specrag_batch.core.datasets import DATASETS as CONVERTERS  # noqa: E402
 
 DATASETS = ("climate_fever", "hotpotqa", "nq_open", "popqa", "arc_challenge")
 ARCHIVE_DIR = cell_archive.ARCHIVE_DIR
@@ -589,7 +589,7 @@ def untuned_arm(model: str, base: RunConfig, adapter: str | None = None) -> str 
     config's drafter, ``speculative-smol`` when it is :data:`SMOL_DRAFTER`; None when the base is
     unknown (no manifest) or another model."""
     from specrag_batch.drafter_training.train import MANIFEST
-    from specrag_batch.identity import drafter_identity
+    from specrag_batch.engines.weights import drafter_identity
 
     if adapter:
         base_model = model
@@ -793,7 +793,7 @@ def write_shards(rows: list[dict], directory: Path, shard_rows: int) -> list[Pat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specrag_batch.datasets import INPUT_SCHEMA as schema
+    from specrag_batch.core.datasets import INPUT_SCHEMA as schema
 
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -813,8 +813,9 @@ def write_shards(rows: list[dict], directory: Path, shard_rows: int) -> list[Pat
 def cell_shards(cell: Cell) -> list[tuple[str, str, dict | None]]:
     """(input shard URI, output URI, done marker or None) for every input shard of the cell,
     by the product's own rules (``planning.plan_shards``, ``resume.completed_shard``)."""
-    from specrag_batch import resume, storage
-    from specrag_batch.planning import plan_shards, shard_output_uri
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
+    from specrag_batch.run.planning import plan_shards, shard_output_uri
 
     inp, out = storage.normalize_uri(str(cell.input_dir)), storage.normalize_uri(str(cell.output_dir))
     shards, _ = plan_shards(inp)
@@ -885,7 +886,7 @@ def run_cell(cell: Cell, archive: Path | None = None) -> dict:
     status ``skipped`` (every shard already done), ``ok``, or ``failed: <reason>`` (the next
     invocation resumes it)."""
     from specrag_batch import run_batch
-    from specrag_batch.engines import get_engine
+    from specrag_batch.engines.engine import get_engine
 
     before = cell_shards(cell)
     done_before = sum(d is not None for _, _, d in before)
@@ -1059,9 +1060,9 @@ def load_cell(cell: Cell) -> dict | None:
 def calibrate_tuning(cell: Cell, *, target_coverage: float = TAU_TARGET_COVERAGE, n_boot: int = 1000) -> dict:
     """τ_min of ``fallback_standard`` for one dataset, from its :data:`TUNING_ARM` cell only,
     by the product's calibration (``specrag-batch calibrate --target-coverage``:
-    :func:`specrag_batch.calibration.calibrate` on the cell's output rows with the run's
+    :func:`specrag_batch.confidence.calibration.calibrate` on the cell's output rows with the run's
     confidence measure ``selection.confidence``, ``mean_logprob`` added by
-    :func:`specrag_batch.report.rows.with_mean_logprob`; seed = the config's seed).
+    :func:`specrag_batch.run.results.with_mean_logprob`; seed = the config's seed).
 
     Returns ``{"tau_min": {task: τ} or None, "complete", "n_rows", "measure",
     "target_coverage", "tasks": [{"task", "n", "tau", "coverage", "accuracy", "interval",
@@ -1071,8 +1072,8 @@ def calibrate_tuning(cell: Cell, *, target_coverage: float = TAU_TARGET_COVERAGE
     import polars as pl
     import pyarrow.parquet as pq
 
-    from specrag_batch.calibration import calibrate
-    from specrag_batch.report.rows import with_mean_logprob
+    from specrag_batch.confidence.calibration import calibrate
+    from specrag_batch.run.results import with_mean_logprob
 
     sel = cell.config.selection
     out = {"tau_min": None, "complete": False, "n_rows": 0, "measure": sel.confidence,
@@ -1326,7 +1327,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     statuses = []
     if not a.analyse_only:
-        from specrag_batch.resume import RunConflictError
+        from specrag_batch.run.resume import RunConflictError
 
         attempted: set[str] = set()
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # unwind, so the cell's process is stopped too

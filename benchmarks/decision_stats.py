@@ -11,10 +11,10 @@ What is computed, per dataset and pooled over datasets, every figure with its n:
   (``same_base``), each ablation - speculative, each composed arm - its base arm) with a paired bootstrap
   95% interval and McNemar's exact p-value (two-sided binomial test on the discordant pairs);
 * **oracle** accuracy (a row counts when any of its drafts is right, scored with the
-  product's :func:`specrag_batch.evaluation.score_row`) and the share of oracle rows the
+  product's :func:`specrag_batch.stages.evaluation.score_row`) and the share of oracle rows the
   selection gets right;
 * share of drafts that parse (no flag of :data:`PARSE_FLAGS`) and that selection may use
-  (:func:`specrag_batch.records.is_valid_draft`);
+  (:func:`specrag_batch.core.records.is_valid_draft`);
 * seconds per row (sum of the shards' recorded seconds, so a resumed cell keeps the time of
   its earlier attempts), tokens per row and prefix-cache hit rate per model, the ratio speculative / standard with a
   paired bootstrap interval over shards (the same rows in both arms) and a sign test; only
@@ -75,9 +75,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specrag_batch.engine_usage import EngineUsage, prefix_cache_hit_rate
-from specrag_batch.evaluation import score_row, token_f1
-from specrag_batch.records import Draft, Flag, is_valid_draft
+from specrag_batch.engines.usage import EngineUsage, prefix_cache_hit_rate
+from specrag_batch.stages.evaluation import score_row, token_f1
+from specrag_batch.core.records import Draft, Flag, is_valid_draft
 from specrag_batch.stages.sampling import row_seed
 from specrag_batch.stages.selection import RULES, consensus, select
 from specrag_batch.stages.verification import SELF_REFLECTION_MODES, self_reflection_score
@@ -106,7 +106,7 @@ REPS = 2000
 
 # the resampling statistics live in the product (``specrag-batch tune`` uses them); kept
 # importable from here under their old names
-from specrag_batch.stats import (_resample_index, bootstrap_ci, mcnemar_exact, paired_bootstrap,  # noqa: E402,F401
+from specrag_batch.core.stats import (_resample_index, bootstrap_ci, mcnemar_exact, paired_bootstrap,  # noqa: E402,F401
                                  ratio_bootstrap)
 
 
@@ -198,7 +198,7 @@ def row_correct(row: dict, choices: Sequence[str] | None, labels: Sequence[str])
 
 def draft_correct(row: dict, choices: Sequence[str] | None, labels: Sequence[str]) -> list[bool]:
     """Per draft of an output row: is its (canonical) answer right under the product's metric
-    (:func:`~specrag_batch.evaluation.score_row`). Empty when the row has no drafts."""
+    (:func:`~specrag_batch.stages.evaluation.score_row`). Empty when the row has no drafts."""
     return [bool(score_row(row["task"], d.get("answer"), row.get("gold"), choices=choices,
                            labels=labels).correct) for d in (row.get("drafts") or [])]
 
@@ -220,7 +220,7 @@ def oracle(rows: Sequence[dict], choices: dict, labels: Sequence[str]) -> dict:
 
 def draft_shares(rows: Sequence[dict]) -> dict:
     """Share of all drafts that parse (no :data:`PARSE_FLAGS` flag) and that are valid for
-    selection (:func:`~specrag_batch.records.is_valid_draft`). Returns ``{"n_drafts",
+    selection (:func:`~specrag_batch.core.records.is_valid_draft`). Returns ``{"n_drafts",
     "parsed", "valid", "by_flag": {flag: count}}``."""
     drafts = [d for r in rows for d in (r.get("drafts") or [])]
     by_flag: dict[str, int] = {}
@@ -395,7 +395,7 @@ def self_reflection_auroc(units: Sequence[dict], *, reps: int = REPS, seed: int 
                           strata: Sequence | None = None) -> dict:
     """AUROC of log ρ_SR alone as a score for a verified draft being right, per
     self-reflection variant, over the ``drafts`` of :func:`self_reflection_rows` units
-    (0.5 = no separation; the product's :func:`specrag_batch.calibration.auroc`, i.e.
+    (0.5 = no separation; the product's :func:`specrag_batch.confidence.calibration.auroc`, i.e.
     scikit-learn's ``roc_auc_score``), with a percentile bootstrap 95% interval that resamples
     *rows* (a row's drafts share a question, so they are not independent; stratified by
     ``strata``, one label per unit; :func:`auroc_resamples`) and the paired difference
@@ -404,7 +404,7 @@ def self_reflection_auroc(units: Sequence[dict], *, reps: int = REPS, seed: int 
     Returns ``{"n_rows" (rows with a verified draft), "n_drafts", "n_right", mode: {"auroc",
     "ci95"} for each mode, "contrast - paper": {"diff", "ci95"}}``; AUROC None (interval
     [nan, nan]) when the drafts hold one class only."""
-    from specrag_batch.calibration import auroc
+    from specrag_batch.confidence.calibration import auroc
 
     keep = [i for i, u in enumerate(units) if u["drafts"]]
     modes = len(SELF_REFLECTION_MODES)
@@ -766,7 +766,7 @@ DIAGNOSIS_MEASURES = ("draft", "self_consistency", "self_reflection", "self_refl
 reports (higher = the draft looks better)."""
 
 RESTATES_QUERY = 0.8
-"""Token F1 (:func:`specrag_batch.evaluation.token_f1`) of a rationale with the row's query
+"""Token F1 (:func:`specrag_batch.stages.evaluation.token_f1`) of a rationale with the row's query
 at or above which the rationale is counted as restating the query (:func:`restated_query`):
 the verifier has just read Q, so copying it is likely under log ρ_SC, but it cites no
 evidence."""
@@ -842,7 +842,7 @@ def selection_diagnosis_auroc(units: Sequence[dict], *, reps: int = REPS, seed: 
     [nan, nan]) without both classes / without a pair. ``measures`` names the entries of each
     draft's measure tuple (another tuple than :func:`draft_measures`', e.g. the verifier
     re-scorings of benchmarks/verifier_variants.py)."""
-    from specrag_batch.calibration import auroc
+    from specrag_batch.confidence.calibration import auroc
 
     keep = [i for i, u in enumerate(units) if u["drafts"]]
     k = len(measures)
@@ -963,7 +963,7 @@ def cell_cost(shards: Sequence[dict], roles: dict[str, str]) -> dict:
     """Compute per row of a cell from its shards' done-marker results (``rows_out``,
     ``seconds``, ``stage_seconds``, ``engines``: model -> seconds/prompt_tokens/
     cached_prompt_tokens/generated_tokens), summed over shards
-    (:meth:`specrag_batch.engines.EngineUsage.total`). ``roles``: model name -> role label.
+    (:meth:`specrag_batch.engines.engine.EngineUsage.total`). ``roles``: model name -> role label.
 
     Returns ``{"rows", "shards", "seconds", "s_per_row", "stage_s", "models": {model: {"role",
     "engine_s_per_row", "prompt_tokens_per_row", "generated_tokens_per_row",

@@ -1,7 +1,7 @@
 """Did the drafts see the evidence? Gold-passage coverage of the drafted subsets (NQ-open).
 
 NQ-open rows in the decision benchmark carry one gold passage (doc id ``<query_id>:gold``)
-and nine distractors, the gold passages of other questions (``specrag_batch.datasets.nq_open_passages``).
+and nine distractors, the gold passages of other questions (``specrag_batch.core.datasets.nq_open_passages``).
 Multi-perspective sampling (paper §3.2) gives each draft a subset of k documents, so a row can
 only be answered from its evidence when some subset holds the gold passage. For each cell named
 this prints, over the cell's rows:

@@ -80,14 +80,14 @@ def input_dir(runs: Path, cell: str) -> Path:
 
 
 def load_rows(runs: Path, cell: str) -> tuple[list[dict], list]:
-    """(output records, validated input :class:`~specrag_batch.records.QueryRow` objects) of
+    """(output records, validated input :class:`~specrag_batch.core.records.QueryRow` objects) of
     a cell's finished shards, matched part by part.
 
     Raises:
         SystemExit: the cell or one of its input shards is missing."""
     import pyarrow.parquet as pq
 
-    from specrag_batch.planning import read_validated
+    from specrag_batch.run.planning import read_validated
 
     outs = sorted((runs / cell).glob("part-*.parquet"))
     if not outs:
@@ -105,7 +105,7 @@ def load_rows(runs: Path, cell: str) -> tuple[list[dict], list]:
 def subsets_of(rows: list, cfg) -> None:
     """Set each row's ``top_documents`` and ``subsets`` with the product's retrieval and
     multi-perspective sampling stages (paper §3.2)."""
-    from specrag_batch.pipeline import multi_perspective_subsets, retrieve
+    from specrag_batch.run.pipeline import multi_perspective_subsets, retrieve
 
     multi_perspective_subsets(rows, retrieve(rows, cfg), cfg)
 
@@ -147,8 +147,8 @@ def drafter_check(rows: list, records: dict, cfg, engine, limit: int) -> dict:
     "median_abs_other_vs_stored" (the closest other subset vs the stored log ρ_draft)}``."""
     import statistics
 
-    from specrag_batch.prompts import encode_plain
-    from specrag_batch.records import Draft
+    from specrag_batch.stages.prompts import encode_plain
+    from specrag_batch.core.records import Draft
     from specrag_batch.stages.drafting import Drafting
 
     stage = Drafting(cfg, drafter=engine)
@@ -237,7 +237,7 @@ def score_rows(rows: list, records: dict, cfg, engine) -> dict:
     """Run the product's Verification and Selection stages over ``rows`` with their stored
     drafts (``records``: query_id -> output record; ``doc_ids`` from subset j). Returns
     query_id -> (drafts, selected index or None)."""
-    from specrag_batch.records import Draft
+    from specrag_batch.core.records import Draft
     from specrag_batch.stages.selection import Selection
     from specrag_batch.stages.verification import Verification
 
@@ -263,7 +263,7 @@ def load_scored(path: Path, config_hash: str) -> dict:
     """(cell, query_id) -> (drafts, selected index or None) of the lines of ``path`` written
     under ``config_hash`` (other configs' lines and a torn last line are ignored); {} without
     the file."""
-    from specrag_batch.records import Draft
+    from specrag_batch.core.records import Draft
 
     out: dict = {}
     if not path.is_file():
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from specrag_batch.config import load_config
-    from specrag_batch.engines import close_engines, get_engine
+    from specrag_batch.engines.engine import close_engines, get_engine
 
     cfg = load_config(args.config)
     if cfg.verifier is None:
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = cfg.claim_labels
     cells = [c for c in args.cells.split(",") if c]
     units, check, scored_rows, prepared = {}, [0, 0, 0.0], {}, {}
-    from specrag_batch.records import Draft
+    from specrag_batch.core.records import Draft
     for cell in cells:
         records, rows = load_rows(args.runs, cell)
         by_id = {r["query_id"]: r for r in records}

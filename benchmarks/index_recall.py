@@ -68,7 +68,7 @@ def load_texts(shared: Path, max_passages: int) -> tuple[list[tuple[str, str]], 
 
 def embedded(work: Path, name: str, texts: list[str]) -> np.ndarray:
     """The texts' MiniLM vectors, cached in ``work`` by count and name."""
-    from specrag_batch.embeddings import embed
+    from specrag_batch.engines.embeddings import embed
 
     path = work / f"{name}-{len(texts)}.npy"
     if path.exists():

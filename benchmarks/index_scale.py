@@ -236,7 +236,7 @@ def run_claims(shared: Path, work: Path, tops=(1, 5, 10, 20)) -> dict:
     import pyarrow.parquet as pq
 
     sys.path.insert(0, str(ROOT))
-    from specrag_batch.datasets import climate_fever
+    from specrag_batch.core.datasets import climate_fever
     from specrag_batch.index import build_index, get_retriever, open_index
 
     claims = list(climate_fever(shared))
@@ -299,7 +299,7 @@ def run_e2e(shared: Path, work: Path, rows: int = 8) -> dict:
     import pyarrow.parquet as pq
     import yaml
 
-    from specrag_batch.datasets import INPUT_SCHEMA, climate_fever
+    from specrag_batch.core.datasets import INPUT_SCHEMA, climate_fever
 
     index = work / "climate-fever-index"
     if not (index / "meta.json").exists():
@@ -318,7 +318,7 @@ def run_e2e(shared: Path, work: Path, rows: int = 8) -> dict:
                                      **({} if arm == "given" else {"index": str(index), "method": arm})}}
         (d / "run.yaml").write_text(yaml.safe_dump(cfg))
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "run", "-i", str(d / "in"), "-o", str(d / "out"),
+        r = subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", "run", "-i", str(d / "in"), "-o", str(d / "out"),
                             "-c", str(d / "run.yaml"), "--json"], capture_output=True, text=True, cwd=ROOT,
                            env={**os.environ, "SPECRAG_PROGRESS": "0"})
         secs = round(time.perf_counter() - t0, 1)
@@ -345,7 +345,7 @@ def _real_vectors(index: str) -> np.ndarray:
 
 
 def _recall_types(vecs: np.ndarray, queries: list[str], index: str) -> list[dict]:
-    from specrag_batch.embeddings import embed
+    from specrag_batch.engines.embeddings import embed
     from specrag_batch.index import dense
 
     q = embed("all-MiniLM-L6-v2", queries)

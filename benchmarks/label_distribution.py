@@ -4,7 +4,7 @@
         [--config configs/demo.yaml] [--datasets arc_challenge,climate_fever,climate_fever_400] \\
         [--rows N] [--tuning-rows N] [--out benchmarks/label_distribution]
 
-Arms, each one run of the product over the same rows (:func:`specrag_batch.pipeline.process_rows`,
+Arms, each one run of the product over the same rows (:func:`specrag_batch.run.pipeline.process_rows`,
 real engines of the config):
 
 * ``default``: the config as it is (the product's defaults: the selected draft's answer, log ρ);
@@ -25,7 +25,7 @@ Figures (``<out>/results.json``, ``<out>/tables.md``), per dataset and pooled ov
 accuracy of each arm with its 95% bootstrap interval; the chosen label arm against ``default``
 and against ``standard`` (paired bootstrap interval of the difference, McNemar's exact test);
 AUROC (right vs wrong) of ``label_probability``, of log ρ (``score`` of ``default``) and of the
-calibrated confidence (out-of-fold probabilities of ``specrag_batch.confidence_fit`` on
+calibrated confidence (out-of-fold probabilities of ``specrag_batch.confidence.fit`` on
 ``default``'s rows); per-label recall before and after the prior correction (claims).
 Cells are kept as JSON lines under ``<out>/cells/`` and skipped when present (resume: run the
 same command again). Time: the 0.5B drafter on 2 CPU cores drafts a row in about 10-20 s, so
@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 import decision  # noqa: E402
 import decision_stats  # noqa: E402
-from specrag_batch import labels  # noqa: E402
+from specrag_batch.core import labels  # noqa: E402
 from specrag_batch.config import RunConfig, load_config  # noqa: E402
 
 ARMS = {"default": {}, "label": {"label_distribution": True},
@@ -96,10 +96,10 @@ def run_cell(base: RunConfig, arm: str, name: str, rows: list[dict], path: Path)
         return [json.loads(line) for line in path.read_text().splitlines()]
     import pyarrow as pa
 
-    from specrag_batch.datasets import INPUT_SCHEMA
-    from specrag_batch.lazy_engine import LazyEngine
-    from specrag_batch.pipeline import RunInfo, process_rows
-    from specrag_batch.schema import validate_table
+    from specrag_batch.core.datasets import INPUT_SCHEMA
+    from specrag_batch.engines.lazy import LazyEngine
+    from specrag_batch.run.pipeline import RunInfo, process_rows
+    from specrag_batch.core.schema import validate_table
 
     cfg = arm_config(base, arm, len(rows))
     table = pa.Table.from_pylist(rows, schema=INPUT_SCHEMA)
@@ -122,7 +122,7 @@ def right(records: list[dict]) -> np.ndarray:
 
 
 def auroc_of(values, ok) -> float | None:
-    from specrag_batch.calibration import auroc
+    from specrag_batch.confidence.calibration import auroc
 
     return auroc(np.array([np.nan if v is None else v for v in values], float), ok)
 
@@ -132,7 +132,7 @@ def calibrated_auroc(records: list[dict]) -> float | None:
     the model cannot be fitted: too few rows or one class)."""
     import polars as pl
 
-    from specrag_batch.confidence_fit import CalibrationInputError, feature_matrix, out_of_fold
+    from specrag_batch.confidence.fit import CalibrationInputError, feature_matrix, out_of_fold
 
     df = pl.DataFrame([{k: r[k] for k in ("drafts", "answer", "score", "fast_path")} for r in records])
     try:

@@ -8,7 +8,7 @@
    benchmark reserve), in shards of ``--shard-rows`` rows of one dataset, both resumable;
 3. per dataset and pooled (datasets as strata): the paired accuracy difference with its bootstrap
    95% interval, McNemar's exact p, and the seconds ratio over shard pairs with its interval
-   (``specrag_batch.stats``); ``<out>/results.json`` and ``<out>/results.md``, and the verdict:
+   (``specrag_batch.core.stats``); ``<out>/results.json`` and ``<out>/results.md``, and the verdict:
    not worse on any dataset (interval above -``--margin`` points) and cheaper pooled (ratio
    interval below 1), or by how much it misses.
 
@@ -36,8 +36,8 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import decision  # noqa: E402
-from specrag_batch import stats  # noqa: E402
-from specrag_batch.datasets import BENCHMARK_DATASETS, INPUT_SCHEMA  # noqa: E402
+from specrag_batch.core import stats  # noqa: E402
+from specrag_batch.core.datasets import BENCHMARK_DATASETS, INPUT_SCHEMA  # noqa: E402
 
 
 def write_shards(rows_by_ds: dict[str, list[dict]], out: Path, shard_rows: int) -> None:
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--margin", type=float, default=2.0)
     ap.add_argument("--min-rows", type=int, default=10, help="tune's --min-rows")
     ap.add_argument("--reps", type=int, default=stats.REPS)
-    ap.add_argument("--cli", default=f"{sys.executable} -m specrag_batch.cli",
+    ap.add_argument("--cli", default=f"{sys.executable} -m specrag_batch.cli.commands",
                     help="the product's command (the tests: python -m tests.fake_engine_cli)")
     a = ap.parse_args(argv)
     if a.tuning_rows > decision.TUNING_ROWS:

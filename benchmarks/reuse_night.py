@@ -15,7 +15,7 @@ row costs far more and the ratio approaches the share of new rows. Rows are synt
 
 The lookup: ``--keys`` keys in key index parts of 10,000 keys each (as many output shards of
 10,000 rows, each with its done marker), looked up with the keys of one shard of tonight
-(10,000 keys, 80% present), as :func:`specrag_batch.reuse.index.lookup` does for every shard:
+(10,000 keys, 80% present), as :func:`specrag_batch.run.reuse.index.lookup` does for every shard:
 it reads every part's key column and matches it (``pyarrow.compute.is_in``).
 
     .venv/bin/python benchmarks/reuse_night.py                 # 100,000 rows, 1M keys
@@ -98,8 +98,8 @@ def same_answers(first: Path, second: Path) -> dict:
 def lookup_time(n_keys: int, work: Path) -> dict:
     """Seconds of one shard's lookup (10,000 keys, 80% present) in key index parts holding
     ``n_keys`` keys, and of writing those parts."""
-    from specrag_batch import resume
-    from specrag_batch.reuse.index import lookup, write_key_index
+    from specrag_batch.run import resume
+    from specrag_batch.run.reuse.index import lookup, write_key_index
 
     src = work / "keys-source"
     keys = [hashlib.sha256(str(i).encode()).digest() for i in range(n_keys)]

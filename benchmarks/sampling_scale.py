@@ -5,7 +5,7 @@ both give the same partition. One run measures both paths side by side.
 
 **Same-partition share.** The decision benchmark's reported rows of all five datasets
 (``REPORT_START`` of ``benchmarks/decision.py``, 100 rows each or every remaining row; read from
-the file, not imported), converted by ``specrag_batch.datasets``, cut to their top-N by the
+the file, not imported), converted by ``specrag_batch.core.datasets``, cut to their top-N by the
 retrieval stage and embedded query-conditioned by the sampling stage's own code
 (``conditioned_vectors``: ``conditioned_texts`` + ``embeddings.embed``, the packaged
 all-MiniLM-L6-v2), with the default config (k = 2, n_init = 10, seed 0). A row counts as the
@@ -54,10 +54,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specrag_batch.config import RunConfig  # noqa: E402
-from specrag_batch.datasets import BENCHMARK_RESERVE, DATASETS  # noqa: E402
-from specrag_batch.embeddings import load_embedder  # noqa: E402
-from specrag_batch.records import Document, QueryRow  # noqa: E402
-from specrag_batch.stages import kmeans  # noqa: E402
+from specrag_batch.core.datasets import BENCHMARK_RESERVE, DATASETS  # noqa: E402
+from specrag_batch.engines.embeddings import load_embedder  # noqa: E402
+from specrag_batch.core.records import Document, QueryRow  # noqa: E402
+from specrag_batch.core import kmeans  # noqa: E402
 from specrag_batch.stages.retrieval import Retrieval  # noqa: E402
 from specrag_batch.stages.sampling import (_k_eff, cluster_documents, cluster_rows, conditioned_vectors,  # noqa: E402
                                            row_seed, sample_subsets)

@@ -6,7 +6,7 @@ of rows (1x, 4x, 16x of ``--base-rows``, default 4) and with N, the documents pe
 40).
 
 Data: NQ-open's benchmark rows (``decision.REPORT_START``: rows 20.. of the reserve, which
-drafter training never reads), built by ``specrag_batch.datasets.nq_open_passages`` as the decision
+drafter training never reads), built by ``specrag_batch.core.datasets.nq_open_passages`` as the decision
 benchmark builds them: each question's gold passage plus gold passages of other reserved
 questions as distractors, 9 for N = 10, 19 for N = 20, 39 for N = 40 (the first 9 are the
 same passages at every N). No dataset here has 40 passages of its own (PopQA 25,
@@ -115,8 +115,8 @@ def variant_rows(shared: Path, rows: int, docs: int) -> list[dict]:
     Raises:
         ValueError: the rows would leave the benchmark reserve, or a row has not ``docs``
             documents."""
-    from specrag_batch.datasets import BENCHMARK_RESERVE
-    from specrag_batch.datasets import nq_open_passages as nq_open
+    from specrag_batch.core.datasets import BENCHMARK_RESERVE
+    from specrag_batch.core.datasets import nq_open_passages as nq_open
 
     start = decision.REPORT_START[DATASET]
     if start + rows > BENCHMARK_RESERVE:

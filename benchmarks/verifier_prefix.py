@@ -13,7 +13,7 @@ log-probs only over α and β (ρ_SC) and at the next token (ρ_SR), after the s
 reading the cache would be safe whenever α starts after N.
 
 This script measures exactly that on the verifier prompts the product builds
-(:func:`specrag_batch.prompts.verifier_prompt`) from a finished benchmark cell's drafts:
+(:func:`specrag_batch.stages.prompts.verifier_prompt`) from a finished benchmark cell's drafts:
 
 * ``skip``: the product's request (prompt log-probs, one greedy token with top-20 log-probs),
   default ``skip_reading_prefix_cache`` (True);
@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specrag_batch.config import load_config  # noqa: E402
-from specrag_batch.prompts import Question, verifier_prompt  # noqa: E402
-from specrag_batch.records import Draft  # noqa: E402
+from specrag_batch.stages.prompts import Question, verifier_prompt  # noqa: E402
+from specrag_batch.core.records import Draft  # noqa: E402
 from specrag_batch.stages.verification import word_token_ids  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def verifier_prompts(cfg, tok, runs: Path, dataset: str, arm: str, rows: int) ->
         SystemExit: the cell has no such row."""
     import pyarrow.parquet as pq
 
-    from specrag_batch.schema import validate_table
+    from specrag_batch.core.schema import validate_table
 
     inputs = {}
     for f in sorted((runs / dataset / "input").glob("part-*.parquet")):
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "verifier_prefix.json")
     a = ap.parse_args(argv)
     os.environ.setdefault("SPECRAG_PROGRESS", "0")
-    from specrag_batch.engines import get_engine
+    from specrag_batch.engines.engine import get_engine
 
     cfg = load_config(a.config)
     vcfg = cfg.verifier.model_copy(update={"engine_kwargs": {**cfg.verifier.engine_kwargs, "block_size": a.block_size}})

@@ -12,7 +12,7 @@ wrong drafts (AUROC near 0.5). That note's "What to measure next" asks for this 
 Each valid, verified draft of the tuning cells (``climate_fever/tuning``, ``hotpotqa/tuning``
 under ``--runs``) is scored in one forward pass per variant (prompt log-probs and the next
 token's top-k, as :func:`specrag_batch.stages.verification.verify`), with inputs built by the
-product's :func:`specrag_batch.prompts.verifier_prompt` (data text stays plain text, never a
+product's :func:`specrag_batch.stages.prompts.verifier_prompt` (data text stays plain text, never a
 special token) and terms read by :func:`specrag_batch.stages.verification.prompt_scores`:
 
 * ``paper``: the product's verifier input [Q, α, β, R] (``Answer: α\\nRationale: β``, the
@@ -59,8 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import decision_stats as ds  # noqa: E402
 
-from specrag_batch.prompts import Question, verifier_prompt  # noqa: E402
-from specrag_batch.records import Draft  # noqa: E402
+from specrag_batch.stages.prompts import Question, verifier_prompt  # noqa: E402
+from specrag_batch.core.records import Draft  # noqa: E402
 from specrag_batch.stages.selection import select  # noqa: E402
 from specrag_batch.stages.verification import prompt_scores, word_token_ids  # noqa: E402
 
@@ -104,7 +104,7 @@ def load_cell(runs: Path, cell: str) -> list[dict]:
 def build_jobs(units_by_cell: dict[str, list[dict]], rows_by_cell: dict[str, list[dict]], tokenizer,
                labels: Sequence[str], reflection_question: str, limit: int | None = None) -> list[dict]:
     """One job per (verified valid draft, variant): ``{"cell", "query_id", "index" (into the
-    row's drafts), "variant", "prompt"}`` (:class:`~specrag_batch.prompts.VerifierPrompt`),
+    row's drafts), "variant", "prompt"}`` (:class:`~specrag_batch.stages.prompts.VerifierPrompt`),
     for the drafts of :func:`decision_stats.selection_diagnosis_rows` units, the first
     ``limit`` drafts only when given. The question block is the row's, as the verification
     stage builds it (claim labels of the config; QA and claim rows have no choices).
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from specrag_batch.config import load_config
-    from specrag_batch.engines import get_engine
+    from specrag_batch.engines.engine import get_engine
 
     cfg = load_config(args.config)
     if cfg.verifier is None:

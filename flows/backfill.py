@@ -1,9 +1,9 @@
 """Backfill of a date range (``prefect.yaml`` entrypoint ``flows/backfill.py:backfill_flow``);
-the flow lives in :mod:`specrag_batch.scheduled.backfill`."""
+the flow lives in :mod:`specrag_batch.run.scheduled.backfill`."""
 
 from __future__ import annotations
 
-from specrag_batch.scheduled.backfill import (
+from specrag_batch.run.scheduled.backfill import (
     backfill_date,
     backfill_flow,
 )

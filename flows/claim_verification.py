@@ -1,10 +1,10 @@
 """Bulk claim verification (``prefect.yaml`` entrypoint
 ``flows/claim_verification.py:claim_verification_flow``); the flow lives in
-:mod:`specrag_batch.scheduled.claim_verification`."""
+:mod:`specrag_batch.run.claim_verification`."""
 
 from __future__ import annotations
 
-from specrag_batch.scheduled.claim_verification import (
+from specrag_batch.run.claim_verification import (
     NOT_A_LABEL,
     NO_ANSWER,
     claim_verification_flow,

@@ -1,9 +1,9 @@
 """Nightly job over one dated input partition (``prefect.yaml`` entrypoint
-``flows/nightly.py:nightly_flow``); the flow lives in :mod:`specrag_batch.scheduled.nightly`."""
+``flows/nightly.py:nightly_flow``); the flow lives in :mod:`specrag_batch.run.scheduled.nightly`."""
 
 from __future__ import annotations
 
-from specrag_batch.scheduled.nightly import (
+from specrag_batch.run.scheduled.nightly import (
     MissingPartitionError,
     nightly_flow,
     run_partition,

@@ -1,8 +1,8 @@
-"""Date partitions of the scheduled flows; lives in :mod:`specrag_batch.scheduled.partitions`."""
+"""Date partitions of the scheduled flows; lives in :mod:`specrag_batch.run.partitions`."""
 
 from __future__ import annotations
 
-from specrag_batch.scheduled.partitions import (
+from specrag_batch.run.partitions import (
     PARTITION_KEY,
     check_timezone,
     dates_between,

@@ -1,6 +1,6 @@
 """Prefect deployment entrypoint of the batch flow (``prefect.yaml``:
 ``flows/speculative_rag.py:speculative_rag_flow``). The flow, its tasks and :func:`run_flow`
-live in the library (:mod:`specrag_batch.orchestration`); this module re-exports them::
+live in the library (:mod:`specrag_batch.run.orchestration`); this module re-exports them::
 
     python -m flows.speculative_rag INPUT_URI OUTPUT_URI [CONFIG.yaml]
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from specrag_batch.config import load_config
-from specrag_batch.orchestration import (
+from specrag_batch.run.orchestration import (
     draft_shard_task,
     flow_config,
     process_shard_task,
@@ -19,7 +19,7 @@ from specrag_batch.orchestration import (
     speculative_rag_flow,
     verify_shard_task,
 )
-from specrag_batch.storage_tasks import (
+from specrag_batch.run.storage_tasks import (
     IO_RETRIES,
     IO_RETRY_DELAYS,
     list_shards,

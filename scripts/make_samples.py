@@ -2,7 +2,7 @@
 
     python scripts/make_samples.py --shared ../shared/data --out samples
 
-The converters are :mod:`specrag_batch.datasets`.
+The converters are :mod:`specrag_batch.core.datasets`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specrag_batch.datasets import climate_fever, popqa, take, write
+from specrag_batch.core.datasets import climate_fever, popqa, take, write
 
 
 def main() -> None:

@@ -48,10 +48,10 @@ def sample_rows(name: str, n: int, skip: int = 0) -> pa.Table:
 
 @pytest.fixture
 def fake_engine(monkeypatch):
-    """The fake engine (:class:`specrag_batch.testing.FakeEngine`) in place of every vLLM engine of
+    """The fake engine (:class:`specrag_batch.run.testing.FakeEngine`) in place of every vLLM engine of
     this process: ``engines.get_engine`` returns it and the usage snapshots count it."""
-    from specrag_batch import engines
-    from specrag_batch.testing import FakeEngine
+    from specrag_batch.engines import engine as engines
+    from specrag_batch.run.testing import FakeEngine
 
     engine = FakeEngine()
     monkeypatch.setattr(engines, "get_engine", lambda cfg, seed=0: engine)
@@ -154,7 +154,7 @@ def _shipped_packaged_models_count_as_installed(monkeypatch):
     the demo's. A model of the shipped ``PACKAGED_MODELS`` table counts as installed; a model a
     test adds to the table is checked for real (tests/unit/test_model_names.py). In-process
     only: a test that runs the console script uses installed models (the test config's)."""
-    from specrag_batch import models
+    from specrag_batch.engines import models
 
     real, shipped = models.packaged_missing, frozenset(models.PACKAGED_MODELS)
     monkeypatch.setattr(models, "packaged_missing", lambda name: [] if name in shipped else real(name))
@@ -177,7 +177,7 @@ def pytest_runtest_setup(item):
     path = Path(str(item.fspath))
     folder = str(path.parent.relative_to(ROOT)) if ROOT in path.parents else str(path.parent)
     place = ("/".join(folder.split("/")[:2]), str(path))
-    engines = sys.modules.get("specrag_batch.engines")  # never imported here: the unit tier's guard
+    engines = sys.modules.get("specrag_batch.engines.engine")  # never imported here: the unit tier's guard
     if _PLACE and engines is not None and engines.loaded_engines():
         (folder_before, module_before) = _PLACE[0]
         if folder_before != place[0] or (module_before != place[1]
@@ -191,6 +191,6 @@ def pytest_sessionfinish(session, exitstatus):
     engine core shut down in turn, then garbage collection) while the interpreter is whole,
     instead of leaving them to interpreter finalization. One CI run (stop 25, 2026-12-02)
     printed its test summary and then died of a segmentation fault at exit."""
-    from specrag_batch import engines
+    from specrag_batch.engines import engine as engines
 
     engines.close_engines()

@@ -1,4 +1,4 @@
-"""``specrag-batch`` run as its console script runs it (:func:`specrag_batch.cli.main`), with
+"""``specrag-batch`` run as its console script runs it (:func:`specrag_batch.cli.commands.main`), with
 tests/fakes.py's FakeEngine in place of vLLM: for tests that need the real process (signals,
 exit codes, the manifest's engine usage) without an engine. Everything but the engine is the
 product's: the CLI, Prefect's flow and task runner, storage, resume, the usage accounting (the
@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from specrag_batch import cli, engines
+from specrag_batch.cli import commands as cli
+from specrag_batch.engines import engine as engines
 
 from .fakes import FakeEngine
 
@@ -43,7 +44,7 @@ _ENGINES: dict = {}
 
 
 def fake_get_engine(cfg, seed: int = 0) -> SlowFakeEngine:
-    """One fake per model name and seed, as :func:`specrag_batch.engines.get_engine` keys them."""
+    """One fake per model name and seed, as :func:`specrag_batch.engines.engine.get_engine` keys them."""
     return _ENGINES.setdefault((cfg.model, seed), SlowFakeEngine())
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specrag_batch import intermediate, pipeline
-from specrag_batch.schema import validate_table
+from specrag_batch.run import intermediate, pipeline
+from specrag_batch.core.schema import validate_table
 
 from .conftest import sample_rows, small_config
 from .fakes import FakeEngine

@@ -28,10 +28,10 @@ def planned_run(inp, out, config, verifier) -> dict[str, tuple[str, str | None]]
     """One run over ``inp`` into ``out`` as the flow plans and runs it (the product's planning,
     shard job and done markers; no Prefect, drafter None, ``verifier`` an engine or fake):
     {shard name: (status, error)}; ``"done"`` for shards the plan skips."""
-    from specrag_batch import resume
-    from specrag_batch.planning import plan_run, require_shards
-    from specrag_batch.shard import ShardJob, StorageIO, process_shard
-    from specrag_batch.storage_tasks import list_shards
+    from specrag_batch.run import resume
+    from specrag_batch.run.planning import plan_run, require_shards
+    from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
+    from specrag_batch.run.storage_tasks import list_shards
 
     inp, out = str(inp), str(out)
     shards, skipped, ids, fps = list_shards.fn(inp, config.task)  # the flow's listing task, unwrapped

@@ -62,7 +62,7 @@ def _shipped_packaged_models_count_as_installed(monkeypatch):
     """As in the product's tests: a model of the shipped ``PACKAGED_MODELS`` table counts as
     installed (``models.packaged_missing``), so loading configs/bench.yaml answers the same on a
     machine that installed only the test models."""
-    from specrag_batch import models
+    from specrag_batch.engines import models
 
     real, shipped = models.packaged_missing, frozenset(models.PACKAGED_MODELS)
     monkeypatch.setattr(models, "packaged_missing", lambda name: [] if name in shipped else real(name))

@@ -37,11 +37,12 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
     seconds (default half drafting, half verification). ``dtypes[i]``: shard i's
     ``engine_dtypes`` (model -> dtype); None (the default) leaves the field out, as markers
     written before it existed."""
-    from specrag_batch import resume, storage
-    from specrag_batch.engine_usage import EngineStats
-    from specrag_batch.planning import plan_shards, shard_output_uri
-    from specrag_batch.schema import OUTPUT_SCHEMA
-    from specrag_batch.shard import ShardResult
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
+    from specrag_batch.engines.usage import EngineStats
+    from specrag_batch.run.planning import plan_shards, shard_output_uri
+    from specrag_batch.core.schema import OUTPUT_SCHEMA
+    from specrag_batch.run.shard import ShardResult
 
     inp, out = storage.normalize_uri(str(input_dir)), storage.normalize_uri(str(output_dir))
     shards, _ = plan_shards(inp)
@@ -85,9 +86,9 @@ def verify_and_select(rows: list, config, verifier) -> tuple[list[int | None], l
     with ``verifier`` (e.g. ``fakes.FakeEngine``). Returns each row's selected draft index
     and the rows as output records read back through ``schema.OUTPUT_SCHEMA`` (what the
     benchmark analyses)."""
-    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.core.schema import OUTPUT_SCHEMA
     from specrag_batch.stages.base import RunInfo
-    from specrag_batch.stages.output import output_row
+    from specrag_batch.run.output import output_row
     from specrag_batch.stages.selection import Selection
     from specrag_batch.stages.verification import Verification
 
@@ -102,10 +103,10 @@ def product_run(inp, out, config, verifier) -> dict[str, tuple[str, str | None]]
     """One run over ``inp`` into ``out`` as the flow plans and runs it (the product's planning,
     shard job and done markers; no Prefect, drafter None, ``verifier`` an engine or fake):
     {shard name: (status, error)}; ``"done"`` for shards the plan skips."""
-    from specrag_batch import resume
-    from specrag_batch.planning import plan_run, require_shards
-    from specrag_batch.shard import ShardJob, StorageIO, process_shard
-    from specrag_batch.storage_tasks import list_shards
+    from specrag_batch.run import resume
+    from specrag_batch.run.planning import plan_run, require_shards
+    from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
+    from specrag_batch.run.storage_tasks import list_shards
 
     inp, out = str(inp), str(out)
     shards, skipped, ids, fps = list_shards.fn(inp, config.task)  # the flow's listing task, unwrapped

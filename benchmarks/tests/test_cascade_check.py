@@ -1,4 +1,4 @@
-"""benchmarks/cascade_check.py: the cascade frontier's prediction (specrag_batch.cascade) against
+"""benchmarks/cascade_check.py: the cascade frontier's prediction (specrag_batch.confidence.cascade) against
 a real ``fallback_standard`` cell, on cells written with the product's own writers
 (``product_runs``): which rows each re-answered, the paired outcome, why rows differ, seconds."""
 
@@ -97,7 +97,7 @@ def test_prediction_against_the_real_run(cells):
 
 
 def test_the_fallback_cell_is_refused_as_the_run_to_calibrate(cells):
-    from specrag_batch.confidence_fit import CalibrationInputError
+    from specrag_batch.confidence.fit import CalibrationInputError
 
     with pytest.raises(CalibrationInputError, match="already the cascade's"):
         cascade_check.compare({**cells, "speculative": cells["fallback_standard"]}, reps=10)

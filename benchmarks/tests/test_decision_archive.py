@@ -152,8 +152,9 @@ def base():
 # --- a real product run, archived and restored -----------------------------------------
 
 def test_a_product_run_restored_from_the_archive_is_done_for_the_product(tmp_path):
-    from specrag_batch import resume, storage
-    from specrag_batch.planning import plan_shards, shard_output_uri
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
+    from specrag_batch.run.planning import plan_shards, shard_output_uri
 
     from .fakes import FakeEngine
 
@@ -255,7 +256,8 @@ def test_a_changed_input_shard_or_config_is_not_restored(base, tmp_path):
     # an output directory holding another config's results: nothing restored (run_batch refuses it too)
     spec_dir_other = cell(new, "speculative", decision.arm_config(base, "m3"))
     spec_dir_other.output_dir = spec.output_dir
-    from specrag_batch import resume, storage
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
     resume.claim_output(storage.normalize_uri(str(spec.output_dir)), storage.normalize_uri(str(spec.input_dir)),
                         spec.config.config_hash(), {}, "r")
     assert cell_archive.restore_cell(spec_dir_other, archive)["refused"]

@@ -17,7 +17,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
 def test_reported_rows_are_reserved_and_disjoint_from_tuning_and_training():
-    from specrag_batch.datasets import benchmark_rows, training_rows
+    from specrag_batch.core.datasets import benchmark_rows, training_rows
 
     reserve = {name: [r["query_id"] for r in rows] for name, rows in benchmark_rows(SHARED).items()}
     train = {r["query_id"] for rows in training_rows(SHARED).values() for r in rows}

@@ -139,7 +139,7 @@ def test_post_hoc_rules_equal_a_run_with_each_rule():
     """A run with ``selection.rule: argmax``, written to Parquet, re-selected with each rule
     after the fact, picks the draft the product's verification and selection stages pick when
     run with that rule on the same drafts (same verifier scores)."""
-    from specrag_batch.records import Draft, QueryRow
+    from specrag_batch.core.records import Draft, QueryRow
 
     from .fakes import FakeEngine
 
@@ -213,7 +213,7 @@ def test_post_hoc_verifier_variants_equal_runs_of_the_default_and_without_the_ve
     as well picks, a run whose verification stage scores nothing. The figures count the verified
     drafts per row the default needs and none for ``draft_score_only``, and the cheaper-variant
     verdict reads them."""
-    from specrag_batch.records import Draft, QueryRow
+    from specrag_batch.core.records import Draft, QueryRow
 
     from .fakes import FakeEngine
 

@@ -111,7 +111,7 @@ def test_auroc_resamples_rows_not_drafts():
     assert a["paper"]["ci95"][0] < 6 / 9 < a["paper"]["ci95"][1]
     # the bootstrap's weighted form is scikit-learn's AUROC of the resample written out
     # (drafts repeated as often as drawn), ties included
-    from specrag_batch.calibration import auroc
+    from specrag_batch.confidence.calibration import auroc
     rng = np.random.default_rng(1)
     s, y, w = rng.integers(0, 5, 30).astype(float), rng.random(30) < 0.4, rng.integers(0, 3, (25, 30))
     w[0, y] = 0  # a resample without a right draft: no AUROC
@@ -156,7 +156,7 @@ def test_post_hoc_contrast_equals_a_contrast_run():
     """A run with ``selection.self_reflection: paper``, written to Parquet, re-selected with
     ``contrast`` after the fact, picks the draft the product's verification and selection
     stages pick when run with ``contrast`` on the same drafts (same verifier log-probs)."""
-    from specrag_batch.records import Draft, QueryRow
+    from specrag_batch.core.records import Draft, QueryRow
 
     from .fakes import FakeEngine
 

@@ -32,8 +32,8 @@ def _inputs(n: int) -> list[dict]:
 
 
 def _run(rows: list[dict], cfg, engine) -> list[dict]:
-    from specrag_batch.pipeline import RunInfo, process_rows
-    from specrag_batch.schema import validate_table
+    from specrag_batch.run.pipeline import RunInfo, process_rows
+    from specrag_batch.core.schema import validate_table
 
     qrows = validate_table(pa.Table.from_pylist(rows), "in.parquet", seen_ids={}, task=None)
     return process_rows(qrows, cfg, drafter=engine, verifier=engine, info=RunInfo("run", "in.parquet"))
@@ -92,7 +92,7 @@ def test_mixed_rows_are_those_with_right_and_wrong_valid_drafts(tree):
 
 
 def test_rescoring_selects_what_an_evidence_aware_run_selects(tree, tmp_path, monkeypatch, capsys):
-    import specrag_batch.engines as engines
+    import specrag_batch.engines.engine as engines
 
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text(json.dumps(tree["cfg"].model_dump(mode="json")))
@@ -155,7 +155,7 @@ def test_a_cell_without_verifier_scores_gets_the_rationale_only_pass_scored_here
     the script and gives what the stored paper-configuration run gave."""
     import shutil
 
-    import specrag_batch.engines as engines
+    import specrag_batch.engines.engine as engines
 
     runs = tmp_path / "runs"
     shutil.copytree(tree["runs"] / "popqa" / "input-tuning-verifier", runs / "popqa" / "input-tuning-verifier")

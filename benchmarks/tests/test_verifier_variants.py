@@ -1,6 +1,6 @@
 """benchmarks/verifier_variants.py with the FAKE engine (tests/fakes.py; real SmolLM2 tokenizer)
 on a tiny synthetic run tree: the variants' verifier inputs are the product's rendering
-(:func:`specrag_batch.prompts.verifier_prompt`), α and β spans are right in both orders, the
+(:func:`specrag_batch.stages.prompts.verifier_prompt`), α and β spans are right in both orders, the
 ``paper`` variant reproduces what :func:`specrag_batch.stages.verification.verify` stored, and the
 tables are computed from the scores."""
 
@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from specrag_batch.config import REFLECTION_QUESTION
-from specrag_batch.prompts import Question, verifier_prompt
-from specrag_batch.records import Draft
+from specrag_batch.stages.prompts import Question, verifier_prompt
+from specrag_batch.core.records import Draft
 from specrag_batch.stages.selection import select
 from specrag_batch.stages.verification import verify
 
@@ -120,7 +120,7 @@ def test_limit_drafts_scores_the_first_drafts_under_every_variant(tree, engine):
 
 def test_run_reproduces_stored_scores_and_computes_the_tables(tree, engine, tmp_path, monkeypatch, capsys):
     runs, cells = tree
-    import specrag_batch.engines as engines
+    import specrag_batch.engines.engine as engines
 
     monkeypatch.setattr(vv, "CELLS", tuple(cells))
     monkeypatch.setattr(engines, "get_engine", lambda *a, **k: engine)

@@ -16,7 +16,7 @@ module             what
 
 from .drift import MEASURE_FAMILIES, DriftConfig
 from .errors import ConfigError, explain_config_error, note_sources, read_run_config
-from .identity import ADDED_FIELDS, SWITCHED_FIELDS, UNHASHED_SECTIONS, config_differences, hashed_view
+from .hashing import ADDED_FIELDS, SWITCHED_FIELDS, UNHASHED_SECTIONS, config_differences, hashed_view
 from .loading import load_config, validate_run_config
 from .reuse import ReuseConfig
 from .run_config import RunConfig

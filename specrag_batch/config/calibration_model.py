@@ -1,5 +1,5 @@
 """``selection.calibration``: one fitted model of the calibrated confidence per task (the
-probability that a row's selected answer is right, :mod:`specrag_batch.confidence`), written by
+probability that a row's selected answer is right, :mod:`specrag_batch.confidence.measures`), written by
 ``specrag-batch calibrate --confidence calibrated``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 CONFIDENCE_FEATURES = ("score", "score_draft", "score_self_consistency", "score_self_reflection",
                        "draft_per_token", "tokens_draft", "agreement", "vote_share", "margin",
                        "distinct_answers", "drafts", "fast_path", "answer_words")
-"""The feature names a model may use (``specrag_batch.confidence.FEATURES``; kept equal by a test,
+"""The feature names a model may use (``specrag_batch.confidence.measures.FEATURES``; kept equal by a test,
 the config layer does not import the confidence module)."""
 
 SCORING_EXCLUDED = (("selection", "tau_min"), ("selection", "confidence"), ("selection", "calibration"),

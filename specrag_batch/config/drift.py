@@ -1,6 +1,6 @@
 """The ``drift`` section: how the nightly and backfill flows compare a night's run with the
-nights before it (:mod:`specrag_batch.drift`). It changes no row, so it is left out of the
-config hash (:data:`~specrag_batch.config.identity.UNHASHED_SECTIONS`): a changed threshold
+nights before it (:mod:`specrag_batch.run.drift.compare`). It changes no row, so it is left out of the
+config hash (:data:`~specrag_batch.config.hashing.UNHASHED_SECTIONS`): a changed threshold
 keeps the baseline nights and resumes the same run."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ MEASURE_FAMILIES = ("low_confidence_rate", "fast_path_rate", "error_rate", "erro
                     "seconds_per_row", "tokens_per_row", "engine_seconds_per_row")
 """Names of the measures a night's profile is compared on; a measure is named
 ``<family>`` or ``<family>:<part>`` (``error_reason:no_documents``, ``answers:claim``,
-``tokens_per_row:<model>:generated``), as :mod:`specrag_batch.drift` writes them."""
+``tokens_per_row:<model>:generated``), as :mod:`specrag_batch.run.drift.compare` writes them."""
 
 
 def _check_patterns(patterns, what: str) -> None:
@@ -29,7 +29,7 @@ def _check_patterns(patterns, what: str) -> None:
 
 
 class DriftConfig(_Strict):
-    """Night-over-night comparison (:mod:`specrag_batch.drift`): thresholds per kind of
+    """Night-over-night comparison (:mod:`specrag_batch.run.drift.compare`): thresholds per kind of
     measure, per-measure overrides, and which moved measures fail the flow run."""
 
     enabled: bool = Field(True, description="the nightly and backfill flows compare each night with the "

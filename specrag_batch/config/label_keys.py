@@ -1,6 +1,6 @@
 """``selection.label_distribution`` and ``selection.label_prior``: the answer of a claim or
 choice row read from the drafter's distribution over its labels (issue 50;
-:mod:`specrag_batch.labels`)."""
+:mod:`specrag_batch.core.labels`)."""
 
 from __future__ import annotations
 

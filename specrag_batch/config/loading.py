@@ -105,7 +105,7 @@ def _config_text(path: str | Path) -> str:
         FileNotFoundError: it does not exist.
         ValueError: it is a directory, or not UTF-8 (naming the line of the first bad byte)."""
     if "://" in str(path):  # e.g. s3://bucket/configs/nightly.yaml
-        from ..storage import read_bytes
+        from ..core.storage import read_bytes
 
         try:
             raw = read_bytes(str(path))

@@ -1,7 +1,7 @@
 """The ``reuse`` section: which earlier outputs a run copies rows from instead of computing
-them again (:mod:`specrag_batch.reuse`). It changes no row's answer (a reused row equals the
+them again (:mod:`specrag_batch.run.reuse`). It changes no row's answer (a reused row equals the
 recomputed one), so it is left out of the config hash
-(:data:`~specrag_batch.config.identity.UNHASHED_SECTIONS`): turning reuse on or off keeps a
+(:data:`~specrag_batch.config.hashing.UNHASHED_SECTIONS`): turning reuse on or off keeps a
 night's resume and its drift baseline."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .sections import _Strict
 
 class ReuseConfig(_Strict):
     """Reuse of rows answered by earlier runs under the same row key
-    (:func:`specrag_batch.reuse.key.row_key`)."""
+    (:func:`specrag_batch.run.reuse.key.row_key`)."""
 
     nights: int = Field(7, ge=0, description="nightly and backfill: reuse rows answered by the last K "
                         "nights (by date, before this one) of the same output root; 0 turns reuse off")

@@ -15,7 +15,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from .calibration_model import SCORING_EXCLUDED
 from .drift import DriftConfig
 from .reuse import ReuseConfig
-from .identity import hashed_view
+from .hashing import hashed_view
 from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
                        RetrievalConfig, SamplingConfig, SelectionConfig, TauTask, VerifierConfig,
                        _Strict)

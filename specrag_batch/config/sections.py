@@ -334,7 +334,7 @@ class SelectionConfig(_Strict, LabelSelection):
         "label_probability = the answer's probability under the label distribution (needs ``label_distribution``; in [0, 1]; qa rows get none and are never flagged)")
     calibration: dict[TauTask, CalibrationModel] | None = Field(
         None, description="task -> fitted model of the calibrated confidence (`specrag-batch "
-        "calibrate --confidence calibrated` writes it; :mod:`specrag_batch.confidence`); its rows' "
+        "calibrate --confidence calibrated` writes it; :mod:`specrag_batch.confidence.measures`); its rows' "
         "output column `confidence`; a task without one gets none and is never flagged")
     tau_min: float | dict[TauTask, float] | None = Field(
         None, description="threshold on the selected draft's confidence (``confidence``); "

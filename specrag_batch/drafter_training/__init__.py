@@ -1,6 +1,6 @@
 """Specialist drafter (paper §3.1): teacher-written training data, SFT with TRL + PEFT LoRA.
 
-* the rows training may read: :mod:`specrag_batch.datasets` (the evaluation reserve).
+* the rows training may read: :mod:`specrag_batch.core.datasets` (the evaluation reserve).
 * :mod:`.teacher` — the teacher's prompt (documents, question, gold answer).
 * :mod:`.filters` — which rows and teacher rationales give an example (drop reasons), and
   the completion format.

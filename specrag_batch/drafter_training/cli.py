@@ -22,7 +22,7 @@ def inputs(
 
     Exit code 2: a dataset that is not a training source (--datasets), a data file missing
     or unreadable under --shared, an --output that cannot be a directory."""
-    from ..datasets import NotATrainingSourceError, write_training_inputs
+    from ..core.datasets import NotATrainingSourceError, write_training_inputs
 
     try:
         counts = write_training_inputs(shared, output, datasets=tuple(d.strip() for d in datasets.split(",")),

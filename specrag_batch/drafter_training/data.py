@@ -1,14 +1,14 @@
 """Drafter training data (paper §3.1): teacher-written rationales for (Q, A, D) triples.
 
 For every labelled input row the document subsets are drawn exactly as inference draws them
-(:func:`specrag_batch.pipeline.retrieve` and :func:`~specrag_batch.pipeline.multi_perspective_subsets`,
+(:func:`specrag_batch.run.pipeline.retrieve` and :func:`~specrag_batch.run.pipeline.multi_perspective_subsets`,
 same config and seed), and the drafter prompt of each subset is built by the inference code
-(:func:`specrag_batch.prompts.fitted_prompt`). A **teacher** model (any model vLLM loads;
+(:func:`specrag_batch.stages.prompts.fitted_prompt`). A **teacher** model (any model vLLM loads;
 default the configured verifier) sees the subset's documents, the question and the gold answer
 and writes a short rationale E. The training example is
 
     prompt     = the inference drafter prompt (ends with the prefilled ``"Rationale:"``)
-    completion = ``" " + E + "\\nAnswer: " + A``  (what :func:`specrag_batch.parsing.parse_draft`
+    completion = ``" " + E + "\\nAnswer: " + A``  (what :func:`specrag_batch.core.parsing.parse_draft`
                  reads back as rationale E and answer A; A in the drafter's answer format:
                  the label for claims, the option letter for multiple choice)
 
@@ -35,14 +35,15 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
-from .. import resume, storage
+from ..run import resume
+from ..core import storage
 from ..config import RunConfig
-from ..prompts import PromptTooLongError, fitted_prompt, truncate_documents
+from ..stages.prompts import PromptTooLongError, fitted_prompt, truncate_documents
 from ..stages.drafting import max_prompt_tokens
-from ..pipeline import multi_perspective_subsets, retrieve
-from ..manifest import new_run_id
-from ..planning import plan_shards, read_validated, shard_output_uri
-from ..schema import Document, QueryRow
+from ..run.pipeline import multi_perspective_subsets, retrieve
+from ..run.manifest import new_run_id
+from ..run.planning import plan_shards, read_validated, shard_output_uri
+from ..core.schema import Document, QueryRow
 from .filters import (DropReason, answer_text, check_completion, check_rationale, completion_text,
                       evidence_words, strip_restatement)
 from .teacher import TEACHER_SYSTEM, teacher_prompt_hash, teacher_prompt_ids
@@ -170,7 +171,7 @@ def load_tokenizer(name: str):
     """The HF tokenizer of a model (packaged name, HF id or local path)."""
     from transformers import AutoTokenizer
 
-    from ..models import resolve_model
+    from ..engines.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(name))
 
@@ -178,7 +179,7 @@ def load_tokenizer(name: str):
 def generate_examples(rows: list[QueryRow], cfg: RunConfig, opts: DataOptions, teacher,
                       drafter_tok, source_file: str) -> list[dict]:
     """Data records (:data:`DATA_SCHEMA`) for validated rows: sampling, prompts, one batched
-    teacher call, filtering. ``teacher`` is an :class:`~specrag_batch.engines.Engine`."""
+    teacher call, filtering. ``teacher`` is an :class:`~specrag_batch.engines.engine.Engine`."""
     exs = _row_examples(rows, cfg, opts, drafter_tok, teacher.tokenizer)
     todo = [e for e in exs if e.reason is None]
     gens = teacher.generate([e.teacher_ids for e in todo], max_tokens=opts.teacher_max_tokens,
@@ -238,9 +239,9 @@ def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
     Raises:
         FileNotFoundError: ``input_uri`` does not exist.
         ValueError: input and output overlap."""
-    from ..engines import get_engine
-    from ..manifest import _versions
-    from ..planning import check_layout
+    from ..engines.engine import get_engine
+    from ..run.manifest import _versions
+    from ..run.planning import check_layout
 
     opts = opts or DataOptions()
     input_uri, output_uri = storage.normalize_uri(input_uri), storage.normalize_uri(output_uri)

@@ -2,7 +2,7 @@
 
 The held-out query ids (:func:`~specrag_batch.drafter_training.train.is_held_out`, same
 fraction as training) are never trained on. Each held-out example is drafted once, with the
-inference prompt of its subset (:func:`specrag_batch.prompts.fitted_prompt`) and the inference
+inference prompt of its subset (:func:`specrag_batch.stages.prompts.fitted_prompt`) and the inference
 scorer/parser (:func:`specrag_batch.stages.drafting.run_drafts`), by every model named.
 """
 
@@ -12,10 +12,10 @@ import statistics
 
 from ..config import RunConfig
 from ..stages.drafting import DraftRequest, max_prompt_tokens, run_drafts
-from ..prompts import PromptTooLongError, fitted_prompt
-from ..evaluation import score_row
-from ..records import Flag
-from ..schema import Document
+from ..stages.prompts import PromptTooLongError, fitted_prompt
+from ..stages.evaluation import score_row
+from ..core.records import Flag
+from ..core.schema import Document
 from .data import read_training_data
 from .train import is_held_out, served_as
 
@@ -41,7 +41,7 @@ def evaluate_drafters(data_uri: str, models: dict[str, str], cfg: RunConfig, eva
 
     Raises:
         ValueError: no held-out example in the data."""
-    from ..engines import get_engine
+    from ..engines.engine import get_engine
 
     rows = [r for r in read_training_data(data_uri) if is_held_out(r["query_id"], eval_fraction)][:max_rows]
     if not rows:

@@ -23,14 +23,14 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from ..parsing import ANSWER_RE, LETTERS, has_repetition, match_label, normalize_answer, parse_draft
-from ..schema import Document
+from ..core.parsing import ANSWER_RE, LETTERS, has_repetition, match_label, normalize_answer, parse_draft
+from ..core.schema import Document
 
 
 class DropReason(StrEnum):
     """Why an input row or a teacher rationale gives no training example (``drop_reason``).
     Members are ``str``; the rationale reasons that are also draft flags
-    (:class:`specrag_batch.records.Flag`) have the same names."""
+    (:class:`specrag_batch.core.records.Flag`) have the same names."""
 
     INVALID_ROW = "invalid_row"
     NO_GOLD = "no_gold"
@@ -194,14 +194,14 @@ def _same_answer(task: str, parsed: str, answer: str, gold: list[str], choices) 
 
 
 def completion_text(rationale: str, answer: str) -> str:
-    """The drafter's target after the prefilled ``"Rationale:"`` (see :mod:`~specrag_batch.parsing`)."""
+    """The drafter's target after the prefilled ``"Rationale:"`` (see :mod:`~specrag_batch.core.parsing`)."""
     return f" {rationale}\nAnswer: {answer}"
 
 
 def check_completion(task: str, rationale: str, answer: str, gold: list[str] | None, choices,
                      labels) -> tuple[str | None, DropReason | None]:
     """(completion, None) when :func:`completion_text` parses back
-    (:func:`specrag_batch.parsing.parse_draft`, as inference parses a draft) to ``rationale``
+    (:func:`specrag_batch.core.parsing.parse_draft`, as inference parses a draft) to ``rationale``
     and an answer equal to the gold; else (None, ``completion_does_not_parse``)."""
     completion = completion_text(rationale, answer)
     back = parse_draft(completion, task, labels=labels, choices=choices)

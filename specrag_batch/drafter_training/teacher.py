@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 
-from ..parsing import LETTERS
-from ..prompts import (RATIONALE_PREFIX, Slots, encode_template, format_documents, render_chat,
+from ..core.parsing import LETTERS
+from ..stages.prompts import (RATIONALE_PREFIX, Slots, encode_template, format_documents, render_chat,
                        task_instruction)
-from ..schema import Document
+from ..core.schema import Document
 
 TEACHER_SYSTEM = ("You cite evidence from the given documents. You are told the correct answer; "
                   "write only what the documents say that supports it.")
@@ -35,7 +35,7 @@ def teacher_prompt_ids(tokenizer, task: str, query: str, docs: list[Document], c
     sees, and the gold answer (for choice: letter and option text); the reply is prefilled with
     ``"Rationale:"`` like the drafter's.
 
-    Encoded like the inference prompts (:mod:`specrag_batch.prompts`): documents, query,
+    Encoded like the inference prompts (:mod:`specrag_batch.stages.prompts`): documents, query,
     options, labels and the answer are data segments (``split_special_tokens=True``), so a
     ``<|im_end|>`` in a passage stays plain text and the ids hold only the chat template's own
     special tokens."""

@@ -8,7 +8,7 @@ it unmerged with ``drafter.model: <base>`` and ``drafter.adapter: <dir>/adapter`
 float32, into a standalone model directory that vLLM loads by path (``drafter.model: <dir>``).
 
 Prompts are rendered again for the base being trained by the inference code
-(:func:`specrag_batch.prompts.fitted_prompt` with the base's tokenizer, from the subset's
+(:func:`specrag_batch.stages.prompts.fitted_prompt` with the base's tokenizer, from the subset's
 documents stored in the data), so the token ids trained on are the ids the drafter is given at
 inference. Each example is pre-tokenised here: ``input_ids`` = prompt ids + completion ids +
 end-of-turn id, ``completion_mask`` = 0 on the prompt, 1 on the rest; TRL's collator sets the
@@ -39,11 +39,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import storage
+from ..core import storage
 from ..config import RunConfig
-from ..identity import TRAINING_MANIFEST, weights_hash
-from ..prompts import PromptTooLongError, encode_plain, fitted_prompt
-from ..schema import Document
+from ..engines.weights import TRAINING_MANIFEST, weights_hash
+from ..stages.prompts import PromptTooLongError, encode_plain, fitted_prompt
+from ..core.schema import Document
 
 MANIFEST = TRAINING_MANIFEST
 CHECKPOINTS = "_checkpoints"
@@ -93,7 +93,7 @@ def tokenize_example(tokenizer, ex: dict, max_length: int, opts: TrainOptions) -
 
     The prompt is rendered by :func:`fitted_prompt` (the inference drafter prompt for this
     tokenizer, in ``opts.prompt_layout`` with ``opts.rationale_style``) with room for the completion; the completion is tokenised on its own as plain
-    text (:func:`~specrag_batch.prompts.encode_plain`: a ``<|im_end|>`` in a rationale or gold
+    text (:func:`~specrag_batch.stages.prompts.encode_plain`: a ``<|im_end|>`` in a rationale or gold
     stays text) and ends with the tokenizer's end-of-turn (eos) token, where vLLM stops the
     drafter."""
     comp = encode_plain(tokenizer, ex["completion"]) + [tokenizer.eos_token_id]
@@ -329,7 +329,7 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
     import torch
     from transformers import AutoTokenizer
 
-    from ..models import resolve_model
+    from ..engines.models import resolve_model
     from .data import read_training_examples
 
     opts = opts or TrainOptions()
@@ -337,7 +337,7 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rows, dropped = read_training_examples(data_uri)
-    from ..planning import plan_shards
+    from ..run.planning import plan_shards
 
     shards, _ = plan_shards(storage.normalize_uri(data_uri))
     data_hash = hashlib.sha256(b"".join(storage.read_bytes(s) for s in shards)).hexdigest()

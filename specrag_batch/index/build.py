@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import storage
+from ..core import storage
 from . import dense, tuning
 from .bm25 import B, K1, TOKENIZER, TOKENIZER_VERSION, BM25Builder
 from .checkpoints import Checkpoints, phase_key

@@ -19,7 +19,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .. import storage
+from ..core import storage
 from .layout import DONE_DIR, fetch, is_local, publish
 
 

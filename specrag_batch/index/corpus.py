@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import storage
-from ..resume import input_fingerprint
-from ..schema import DOC_FIELDS, STRING_TYPES, InputSchemaError
+from ..core import storage
+from ..core.storage import input_fingerprint
+from ..core.schema import DOC_FIELDS, STRING_TYPES, InputSchemaError
 from .layout import IndexBuildError
 
 _STRING_INDEX = re.compile(r"Invalid UTF8 sequence at string index (\d+)")

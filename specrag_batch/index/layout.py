@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .. import storage
+from ..core import storage
 
 FORMAT = 2
 """``meta.json``'s ``format`` of this layout; a meta without ``format`` is the first layout."""

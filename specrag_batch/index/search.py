@@ -22,10 +22,10 @@ from typing import Protocol, Sequence
 import numpy as np
 import pyarrow.parquet as pq
 
-from .. import storage
-from ..embeddings import embed
-from ..records import Document
-from ..redaction import redact_text
+from ..core import storage
+from ..engines.embeddings import embed
+from ..core.records import Document
+from ..core.redaction import redact_text
 from . import dense as dense_mod
 from . import tuning
 from .bm25 import BM25Index

@@ -1,7 +1,7 @@
 """Embedding a corpus shard by shard, resumably: each finished shard leaves its vectors
 (``<key>.npy``, float32, L2-normalised, one row per passage) and its passages (``<key>.arrow``)
 in the build's work area, then a done marker (``_done/<key>.json``), as a run's shards do
-(:mod:`specrag_batch.resume`). A build started again skips every shard whose marker matches
+(:mod:`specrag_batch.run.resume`). A build started again skips every shard whose marker matches
 its input fingerprint and the embedding settings, so a build killed halfway re-embeds only
 the shards it had not finished.
 """
@@ -15,8 +15,8 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from .. import storage
-from ..embeddings import embed, known_dimension
+from ..core import storage
+from ..engines.embeddings import embed, known_dimension
 from .corpus import CorpusShard, batches
 from .layout import DONE_DIR, IndexBuildError, publish, scratch
 
@@ -142,5 +142,5 @@ def model_dimension(embedding_model: str) -> int:
 
 def configured_dimension(embedding_model: str) -> int | None:
     """Width of the vectors ``embedding_model`` makes as its configuration files say, without
-    loading it (:func:`~specrag_batch.embeddings.known_dimension`; None when they do not say)."""
+    loading it (:func:`~specrag_batch.engines.embeddings.known_dimension`; None when they do not say)."""
     return known_dimension(embedding_model)

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..records import Document
+from ..core.records import Document
 
 STORE_BATCH_ROWS = 8192
 """Rows per record batch of the store file: a lookup decodes only the batches it touches."""
@@ -67,7 +67,7 @@ def file_fingerprint(path: Path) -> str:
 
 class PassageStore:
     """Passages by row number from an Arrow table (memory-mapped file, or in memory for an
-    index of the first layout), returned as :class:`~specrag_batch.records.Document`."""
+    index of the first layout), returned as :class:`~specrag_batch.core.records.Document`."""
 
     def __init__(self, batches: Sequence[pa.RecordBatch], keep=None):
         self._batches = list(batches)

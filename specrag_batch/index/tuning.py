@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import storage
+from ..core import storage
 from . import dense
 from .layout import IndexBuildError
 

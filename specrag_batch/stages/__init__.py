@@ -11,17 +11,15 @@ module             stage
 ``verification``   4, verification, paper §3.3 (:class:`Verification`)
 ``selection``      5, selection, paper §3.3 (:class:`Selection`)
 ``fallback``       6 (optional), low-confidence rows answered again (:class:`Fallback`)
-``output``         a row as an output record (:func:`output_record`)
 =================  =========================================================================
 
-The stage lists of each mode and the :class:`~specrag_batch.pipeline.Pipeline` that runs
-them are in :mod:`specrag_batch.pipeline`.
+The stage lists of each mode and the :class:`~specrag_batch.run.pipeline.Pipeline` that runs
+them are in :mod:`specrag_batch.run.pipeline`.
 """
 
 from .base import INPUT_FIELDS, EngineLike, RunInfo, Stage, StageContractError, StageTimer
 from .drafting import AdaptiveDrafting, Drafting, StandardAnswer
 from .fallback import Fallback
-from .output import output_record, output_row
 from .retrieval import Retrieval, WiderRetrieval
 from .sampling import MultiPerspectiveSampling
 from .selection import Selection
@@ -29,5 +27,20 @@ from .verification import Verification
 
 __all__ = ["INPUT_FIELDS", "AdaptiveDrafting", "Drafting", "EngineLike", "Fallback",
            "MultiPerspectiveSampling", "Retrieval", "RunInfo", "Selection", "Stage",
-           "StageContractError", "StageTimer", "StandardAnswer", "Verification", "WiderRetrieval",
-           "output_record", "output_row"]
+           "StageContractError", "StageTimer", "StandardAnswer", "Verification", "WiderRetrieval"]
+
+
+def __getattr__(name: str):
+    """``output_record`` and ``output_row`` moved to :mod:`specrag_batch.run.output` (a row's
+    output record is not a stage); the old names still resolve there, with a warning.
+
+    Raises:
+        AttributeError: any other unknown name."""
+    if name in ("output_record", "output_row"):
+        import importlib
+        import warnings
+
+        warnings.warn(f"specrag_batch.stages.{name} moved to specrag_batch.run.output.{name}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("specrag_batch.run.output"), name)
+    raise AttributeError(f"module 'specrag_batch.stages' has no attribute {name!r}")

@@ -1,13 +1,13 @@
 """What a stage is: the fields it reads and writes, checked by
-:class:`specrag_batch.pipeline.Pipeline`, which runs a list of stages over chunks.
+:class:`specrag_batch.run.pipeline.Pipeline`, which runs a list of stages over chunks.
 
-A stage declares the :class:`~specrag_batch.records.QueryRow` fields it reads and writes
+A stage declares the :class:`~specrag_batch.core.records.QueryRow` fields it reads and writes
 (after Ray Data LLM's stages, which declare the keys they require and produce). A dotted name
 (``drafts.score``) names a field of the records in a list field; the row field is the part
 before the dot. The pipeline checks the declarations twice: when it is built (every field a
 stage reads is an input field or written by an earlier stage) and while it runs (before a
 stage, every row without an ``error`` holds what the stage reads; after it, what it writes).
-Every stage may also set a row's ``error`` (:meth:`~specrag_batch.records.QueryRow.fail`,
+Every stage may also set a row's ``error`` (:meth:`~specrag_batch.core.records.QueryRow.fail`,
 with its ``error_reason``) and add to its ``flags``; rows with an ``error``
 are passed over by every later stage and come out with their reason.
 """
@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterable, Iterator, Protocol, Sequence
 
-from ..records import QueryRow
+from ..core.records import QueryRow
 
 INPUT_FIELDS = ("row_index", "query_id", "query", "task", "documents", "choices", "gold")
-"""Row fields set by validation (:func:`specrag_batch.schema.validate_table`)."""
+"""Row fields set by validation (:func:`specrag_batch.core.schema.validate_table`)."""
 OPTIONAL_FIELDS = frozenset({"documents", "choices", "gold", "fallback", "verifier_drafts_deduplicated"})
 """Fields that may be None on a valid row (not checked while running; ``fallback`` is set
 only on the rows the fallback pass answers, ``verifier_drafts_deduplicated`` only on rows the
@@ -33,12 +33,12 @@ _ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(QueryRow))
 
 
 class EngineLike(Protocol):  # pragma: no cover - typing only
-    """What stages use of an engine (:class:`specrag_batch.engines.Engine`)."""
+    """What stages use of an engine (:class:`specrag_batch.engines.engine.Engine`)."""
 
     tokenizer: object
 
     def generate(self, prompts, **kw):
-        """One :class:`~specrag_batch.engines.GenerationResult` per token-id prompt."""
+        """One :class:`~specrag_batch.engines.engine.GenerationResult` per token-id prompt."""
 
     def prompt_logprobs(self, prompts, desc: str = ...):
         """Per prompt, log P(token_i | tokens_<i) for each token (natural log; None at i = 0)."""
@@ -54,7 +54,7 @@ class EngineLike(Protocol):  # pragma: no cover - typing only
 class StageTimer:
     """Wall seconds per stage timer name (:data:`STAGES`), accumulated over chunks; ``modes``:
     wall seconds per mode (``speculative``, ``standard``) of the rows each answered
-    (:class:`~specrag_batch.pipeline.RoutedPipeline`)."""
+    (:class:`~specrag_batch.run.pipeline.RoutedPipeline`)."""
 
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     modes: dict[str, float] = field(default_factory=lambda: defaultdict(float))

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from ..config import ModelConfig, RunConfig
-from ..engines import Engine, GenerationResult
-from ..parsing import ANSWER_FORCED, ANSWER_RE, ParsedDraft, parse_draft
-from ..prompts import PromptTooLongError, encode_plain, fitted_prompt
-from ..records import Draft, ErrorReason, Flag, QueryRow, add_flag
-from ..labels import label_names
+from ..engines.engine import Engine, GenerationResult
+from ..core.parsing import ANSWER_FORCED, ANSWER_RE, ParsedDraft, parse_draft
+from .prompts import PromptTooLongError, encode_plain, fitted_prompt
+from ..core.records import Draft, ErrorReason, Flag, QueryRow, add_flag
+from ..core.labels import label_names
 from .base import EngineLike, Stage
 from .label_scoring import score_labels
 from .selection import consensus
@@ -45,9 +45,9 @@ PROCESSING_ERROR = Flag.DRAFT_PROCESSING_ERROR
 
 ANSWER_MARKER = "\nAnswer:"
 """Text appended to a draft cut before its answer line (:func:`force_answers`): the line the
-drafter prompt asks for (:func:`~specrag_batch.prompts.drafter_prompt_ids`), with no trailing
+drafter prompt asks for (:func:`~specrag_batch.stages.prompts.drafter_prompt_ids`), with no trailing
 space, so the answer's first word keeps its usual token (``":"`` + ``" Paris"``), as in
-:func:`~specrag_batch.prompts.encode_template`."""
+:func:`~specrag_batch.stages.prompts.encode_template`."""
 
 FORCED_LOGPROB = math.nan
 """Log-prob placeholder of the forced :data:`ANSWER_MARKER` tokens in a joined generation:
@@ -149,8 +149,8 @@ def score_generation(tokenizer, gen: GenerationResult, task: str, labels,
 
 def needs_answer(tokenizer, gen: GenerationResult) -> bool:
     """Whether ``gen`` stopped at its token budget (finish reason ``"length"``) with no answer
-    line in its text (no :data:`~specrag_batch.parsing.ANSWER_RE` match, the test
-    :func:`~specrag_batch.parsing.parse_draft` uses): a draft :func:`force_answers` continues.
+    line in its text (no :data:`~specrag_batch.core.parsing.ANSWER_RE` match, the test
+    :func:`~specrag_batch.core.parsing.parse_draft` uses): a draft :func:`force_answers` continues.
     A draft cut *after* its ``Answer:`` line is not (its answer is what it wrote)."""
     return gen.finish_reason == "length" and not ANSWER_RE.search(
         tokenizer.decode(list(gen.token_ids), skip_special_tokens=True))
@@ -166,7 +166,7 @@ def force_answers(engine: Engine, prompts: Sequence[list[int]], gens: Sequence[G
     call: prompt = the draft's prompt ids + its generated ids + :func:`answer_marker_ids`, at
     most ``answer_max_tokens`` new tokens, the same ``temperature``, ``top_p`` and ``seed``.
     (The engine counts the call and its tokens in its usage. Every engine call starts from an
-    empty prefix cache, :meth:`~specrag_batch.engines.Engine._generate`, so the prompt + draft
+    empty prefix cache, :meth:`~specrag_batch.engines.engine.Engine._generate`, so the prompt + draft
     prefix is computed again; continuations of one row share it within the call.)
 
     Args:
@@ -263,9 +263,9 @@ class _Generation(Stage):
     what = "prompt"
     desc = "drafting"
     layout = "documents_first"
-    """Drafter prompt layout (:data:`specrag_batch.prompts.PROMPT_LAYOUTS`)."""
+    """Drafter prompt layout (:data:`specrag_batch.stages.prompts.PROMPT_LAYOUTS`)."""
     rationale_style = "one_or_two_sentences"
-    """Rationale instruction (:data:`specrag_batch.prompts.RATIONALE_STYLES`)."""
+    """Rationale instruction (:data:`specrag_batch.stages.prompts.RATIONALE_STYLES`)."""
     answer_max_tokens: int | None = None
     """Budget of answers recovered after a budget cut (``drafter.answer_budget``,
     :func:`specrag_batch.stages.drafting.force_answers`); None = no recovery."""

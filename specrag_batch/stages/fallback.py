@@ -1,6 +1,6 @@
 """Stage 6 (optional), the fallback pass (``selection.fallback``): rows that selection flags
 ``low_confidence`` are answered a second time within the same chunk of the same shard, by a
-second stage list run over copies of those rows (:func:`specrag_batch.pipeline.fallback_stages`):
+second stage list run over copies of those rows (:func:`specrag_batch.run.pipeline.fallback_stages`):
 Standard RAG from all N documents (paper §4), or Speculative RAG again over N' documents from
 the index. The paper (§3.3) leaves the use of a low score open; this is one."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..config import RunConfig
-from ..records import FallbackAnswer, QueryRow
+from ..core.records import FallbackAnswer, QueryRow
 from .base import Stage
 
 
@@ -25,14 +25,14 @@ class Fallback(Stage):
     ``selection.fallback: standard`` Retrieval -> StandardAnswer -> Selection(standard=True)
     on the verifier engine, with ``wider`` WiderRetrieval (N' = ``retrieval.fallback_top_n``)
     -> MultiPerspectiveSampling -> Drafting -> Verification -> Selection. Each flagged row gets
-    ``fallback`` (:class:`~specrag_batch.records.FallbackAnswer`); the output uses its answer
-    (:func:`~specrag_batch.stages.output.output_record`). The inner stages' seconds count as
+    ``fallback`` (:class:`~specrag_batch.core.records.FallbackAnswer`); the output uses its answer
+    (:func:`~specrag_batch.run.output.output_record`). The inner stages' seconds count as
     this stage's (timer ``fallback``).
 
     Args:
         config: the run's config (``selection.fallback`` names the source).
         answer_again: runs the fallback's stage list over a list of row copies in place
-            (built by :func:`specrag_batch.pipeline.speculative_stages`); it raises
+            (built by :func:`specrag_batch.run.pipeline.speculative_stages`); it raises
             ``ValueError`` when the engine the fallback needs was not given."""
 
     name = timer_name = "fallback"

@@ -11,7 +11,7 @@ over the tokens t of ``" " + ℓ`` (the whole label, so labels sharing their fir
 followed by its rationale re-encoded as text and the answer marker, ``" <β>\\nAnswer:"``, so a
 draft that wrote no answer line, wrote free text or was cut at its token budget gets a
 distribution too. Each (prefix + the label's first i tokens) is one request asking for the
-log-prob of the next label token only (:meth:`~specrag_batch.engines.Engine.next_token_logprobs`);
+log-prob of the next label token only (:meth:`~specrag_batch.engines.engine.Engine.next_token_logprobs`);
 requests of one draft share its prefix through vLLM's prefix cache.
 """
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..parsing import ANSWER_RE
-from ..prompts import encode_plain
-from ..records import Draft, Flag
+from ..core.parsing import ANSWER_RE
+from .prompts import encode_plain
+from ..core.records import Draft, Flag
 from .base import EngineLike
 
 ANSWER_MARKER = "\nAnswer:"
@@ -44,7 +44,7 @@ def score_labels(engine: EngineLike, prompts: Sequence[Sequence[int]], drafts: S
 
     Args:
         prompts: the drafter prompt (token ids) of each draft, aligned with ``drafts``.
-        labels_of: position -> the labels of that draft's row (:func:`specrag_batch.labels.label_names`).
+        labels_of: position -> the labels of that draft's row (:func:`specrag_batch.core.labels.label_names`).
         max_model_len: the engine's context, tokens: a draft whose longest scoring prompt
             would not leave room for one token gets no distribution (``label_logprobs`` None).
 

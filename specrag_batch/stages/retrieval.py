@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..config import RunConfig
-from ..records import Document, ErrorReason, Flag, QueryRow, add_flag, visible_text
+from ..core.records import Document, ErrorReason, Flag, QueryRow, add_flag, visible_text
 from ..index import retriever_for
 from .base import Stage
 

@@ -8,7 +8,7 @@ query cannot push the documents out of the encoder's window.
 
 The stage class :class:`MultiPerspectiveSampling` embeds every row of a chunk in one encoder
 call, clusters every row of the chunk in one batched K-Means (:func:`cluster_rows`, the
-partitions of scikit-learn's per-row ``KMeans``: :mod:`specrag_batch.stages.kmeans`) and draws
+partitions of scikit-learn's per-row ``KMeans``: :mod:`specrag_batch.core.kmeans`) and draws
 each row's subsets.
 """
 
@@ -20,10 +20,10 @@ from typing import Literal, Sequence
 import numpy as np
 
 from ..config import RunConfig
-from ..embeddings import embed, load_embedder
-from ..records import ErrorReason, Flag, QueryRow, add_flag
+from ..engines.embeddings import embed, load_embedder
+from ..core.records import ErrorReason, Flag, QueryRow, add_flag
 from .base import Stage
-from .kmeans import kmeans_labels, sklearn_labels
+from ..core.kmeans import kmeans_labels, sklearn_labels
 
 Subset = tuple[int, ...]
 
@@ -135,7 +135,7 @@ def cluster_documents(embeddings: np.ndarray, k: int, seed: int, n_init: int = 1
     ``KMeans``: the reference :func:`cluster_rows` reproduces (tests, benchmarks).
 
     Args:
-        embeddings: float array, shape (N, d) (:func:`specrag_batch.embeddings.embed` of
+        embeddings: float array, shape (N, d) (:func:`specrag_batch.engines.embeddings.embed` of
             :func:`conditioned_texts`); N = 0 gives an empty label array.
         k: requested clusters; clamped to k_eff = min(k, N, distinct embeddings), rows
             compared after rounding to 6 decimals; k_eff = 1 skips K-Means (all label 0).
@@ -157,7 +157,7 @@ def cluster_documents(embeddings: np.ndarray, k: int, seed: int, n_init: int = 1
 def cluster_rows(blocks: Sequence[np.ndarray], k: int, seeds: Sequence[int],
                  n_init: int = 10) -> list[np.ndarray]:
     """:func:`cluster_documents` of many rows in one batched K-Means
-    (:func:`specrag_batch.stages.kmeans.kmeans_labels`): the same labels, row by row, as
+    (:func:`specrag_batch.core.kmeans.kmeans_labels`): the same labels, row by row, as
     scikit-learn's per-row ``KMeans`` gives (a row whose arithmetic comes within rounding of a
     tie is clustered by scikit-learn itself), at a small part of the cost.
 
@@ -292,7 +292,7 @@ def conditioned_vectors(rows: Sequence[QueryRow], config: RunConfig) -> np.ndarr
     """The query-conditioned embeddings of every top document of ``rows``, in row order, from
     one encoder call (:func:`conditioned_texts`; its flags are added to the rows): shape
     (sum of the rows' N, d). The encoder runs where sentence-transformers puts it (a GPU when
-    there is one, :func:`specrag_batch.embeddings.load_embedder`)."""
+    there is one, :func:`specrag_batch.engines.embeddings.load_embedder`)."""
     sampling = config.sampling
     encoder = load_embedder(config.retrieval.embedding_model)
     texts = []

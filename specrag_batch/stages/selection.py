@@ -19,9 +19,9 @@ from typing import Sequence
 import numpy as np
 
 from ..config import RunConfig
-from ..confidence import answer_key, features, probability
-from ..labels import LABEL_TASKS, argmax, batch_prior, canonical_answer, correct, mixture
-from ..records import Draft, Flag, QueryRow, SelectedAnswer, add_flag
+from ..confidence.measures import answer_key, features, probability
+from ..core.labels import LABEL_TASKS, argmax, batch_prior, canonical_answer, correct, mixture
+from ..core.records import Draft, Flag, QueryRow, SelectedAnswer, add_flag
 from .base import Stage
 from .sampling import row_seed
 
@@ -128,7 +128,7 @@ def consensus(drafts: list[Draft], c: int | None) -> list[int] | None:
 
     Answers are compared by :func:`answer_key`, the key ``answer_vote`` groups by: the
     SQuAD-normalised answer, or the answer with its articles kept when that is empty, so two
-    drafts answering ``"The"`` agree (with :func:`~specrag_batch.parsing.normalize_answer`
+    drafts answering ``"The"`` agree (with :func:`~specrag_batch.core.parsing.normalize_answer`
     alone such drafts counted towards the valid drafts but agreed with none). A draft whose
     key is still empty agrees with no other. Between answers with equal counts the one seen
     first wins.
@@ -184,7 +184,7 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
             log ρ is returned.
 
     Returns:
-        :class:`~specrag_batch.records.SelectedAnswer`; index None only when there are no drafts. When no draft is valid
+        :class:`~specrag_batch.core.records.SelectedAnswer`; index None only when there are no drafts. When no draft is valid
         the best invalid one is returned with flag ``no_valid_draft`` and low confidence. A
         valid draft missing an enabled term gets flag ``missing_score_<term>``, score None and
         ranks after every fully scored draft; if it is still selected (no draft has every
@@ -241,7 +241,7 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
 
 def calibrated(drafts: list[Draft], selected: SelectedAnswer, model, tau_min: float | None) -> SelectedAnswer:
     """``selected`` with its ``confidence``: the probability of being right of ``model`` (a
-    :class:`~specrag_batch.config.sections.CalibrationModel`, :mod:`specrag_batch.confidence`) from
+    :class:`~specrag_batch.config.sections.CalibrationModel`, :mod:`specrag_batch.confidence.measures`) from
     the row's drafts (their ``score`` set) and the selection, fast path included; the row is
     ``low_confidence`` when it has a forcing flag (no valid or fully scored draft) or its
     probability is below ``tau_min`` (in [0, 1]). No model or no selected draft: unchanged
@@ -256,7 +256,7 @@ def calibrated(drafts: list[Draft], selected: SelectedAnswer, model, tau_min: fl
 
 def label_selections(rows: Sequence[QueryRow], prior: str, tau_min, measure: str) -> None:
     """Answer the chunk's ``claim``/``choice`` rows from their label distribution
-    (``selection.label_distribution``; :mod:`specrag_batch.labels`, issue 50, not in the paper):
+    (``selection.label_distribution``; :mod:`specrag_batch.core.labels`, issue 50, not in the paper):
     the mixture of the drafts' ``label_logprobs``, divided by the mean mixture of the chunk's
     rows of the same task and renormalised when ``prior`` is ``"batch"`` (contextual
     calibration, Zhao et al. 2021). The row's ``selection`` gets ``answer`` (the argmax label,
@@ -292,7 +292,7 @@ def label_selections(rows: Sequence[QueryRow], prior: str, tau_min, measure: str
 class Selection(Stage):
     """Each row's drafts get their log ρ ``score`` (natural log; ρ = ρ_draft·ρ_SC·ρ_SR, paper
     §3.3, over the enabled terms of ``selection.use_*``) and the row its
-    :class:`~specrag_batch.records.SelectedAnswer` (the paper's argmax, or this product's
+    :class:`~specrag_batch.core.records.SelectedAnswer` (the paper's argmax, or this product's
     ``selection.rule`` extensions: answer vote, length-normalised), flagged low-confidence
     below the row task's ``selection.tau_min`` (:meth:`SelectionConfig.tau_for`;
     :func:`specrag_batch.stages.selection.select`), or, under ``selection.confidence:

@@ -6,7 +6,7 @@ reflection question R, then the chat template's assistant opening. With
 ``verifier.evidence_aware`` (the paper's variant that adds the draft's documents to its rationale, Score(α|Q,β,δ)) the input is
 ``[Q, δ_j, α_j, β_j, R]``: the draft's own subset δ_j (its k documents, not all N;
 :func:`draft_documents`) follows the question block in the first user turn, cut to fit
-(:func:`~specrag_batch.prompts.fitted_verifier_prompt`), and both terms below come from that
+(:func:`~specrag_batch.stages.prompts.fitted_verifier_prompt`), and both terms below come from that
 pass. One vLLM request returns the prompt's log-probs and, for the next token, the log-probs
 of exactly the yes/no token ids (vLLM's ``logprob_token_ids``; natural log):
 
@@ -41,9 +41,9 @@ from collections.abc import Hashable
 from typing import Sequence
 
 from ..config import RunConfig
-from ..engines import Engine, clean_logprob
-from ..prompts import Question, VerifierPrompt, encode_plain, fitted_verifier_prompt, verifier_prompt
-from ..records import Document, Draft, ErrorReason, Flag, QueryRow, add_flag
+from ..engines.engine import Engine, clean_logprob
+from .prompts import Question, VerifierPrompt, encode_plain, fitted_verifier_prompt, verifier_prompt
+from ..core.records import Document, Draft, ErrorReason, Flag, QueryRow, add_flag
 from .base import EngineLike, Stage
 from .selection import consensus
 
@@ -67,7 +67,7 @@ def word_token_ids(tokenizer, word: str) -> set[int]:
     """Ids of the tokenizer's single-token spellings of ``word``: lower, Capitalised and
     UPPER case, each with and without a leading space (spellings that take several tokens
     are left out). ``tokenizer``: a Hugging Face tokenizer (encoded with
-    :func:`~specrag_batch.prompts.encode_plain`). May be empty: then no probability mass is
+    :func:`~specrag_batch.stages.prompts.encode_plain`). May be empty: then no probability mass is
     found for the word and :func:`reflection_scores` gives no score."""
     ids = set()
     for w in {word.lower(), word.capitalize(), word.upper()}:
@@ -124,7 +124,7 @@ def reflection_scores(next_logprobs: dict[int, float], yes_ids: set[int], no_ids
     log P(Yes) = logsumexp of the yes ids' log-probs (P(No) likewise). A word with no id, or an
     id the engine gave no log-prob for: all None, flag ``self_reflection_unavailable``. A word
     whose every log-prob is not finite (probability 0) takes
-    :data:`~specrag_batch.engines.NON_FINITE_FLOOR`, flag ``non_finite_logprob``.
+    :data:`~specrag_batch.engines.engine.NON_FINITE_FLOOR`, flag ``non_finite_logprob``.
 
     Raises:
         ValueError: unknown ``mode``.
@@ -152,9 +152,9 @@ def prompt_scores(prompt: VerifierPrompt, prompt_logprobs: Sequence[float | None
     (log-prob of α's tokens, log-prob of β's tokens, log ρ_SR, log P(Yes), log P(No), flags).
     The two sums are over ``prompt.answer_tokens`` / ``prompt.rationale_tokens``, each token
     given everything before it, so their sum is log ρ_SC = log P(α, β | Q) in either order
-    of :data:`~specrag_batch.prompts.VERIFIER_ORDERS`. Flags: :func:`reflection_scores`'s,
+    of :data:`~specrag_batch.stages.prompts.VERIFIER_ORDERS`. Flags: :func:`reflection_scores`'s,
     plus ``non_finite_logprob`` when a summed log-prob was not finite (cleaned as
-    :func:`~specrag_batch.engines.clean_logprob` does).
+    :func:`~specrag_batch.engines.engine.clean_logprob` does).
 
     Args:
         prompt_logprobs: per prompt token, its log-prob (None at position 0), as the engine's
@@ -179,7 +179,7 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
     ``score_self_reflection`` (log ρ_SR after R), ``logprob_yes``/``logprob_no`` and the
     token counts ``tokens_answer``/``tokens_rationale`` (verifier tokens). One forward pass
     per draft over [Q, α, β, R] and the template's assistant opening
-    (:func:`~specrag_batch.prompts.verifier_prompt`): its prompt log-probs give log ρ_SC and
+    (:func:`~specrag_batch.stages.prompts.verifier_prompt`): its prompt log-probs give log ρ_SC and
     the next token's log-probs of the yes/no spellings give log ρ_SR. Without ``documents`` the
     verifier reads no document (§3.3); with them, over [Q, δ_j, α, β, R] (the paper's verification ablation,
     Score(α|Q,β,δ)), log ρ_SC is still the sum over α's and β's tokens only, now given Q and δ_j.
@@ -206,7 +206,7 @@ def verify(engine: Engine, items: Sequence[tuple[Hashable, Question, Draft]], re
             row keys whose drafts were scored (not the rows of the returned errors).
         documents: ``verifier.evidence_aware``: per item (same length and order as ``items``)
             the draft's own documents δ_j (:func:`draft_documents`), placed after Q
-            (:func:`~specrag_batch.prompts.fitted_verifier_prompt`): each document's text cut to
+            (:func:`~specrag_batch.stages.prompts.fitted_verifier_prompt`): each document's text cut to
             ``doc_budget`` verifier tokens, the budget shrunk until the input fits
             ``max_prompt_tokens`` (never α or β; flag ``verifier_documents_truncated`` on a
             scored draft whose documents were cut). The documents are part of the input, so

@@ -64,11 +64,11 @@ def test_data_step_prompts_equal_inference_and_filters_are_counted(tmp_path):
     from specrag_batch.drafter_training.data import answer_text, build_training_data
     from specrag_batch.drafter_training.filters import complete_sentences, strip_restatement
     from specrag_batch.drafter_training.teacher import teacher_prompt_hash
-    from specrag_batch.datasets import INPUT_SCHEMA, training_rows
-    from specrag_batch.engines import get_engine
-    from specrag_batch.parsing import parse_draft
-    from specrag_batch.pipeline import StageTimer, draft_rows
-    from specrag_batch.schema import validate_table
+    from specrag_batch.core.datasets import INPUT_SCHEMA, training_rows
+    from specrag_batch.engines.engine import get_engine
+    from specrag_batch.core.parsing import parse_draft
+    from specrag_batch.run.pipeline import StageTimer, draft_rows
+    from specrag_batch.core.schema import validate_table
 
     cfg = small_config(**{"sampling.num_drafts": 2})
     rows = [r for rs in training_rows(SHARED, ("climate_fever", "nq_open"), limit=3).values() for r in rs]
@@ -128,7 +128,7 @@ def test_only_completion_tokens_carry_loss(tmp_path):
     loss is -log P(A, E | Q, D) on the completion, never on the prompt (paper §3.1)."""
     from specrag_batch.drafter_training.data import read_training_data
     from specrag_batch.drafter_training.train import TrainOptions, build_datasets, make_trainer
-    from specrag_batch.models import resolve_model
+    from specrag_batch.engines.models import resolve_model
     from transformers import AutoTokenizer
 
     data = tiny_training_data(tmp_path / "data", n=4)
@@ -155,10 +155,10 @@ def test_only_completion_tokens_carry_loss(tmp_path):
 
 def test_training_loss_merged_model_in_vllm_and_pipeline(tmp_path):
     from specrag_batch.drafter_training.train import TrainOptions, train_drafter
-    from specrag_batch.identity import drafter_identity
-    from specrag_batch.engines import get_engine
-    from specrag_batch.pipeline import RunInfo, process_rows
-    from specrag_batch.schema import validate_table
+    from specrag_batch.engines.weights import drafter_identity
+    from specrag_batch.engines.engine import get_engine
+    from specrag_batch.run.pipeline import RunInfo, process_rows
+    from specrag_batch.core.schema import validate_table
 
     data = tiny_training_data(tmp_path / "data")
     opts = TrainOptions(max_steps=12, save_steps=100, logging_steps=3, **OPTS)
@@ -275,8 +275,8 @@ def test_lora_update_survives_in_what_the_engine_serves(tmp_path):
 
     from specrag_batch.drafter_training.data import read_training_data
     from specrag_batch.drafter_training.train import TrainOptions, build_datasets, train_drafter
-    from specrag_batch.engines import get_engine
-    from specrag_batch.models import resolve_model
+    from specrag_batch.engines.engine import get_engine
+    from specrag_batch.engines.models import resolve_model
 
     data = tiny_training_data(tmp_path / "data")
     out = tmp_path / "model"

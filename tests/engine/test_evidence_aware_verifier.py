@@ -13,9 +13,9 @@ import math
 
 import pytest
 
-from specrag_batch.engines import get_engine
-from specrag_batch.prompts import Question, verifier_prompt
-from specrag_batch.records import Document, Draft
+from specrag_batch.engines.engine import get_engine
+from specrag_batch.stages.prompts import Question, verifier_prompt
+from specrag_batch.core.records import Document, Draft
 from specrag_batch.stages.verification import verify, word_token_ids
 
 from ..conftest import small_config

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch import labels, pipeline
-from specrag_batch.engines import get_engine
-from specrag_batch.prompts import encode_plain
-from specrag_batch.schema import validate_table
+from specrag_batch.core import labels
+from specrag_batch.run import pipeline
+from specrag_batch.engines.engine import get_engine
+from specrag_batch.stages.prompts import encode_plain
+from specrag_batch.core.schema import validate_table
 from specrag_batch.stages.label_scoring import label_prefix
 
 from ..conftest import sample_rows, small_config

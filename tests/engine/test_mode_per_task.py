@@ -8,9 +8,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from specrag_batch.engines import get_engine
-from specrag_batch.pipeline import RunInfo, process_rows
-from specrag_batch.schema import validate_table
+from specrag_batch.engines.engine import get_engine
+from specrag_batch.run.pipeline import RunInfo, process_rows
+from specrag_batch.core.schema import validate_table
 
 from ..conftest import sample_rows, small_config
 

@@ -5,9 +5,9 @@ writes, on a few real rows (the fake engine checks many: tests/integration/test_
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import resume
-from specrag_batch.engines import get_engine
-from specrag_batch.shard import ShardJob, StorageIO, process_shard
+from specrag_batch.run import resume
+from specrag_batch.engines.engine import get_engine
+from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
 
 from ..conftest import sample_rows, small_config
 

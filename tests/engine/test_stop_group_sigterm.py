@@ -3,7 +3,7 @@ while ``specrag-batch claims`` runs on the real vLLM engine (SmolLM2-135M): the 
 ends Prefect's ephemeral API server, and Prefect's own SIGTERM handler then retries recording
 the crash against it (minutes to stop, with tracebacks, without the watchdog). Checks that with
 the watchdog started where the signal reaches Prefect's handler
-(:func:`specrag_batch.stopping.hook_prefect_sigterm`) the command stops within seconds, exit
+(:func:`specrag_batch.core.stopping.hook_prefect_sigterm`) the command stops within seconds, exit
 143, and says so. The fake engine does not show the slow path (tests/integration/test_stop_signals.py
 covers the rest of stopping), so this runs the real one."""
 
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from specrag_batch import storage
+from specrag_batch.core import storage
 
 from ..conftest import ROOT, sample_rows, stop_process_group, subprocess_env
 

@@ -9,9 +9,9 @@ import statistics
 
 import pytest
 
-from specrag_batch import pipeline
-from specrag_batch.parsing import normalize_answer
-from specrag_batch.schema import validate_table
+from specrag_batch.run import pipeline
+from specrag_batch.core.parsing import normalize_answer
+from specrag_batch.core.schema import validate_table
 
 from ..conftest import sample_rows, small_config
 from .test_flow import read_outputs, run_flow, write_inputs

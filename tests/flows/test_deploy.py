@@ -18,9 +18,9 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from specrag_batch import storage
+from specrag_batch.core import storage
 from specrag_batch.config import load_config
-from specrag_batch.execution import ExecutionConfig
+from specrag_batch.config.execution import ExecutionConfig
 
 from ..conftest import ROOT, _free_port, sample_rows, small_config, stop_process_group
 

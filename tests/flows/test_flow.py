@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import storage
-from specrag_batch.manifest import MANIFEST
+from specrag_batch.core import storage
+from specrag_batch.run.manifest import MANIFEST
 
 from ..conftest import ROOT, SAMPLES, sample_rows, small_config, subprocess_env
 
@@ -43,7 +43,7 @@ def run_flow(inp, out, cfg):
     """The flow called directly; its run ends Failed exactly when a shard failed (the manifest
     is then the Failed state's result)."""
     from flows.speculative_rag import speculative_rag_flow
-    from specrag_batch.orchestration import flow_manifest
+    from specrag_batch.run.orchestration import flow_manifest
 
     state = speculative_rag_flow(inp, out, cfg.model_dump(mode="json"), return_state=True)
     m = flow_manifest(state)
@@ -74,7 +74,7 @@ def test_flow_speculative_local(prefect_harness, tmp_path, shards):
             assert sel["use_self_consistency"] is False
             assert r["score"] == pytest.approx(r["score_draft"] + r["score_self_reflection"])
     # pyarrow reads the file with the published schema
-    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.core.schema import OUTPUT_SCHEMA
     assert pq.read_schema(os.path.join(out, "popqa.parquet")).equals(OUTPUT_SCHEMA)
 
 
@@ -170,17 +170,17 @@ def test_faiss_retrieval_for_rows_without_documents(prefect_harness, tmp_path):
 
 def test_cli_help_and_run(tmp_path):
     env = subprocess_env(tmp_path)
-    h = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "run", "--help"], capture_output=True,
+    h = subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", "run", "--help"], capture_output=True,
                        text=True, env=env, cwd=ROOT)
     assert h.returncode == 0 and "--input" in h.stdout and "--mode" in h.stdout
     inp = tmp_path / "in"
     write_inputs(str(inp), {"x.parquet": sample_rows("climate_fever", 2, skip=5)})
-    p = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "run", "-i", str(inp), "-o", str(tmp_path / "out"),
+    p = subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", "run", "-i", str(inp), "-o", str(tmp_path / "out"),
                         "-c", str(ROOT / "configs" / "test-smollm2.yaml"), "--mode", "standard"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "rows in / out" in p.stdout and "2 / 2" in p.stdout
-    bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "run", "-i", str(inp), "-o", "x",
+    bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", "run", "-i", str(inp), "-o", "x",
                           "--mode", "fast"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "--mode" in (bad.stderr + bad.stdout)  # docs/operations.md: bad flag exits 2
 
@@ -201,7 +201,7 @@ def test_relative_input_same_names_in_two_folders_and_respelled_resume(prefect_h
 
 def test_output_inside_input_is_refused(prefect_harness, tmp_path):
     write_inputs(str(tmp_path / "in"), {"a.parquet": sample_rows("popqa", 1)})
-    from specrag_batch.planning import InputLayoutError
+    from specrag_batch.run.planning import InputLayoutError
 
     with pytest.raises(InputLayoutError, match="overlap"):
         run_flow(str(tmp_path / "in"), str(tmp_path / "in" / "out"), small_config())

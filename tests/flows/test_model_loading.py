@@ -22,8 +22,8 @@ def test_packaged_model_bad_pin_or_missing_package_is_a_clear_exit_2(prefect_har
 
     from typer.testing import CliRunner
 
-    from specrag_batch import models
-    from specrag_batch.cli import app
+    from specrag_batch.engines import models
+    from specrag_batch.cli.commands import app
 
     real = models.PACKAGED_MODELS["smollm2-135m-instruct"]
     fake = replace(real, name="fake-model", sha256="0" * 64) if fault == "sha256" else \
@@ -49,7 +49,7 @@ def test_selection_by_draft_score_alone_never_loads_the_verifier(prefect_harness
     not exist is never opened, every row is answered from its drafts, and no draft carries a
     verifier score. The same config with log ρ_SR back on refuses that model before the run."""
     from flows.speculative_rag import run_flow
-    from specrag_batch.models import ModelNameError
+    from specrag_batch.engines.models import ModelNameError
 
     inp, out = str(tmp_path / "in"), str(tmp_path / "out")
     write_inputs(inp, {"a.parquet": sample_rows("popqa", 2, skip=2)})

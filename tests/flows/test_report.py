@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import storage
-from specrag_batch.quiet import OFF_DEFAULTS
+from specrag_batch.core import storage
+from specrag_batch.core.quiet import OFF_DEFAULTS
 
 from ..conftest import ROOT, sample_rows, subprocess_env
 
@@ -50,7 +50,7 @@ def cli_run(tmp_path_factory):
     pq.write_table(sample_rows("popqa", 4), inp / "popqa.parquet")
     pq.write_table(_with_blank_query(sample_rows("climate_fever", 4)), inp / ODD)
     env = {k: v for k, v in subprocess_env(tmp).items() if k not in (*OFF_DEFAULTS, "SPECRAG_TELEMETRY")}
-    p = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "run", "-i", str(inp), "-o", str(out),
+    p = subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", "run", "-i", str(inp), "-o", str(out),
                         "-c", str(ROOT / "configs" / "test-smollm2.yaml"), "-m", "2", "--tau-min", "-20"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1500)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -118,7 +118,7 @@ def test_report_command_and_s3(cli_run, s3_bucket, tmp_path):
     """`specrag-batch report` re-reads the run; the same output copied to S3 (odd key names)
     gives the same numbers; _drafts/ and unmarked objects are not read."""
     _, out, _ = cli_run
-    from specrag_batch.report import write_report
+    from specrag_batch.run.report import write_report
 
     local = json.loads((out / "_report" / "summary.json").read_text())
     prefix = f"{s3_bucket}/answers"
@@ -131,12 +131,12 @@ def test_report_command_and_s3(cli_run, s3_bucket, tmp_path):
     s = write_report(prefix)
     assert s["shards"] == 2 and s["rows"] == local["rows"] and s["by_task"] == local["by_task"]
     assert fs.exists(f"{path}/_report/risk_coverage.png")
-    p = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "report", str(out)], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", "report", str(out)], capture_output=True,
                        text=True, env=subprocess_env(tmp_path), cwd=ROOT, timeout=300)
     assert p.returncode == 0 and "8 rows from 2 shards" in p.stdout, p.stderr[-2000:]
     (tmp_path / "empty").mkdir()
     for where, why in (("nothing", "nothing' does not exist"), ("empty", "no finished output shard")):
-        bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "report", str(tmp_path / where)],
+        bad = subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", "report", str(tmp_path / where)],
                              capture_output=True, text=True, env=subprocess_env(tmp_path), cwd=ROOT)
         assert bad.returncode == 2 and why in " ".join(bad.stderr.split()), bad.stderr  # errors: stderr
 
@@ -184,12 +184,12 @@ def test_calibrate_command_on_the_run(cli_run, tmp_path):
     """`specrag-batch calibrate` on the real run: the snippet it writes loads as a config and
     holds the τ_min computed here from the same rows."""
     _, out, _ = cli_run
-    from specrag_batch.calibration import calibrate
+    from specrag_batch.confidence.calibration import calibrate
     from specrag_batch.config import load_config
-    from specrag_batch.report import load_rows
+    from specrag_batch.run.report import load_rows
 
     snippet = tmp_path / "tau.yaml"
-    p = subprocess.run([sys.executable, "-m", "specrag_batch.cli", "calibrate", str(out), "--target-coverage",
+    p = subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", "calibrate", str(out), "--target-coverage",
                         "0.5", "--bootstrap", "50", "--out", str(snippet)], capture_output=True, text=True,
                        env=subprocess_env(tmp_path), cwd=ROOT, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

@@ -14,9 +14,9 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specrag_batch import storage
-from specrag_batch.report import load_rows, summary
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.core import storage
+from specrag_batch.run.report import load_rows, summary
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 from .faulty_s3 import FaultProxy
 

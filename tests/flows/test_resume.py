@@ -11,7 +11,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from specrag_batch import resume, storage
+from specrag_batch.run import resume
+from specrag_batch.core import storage
 
 from ..conftest import ROOT, sample_rows, small_config, subprocess_env
 from .test_flow import read_outputs, run_flow, write_inputs
@@ -21,7 +22,7 @@ CONFIG = str(ROOT / "configs" / "test-smollm2.yaml")
 
 
 def cli(inp, out, *extra):
-    return [sys.executable, "-m", "specrag_batch.cli", "run", "-i", inp, "-o", out, "-c", CONFIG, *extra]
+    return [sys.executable, "-m", "specrag_batch.cli.commands", "run", "-i", inp, "-o", out, "-c", CONFIG, *extra]
 
 
 def markers(out: str) -> dict[str, dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch.records import is_valid_draft
+from specrag_batch.core.records import is_valid_draft
 
 from ..conftest import sample_rows, small_config
 from .test_flow import read_outputs, write_inputs
@@ -48,7 +48,7 @@ def _run_counted(inp, out, cfg, execution=None):
     import flows.speculative_rag as fsr
 
     counters: dict[int, CountingEngine] = {}
-    from specrag_batch import engines
+    from specrag_batch.engines import engine as engines
     real = engines.get_engine
 
     def counted(model_cfg, seed=0):
@@ -243,13 +243,13 @@ def test_truncated_drafts_no_valid_draft_and_non_finite_logprob(prefect_harness,
     import dataclasses
 
     import flows.speculative_rag as fsr
-    from specrag_batch.engines import NON_FINITE_FLOOR
+    from specrag_batch.engines.engine import NON_FINITE_FLOOR
 
     inp, out = str(tmp_path / "in"), str(tmp_path / "out")
     write_inputs(inp, {"a.parquet": sample_rows("popqa", 2, skip=14)})
     cfg = small_config(**{"sampling.num_drafts": 2, "drafter.max_tokens": 6})
     fakes = {}
-    from specrag_batch import engines
+    from specrag_batch.engines import engine as engines
     real = engines.get_engine
 
     def with_fake(model_cfg, seed=0):

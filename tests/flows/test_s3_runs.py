@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch import storage
+from specrag_batch.core import storage
 
 from ..conftest import sample_rows, small_config
 from .test_flow import read_outputs, write_inputs
@@ -28,7 +28,7 @@ def test_same_size_edit_on_s3_is_recomputed_and_another_input_is_refused(prefect
     import pyarrow as pa
 
     from flows.speculative_rag import run_flow
-    from specrag_batch import resume
+    from specrag_batch.run import resume
 
     inp, out = f"{s3_bucket}/in", f"{s3_bucket}/out"
     t = sample_rows("popqa", 1, skip=9)
@@ -93,7 +93,7 @@ def test_storage_tasks_retry_transient_errors_not_bad_data(prefect_harness, s3_b
         monkeypatch.setenv("SPECRAG_S3_ENDPOINT_URL", proxy.url)  # a new client (new options)
         state = speculative_rag_flow(inp, out, small_config(**{"sampling.num_drafts": 2}).model_dump(mode="json"),
                                      return_state=True)
-    from specrag_batch.orchestration import flow_manifest
+    from specrag_batch.run.orchestration import flow_manifest
     m = flow_manifest(state)
     assert state.is_failed()  # a shard failed: the flow run is Failed, its manifest written
     assert sorted(proxy.failed) == sorted(("PUT", t) for t in targets)
@@ -134,7 +134,7 @@ def test_cli_index_on_s3_exit_codes_overwrite_and_claims(prefect_harness, s3_buc
     env = subprocess_env(tmp_path)
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "specrag_batch.cli", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "specrag_batch.cli.commands", *args], capture_output=True,
                               text=True, env=env, cwd=ROOT, timeout=900)
     corpus = SAMPLES / "corpus" / "popqa_passages.parquet"
     idx, inp, out = f"{s3_bucket}/index", f"{s3_bucket}/in", f"{s3_bucket}/out"

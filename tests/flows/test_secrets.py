@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from specrag_batch.redaction import fingerprint
+from specrag_batch.core.redaction import fingerprint
 
 from ..conftest import sample_rows, small_config
 from .test_flow import write_inputs
@@ -49,7 +49,7 @@ def test_secrets_never_reach_the_output_bucket_or_the_logs(prefect_harness, s3_b
     write_inputs(inp, {"a.parquet": sample_rows("popqa", 1)})
     index = f"sftp://svc:{secrets['index']}@index-host/idx"  # no SFTP server here: every row has documents
     cfg = small_config(**{"sampling.num_drafts": 2, "retrieval.index": index})
-    from specrag_batch import orchestration
+    from specrag_batch.run import orchestration
     from specrag_batch.index import IndexFormatError
     from specrag_batch.index.search import check_index
 

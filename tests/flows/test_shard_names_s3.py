@@ -10,9 +10,9 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from specrag_batch import storage
-from specrag_batch.manifest import MANIFEST
-from specrag_batch.planning import plan_shards
+from specrag_batch.core import storage
+from specrag_batch.run.manifest import MANIFEST
+from specrag_batch.run.planning import plan_shards
 
 from ..conftest import sample_rows, small_config
 from ..unit.test_planning_shard_names import DECOY, check_round_trip, expected_output_name, write_odd_inputs

@@ -207,7 +207,7 @@ def test_copy_sources_exist_and_pass_dockerignore():
               ".pytest_cache/v/x", ".ruff_cache/x", "specrag_batch.egg-info/PKG-INFO",
               "models/qwen/model.safetensors", "samples/x.gguf", ".env", "infra/.env"):
         assert dockerignored(p), f".dockerignore keeps {p}"
-    assert not dockerignored("specrag_batch/models.py")
+    assert not dockerignored("specrag_batch/engines/models.py")
     assert set(pending) <= {"prefect.yaml"}, f"COPY sources missing: {pending}"
     if pending:
         pytest.skip("prefect.yaml is not at the repository root yet (the Dockerfile copies it)")

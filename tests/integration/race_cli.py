@@ -15,7 +15,8 @@ import os
 import sys
 import time
 
-from specrag_batch import cli, resume
+from specrag_batch.cli import commands as cli
+from specrag_batch.run import resume
 
 from .. import fake_engine_cli  # noqa: F401 - puts the fake engine in place
 

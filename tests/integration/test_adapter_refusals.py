@@ -13,7 +13,7 @@ import typing
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch.lora import VLLM_LORA_RANKS
+from specrag_batch.engines.lora import VLLM_LORA_RANKS
 
 from ..conftest import ROOT, sample_rows, subprocess_env
 from ..unit.test_drafter_adapter_config import base_dir, write_adapter

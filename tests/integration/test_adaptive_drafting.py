@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch.evaluation import summarize
-from specrag_batch.records import Draft
-from specrag_batch.manifest import merge_summaries
+from specrag_batch.stages.evaluation import summarize
+from specrag_batch.core.records import Draft
+from specrag_batch.run.manifest import merge_summaries
 from specrag_batch.stages.selection import consensus
 
 from ..fakes import FakeEngine, default_reply

@@ -12,10 +12,10 @@ import pytest
 
 from specrag_batch.stages.drafting import (ANSWER_MARKER, DraftRequest, answer_marker_ids, force_answers,
                                           max_prompt_tokens, run_drafts, score_generation, token_char_spans)
-from specrag_batch.engines import GenerationResult
-from specrag_batch.parsing import ANSWER_FORCED, NO_ANSWER_FIELD, TRUNCATED, parse_draft
-from specrag_batch.prompts import drafter_prompt_ids
-from specrag_batch.schema import Document
+from specrag_batch.engines.engine import GenerationResult
+from specrag_batch.core.parsing import ANSWER_FORCED, NO_ANSWER_FIELD, TRUNCATED, parse_draft
+from specrag_batch.stages.prompts import drafter_prompt_ids
+from specrag_batch.core.schema import Document
 
 from ..conftest import sample_rows, small_config
 from ..fakes import FakeEngine, prompt_task, real_tokenizer, token_logprob
@@ -189,8 +189,8 @@ def test_a_forced_token_inside_a_span_is_refused():
 def test_prompt_room_keeps_marker_and_answer_inside_the_context():
     """On, the drafter prompts leave room for draft + marker + answer (vLLM refuses a prompt at
     the context length); off, the room is ``max_model_len - max_tokens`` as before."""
-    from specrag_batch import pipeline
-    from specrag_batch.schema import validate_table
+    from specrag_batch.run import pipeline
+    from specrag_batch.core.schema import validate_table
 
     tok = real_tokenizer()
     assert max_prompt_tokens(tok, 256, 64) == 192 and max_prompt_tokens(tok, 256, 64, 16) == 192 - 3 - 16
@@ -207,8 +207,8 @@ def test_prompt_room_keeps_marker_and_answer_inside_the_context():
 def test_drafting_stage_recovers_answers_and_standard_rag_does_not():
     """Through the pipeline (real rows, random subsets): the switch reaches the drafting stage;
     Standard RAG (the verifier model, a fixed baseline) never recovers an answer."""
-    from specrag_batch import pipeline
-    from specrag_batch.schema import validate_table
+    from specrag_batch.run import pipeline
+    from specrag_batch.core.schema import validate_table
 
     for mode, calls in (("speculative", 2), ("standard", 1)):
         cfg = small_config(**{"sampling.strategy": "random", "drafter.max_tokens": MAX_TOKENS,

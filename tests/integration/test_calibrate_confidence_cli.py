@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch.cli import app
+from specrag_batch.cli.commands import app
 from specrag_batch.config import RunConfig, load_config
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 
 def _draft(answer, score):
@@ -71,7 +71,7 @@ def test_bad_input_gets_one_line_exit_2_and_no_snippet(tmp_path, kind, line):
 def test_an_unmet_target_exits_3_as_without_a_model(tmp_path, monkeypatch):
     """An unmet target exits 3 under --confidence calibrated too (calibrate and calibrate
     --fallback-run do): the snippet is this run's and leaves the task out."""
-    monkeypatch.setattr("specrag_batch.calibration.calibrate_task", lambda *a, **k: (None, None, None, None, 1))
+    monkeypatch.setattr("specrag_batch.confidence.calibration.calibrate_task", lambda *a, **k: (None, None, None, None, 1))
     out = tmp_path / "cal.yaml"
     r = CliRunner().invoke(app, ["calibrate", _run_dir(tmp_path / "run"), "--confidence", "calibrated",
                                  "--target-accuracy", "0.9", "--out", str(out)])

@@ -8,14 +8,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from specrag_batch.cli import app
+from specrag_batch.cli.commands import app
 from tests.unit.test_cascade import _pair
 
 
 @pytest.mark.parametrize("fallback", [True, False])
 def test_out_in_a_missing_bucket_is_one_line_exit_2(tmp_path, s3_server, monkeypatch, fallback):
     spec, std = _pair(tmp_path)
-    monkeypatch.setattr("specrag_batch.report.load_rows", lambda *a: pytest.fail("a run was read"))
+    monkeypatch.setattr("specrag_batch.run.report.load_rows", lambda *a: pytest.fail("a run was read"))
     args = ["--fallback-run", std, "--target-accuracy", "0.9"] if fallback else ["--target-accuracy", "0.5"]
     r = CliRunner().invoke(app, ["calibrate", spec, *args, "--out", "s3://nobucket-xyz/x.yaml"])
     assert r.exit_code == 2 and len(r.output.splitlines()) == 1, r.output
@@ -23,7 +23,7 @@ def test_out_in_a_missing_bucket_is_one_line_exit_2(tmp_path, s3_server, monkeyp
 
 
 def test_out_in_a_bucket_gets_the_snippet(tmp_path, s3_bucket):
-    from specrag_batch import storage
+    from specrag_batch.core import storage
 
     spec, std = _pair(tmp_path)
     out = f"{s3_bucket}/snips/fallback.yaml"

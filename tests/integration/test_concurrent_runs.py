@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-from specrag_batch import resume, storage
+from specrag_batch.run import resume
+from specrag_batch.core import storage
 
 from ..conftest import ROOT, sample_rows, subprocess_env
 

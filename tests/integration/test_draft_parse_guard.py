@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch import pipeline
+from specrag_batch.run import pipeline
 from specrag_batch.stages import drafting
-from specrag_batch.schema import validate_table
+from specrag_batch.core.schema import validate_table
 
 from ..conftest import sample_rows
 from ..fakes import FakeEngine, default_reply

@@ -8,7 +8,7 @@ import pytest
 
 from specrag_batch.drafter_training.data import teacher_prompt_ids
 from specrag_batch.drafter_training.train import TrainOptions, tokenize_example
-from specrag_batch.schema import Document
+from specrag_batch.core.schema import Document
 
 from ..fakes import real_tokenizer
 

@@ -18,8 +18,9 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch import engines, storage
-from specrag_batch.scheduled.drift_watch import NO_BASELINE_TAG, TAG, DriftError
+from specrag_batch.engines import engine as engines
+from specrag_batch.core import storage
+from specrag_batch.run.drift.watch import NO_BASELINE_TAG, TAG, DriftError
 
 from ..conftest import small_config
 from ..fakes import FakeEngine, digest
@@ -91,9 +92,9 @@ def _drift(out: str, date: str) -> dict:
 
 
 def test_backfill_flags_exactly_the_shifted_measures_in_date_order(prefect_harness, fake_engine, tmp_path):
-    from specrag_batch.cli import app
-    from specrag_batch.scheduled.backfill import backfill_flow
-    from specrag_batch.scheduled.nightly import nightly_flow
+    from specrag_batch.cli.commands import app
+    from specrag_batch.run.scheduled.backfill import backfill_flow
+    from specrag_batch.run.scheduled.nightly import nightly_flow
 
     inp, out = str(tmp_path / "queries"), str(tmp_path / "answers")
     nights = {d: _night(i) for i, d in enumerate(DATES)}
@@ -151,7 +152,7 @@ def test_backfill_flags_exactly_the_shifted_measures_in_date_order(prefect_harne
 
 
 def test_nightly_on_s3_compares_with_the_night_before(prefect_harness, fake_engine, s3_bucket):
-    from specrag_batch.scheduled.nightly import nightly_flow
+    from specrag_batch.run.scheduled.nightly import nightly_flow
 
     inp, out = f"{s3_bucket}/queries", f"{s3_bucket}/answers"
     _write_inputs(inp, {DATES[0]: _night(0, rows=12), DATES[1]: _night(0, rows=12)})
@@ -183,7 +184,7 @@ def test_a_drift_failure_is_one_line_and_a_malformed_profile_never_crashes_the_n
     without Prefect's "Encountered exception during execution" and traceback; an earlier night's
     ``profile.json`` with ``rates.error_rate: null`` is left out of the comparison instead of
     crashing the nightly flow after the answers were written."""
-    from specrag_batch.scheduled.nightly import nightly_flow
+    from specrag_batch.run.scheduled.nightly import nightly_flow
 
     from ..conftest import ROOT, sample_rows
 
@@ -233,8 +234,8 @@ def test_a_backfill_of_an_earlier_date_redoes_the_later_nights_it_enters(prefect
     K nights by date) now holds it."""
     import yaml
 
-    from specrag_batch import cli
-    from specrag_batch.scheduled.nightly import nightly_flow
+    from specrag_batch.cli import commands as cli
+    from specrag_batch.run.scheduled.nightly import nightly_flow
 
     monkeypatch.setattr(cli.console, "width", 2000)
     inp, out = str(tmp_path / "queries"), str(tmp_path / "answers")
@@ -263,6 +264,6 @@ def test_a_backfill_of_an_earlier_date_redoes_the_later_nights_it_enters(prefect
 
 
 def _drift_cell(d: dict) -> str:
-    from specrag_batch.cli import _drift_cell as cell
+    from specrag_batch.cli.commands import _drift_cell as cell
 
     return cell(d)

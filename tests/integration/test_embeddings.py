@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from specrag_batch import embeddings
+from specrag_batch.engines import embeddings
 
 pytestmark = pytest.mark.integration
 

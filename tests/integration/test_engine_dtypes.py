@@ -9,10 +9,11 @@ import logging
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import engines, orchestration, resume
-from specrag_batch.engine_usage import merge_dtypes
-from specrag_batch.engines import used_dtypes
-from specrag_batch.shard import ShardJob, ShardResult, StorageIO
+from specrag_batch.engines import engine as engines
+from specrag_batch.run import orchestration, resume
+from specrag_batch.engines.usage import merge_dtypes
+from specrag_batch.engines.engine import used_dtypes
+from specrag_batch.run.shard import ShardJob, ShardResult, StorageIO
 
 from ..conftest import sample_rows, small_config
 from ..fakes import FakeEngine

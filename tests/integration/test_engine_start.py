@@ -6,8 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from specrag_batch import engines, resume, storage
-from specrag_batch.models import ModelNotInstalledError
+from specrag_batch.engines import engine as engines
+from specrag_batch.run import resume
+from specrag_batch.core import storage
+from specrag_batch.engines.models import ModelNotInstalledError
 
 from ..conftest import sample_rows, small_config
 
@@ -21,7 +23,7 @@ def _invalid_rows(n: int) -> pa.Table:
 
 
 def _run(inp, out, cfg):
-    from specrag_batch.orchestration import flow_manifest, speculative_rag_flow
+    from specrag_batch.run.orchestration import flow_manifest, speculative_rag_flow
 
     return flow_manifest(speculative_rag_flow(inp, out, cfg.model_dump(mode="json"), return_state=True))
 
@@ -65,9 +67,9 @@ def test_a_shard_leaves_its_engines_start_out_of_its_seconds(tmp_path, monkeypat
     not the shard's task time (which the output cost sums), so it is not counted twice."""
     import time
 
-    from specrag_batch.lazy_engine import LazyEngine
-    from specrag_batch.resume import input_fingerprint
-    from specrag_batch.shard import ShardJob, StorageIO, process_shard
+    from specrag_batch.engines.lazy import LazyEngine
+    from specrag_batch.run.resume import input_fingerprint
+    from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
 
     from ..fakes import FakeEngine
     from ..shard_inputs import CFG, shard, write

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch import pipeline
-from specrag_batch.prompts import Question, fitted_verifier_prompt, verifier_prompt
-from specrag_batch.records import Document, Draft, Flag
+from specrag_batch.run import pipeline
+from specrag_batch.stages.prompts import Question, fitted_verifier_prompt, verifier_prompt
+from specrag_batch.core.records import Document, Draft, Flag
 from specrag_batch.stages.verification import draft_documents, question, verify
 
 from ..fakes import FakeEngine

@@ -15,7 +15,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import storage
+from specrag_batch.core import storage
 from specrag_batch.index import build_index, get_retriever, open_index
 
 from ..conftest import ROOT, subprocess_env
@@ -74,7 +74,7 @@ def test_a_build_killed_halfway_resumes_without_embedding_finished_shards(tmp_pa
         start += n
     out = tmp_path / "index"
     env = subprocess_env(tmp_path)
-    cmd = [sys.executable, "-m", "specrag_batch.cli", "index", "build", "--corpus", str(corpus), "-o", str(out),
+    cmd = [sys.executable, "-m", "specrag_batch.cli.commands", "index", "build", "--corpus", str(corpus), "-o", str(out),
            "--batch-size", "16"]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)

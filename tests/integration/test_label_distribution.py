@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from specrag_batch import labels, pipeline
+from specrag_batch.core import labels
+from specrag_batch.run import pipeline
 from specrag_batch.config import RunConfig
 
 from ..fakes import FakeEngine
@@ -105,8 +106,8 @@ def _report(cfg, out):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specrag_batch.report import write_report
-    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.run.report import write_report
+    from specrag_batch.core.schema import OUTPUT_SCHEMA
 
     out.mkdir()
     pq.write_table(pa.Table.from_pylist(fused(cfg), schema=OUTPUT_SCHEMA), out / "a.parquet")

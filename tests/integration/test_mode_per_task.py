@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import intermediate, pipeline, resume, storage
+from specrag_batch.run import intermediate, pipeline, resume
+from specrag_batch.core import storage
 
 from ..conftest import ROOT, sample_rows, subprocess_env
 from ..fakes import FakeEngine

@@ -16,10 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch import cli, models, orchestration, resume
-from specrag_batch.cli import app
+from specrag_batch.cli import commands as cli
+from specrag_batch.engines import models
+from specrag_batch.run import orchestration, resume
+from specrag_batch.cli.commands import app
 from specrag_batch.config import RunConfig
-from specrag_batch.models import ModelNameError, check_config_models, check_model_name
+from specrag_batch.engines.models import ModelNameError, check_config_models, check_model_name
 from ..unit.test_model_names import DEMO
 
 pytestmark = pytest.mark.integration
@@ -217,7 +219,7 @@ def test_every_unusable_model_is_named_at_once(hub, monkeypatch, tmp_path):
 
 
 def test_claims_checks_the_models_before_its_flow(hub, monkeypatch, tmp_path):
-    from specrag_batch.scheduled import claim_verification
+    from specrag_batch.run import claim_verification
 
     reached = []
 

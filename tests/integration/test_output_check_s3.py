@@ -13,8 +13,9 @@ def test_foreign_output_check_on_s3_with_odd_keys(s3_bucket):
     listing of the output prefix: keys with spaces, ``[1]``, ``*``, ``?``, ``#`` and ``%20`` are
     names, never patterns; a key in a deeper "folder" is no shard output; a marker makes a key
     the pipeline's."""
-    from specrag_batch import resume, storage
-    from specrag_batch.planning import InputLayoutError, check_foreign_outputs
+    from specrag_batch.run import resume
+    from specrag_batch.core import storage
+    from specrag_batch.run.planning import InputLayoutError, check_foreign_outputs
 
     inp, out = f"{s3_bucket}/in put [1]", f"{s3_bucket}/out #%20 [x]"
     shards = [f"{inp}/a*b? [1].parquet", f"{inp}/sub/c%20.parquet"]
@@ -32,7 +33,8 @@ def test_foreign_output_check_on_s3_with_odd_keys(s3_bucket):
 def test_an_output_bucket_that_is_not_there_is_named_before_the_run(s3_bucket, tmp_path):
     """``run -o s3://no-such-bucket/out`` is refused naming the bucket and that it is the
     output's, not only with S3's "The specified bucket does not exist"."""
-    from specrag_batch import orchestration, storage
+    from specrag_batch.run import orchestration
+    from specrag_batch.core import storage
 
     from ..conftest import sample_rows
 

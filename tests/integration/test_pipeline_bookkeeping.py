@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch import pipeline
+from specrag_batch.run import pipeline
 
 from ..conftest import sample_rows, small_config
 from ..fakes import FakeEngine, default_reply

@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from specrag_batch.engine_usage import EngineUsage
-from specrag_batch.prompts import drafter_prompt_ids
-from specrag_batch.schema import Document
+from specrag_batch.engines.usage import EngineUsage
+from specrag_batch.stages.prompts import drafter_prompt_ids
+from specrag_batch.core.schema import Document
 
 from ..conftest import sample_rows, small_config
 from ..fakes import FakeEngine, cached_prefix_tokens, real_tokenizer
@@ -115,13 +115,14 @@ def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_p
     import pyarrow.parquet as pq
     from rich.console import Console
 
-    from specrag_batch import cli, pipeline
-    from specrag_batch import console as console_module
-    from specrag_batch.report.rows import load_rows
-    from specrag_batch.report.summary import markdown, summary
-    from specrag_batch.manifest import build_manifest
-    from specrag_batch.schema import OUTPUT_SCHEMA, validate_table
-    from specrag_batch.shard import ShardResult
+    from specrag_batch.cli import commands as cli
+    from specrag_batch.run import pipeline
+    from specrag_batch.cli import console as console_module
+    from specrag_batch.run.results import load_rows
+    from specrag_batch.run.report.summary import markdown, summary
+    from specrag_batch.run.manifest import build_manifest
+    from specrag_batch.core.schema import OUTPUT_SCHEMA, validate_table
+    from specrag_batch.run.shard import ShardResult
 
     cfg = small_config(**{"sampling.strategy": "random", "drafter.prompt_layout": "question_first"})
     eng = FakeEngine()

@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import resume, storage
-from specrag_batch.planning import plan_shards, shard_output_uri
-from specrag_batch.shard import ShardJob, StorageIO, draft_shard, process_shard
+from specrag_batch.run import resume
+from specrag_batch.core import storage
+from specrag_batch.run.planning import plan_shards, shard_output_uri
+from specrag_batch.run.shard import ShardJob, StorageIO, draft_shard, process_shard
 
 from ..conftest import small_config
 from ..fakes import FakeEngine
@@ -100,7 +101,7 @@ def test_a_link_to_nothing_and_a_fifo_fail_their_shard_only(tmp_path, verifier):
                                      f"link to {str(tmp_path / 'not-fetched')!r}, which does not exist")
     assert st["pipe.parquet"] == ("failed at planning", f"OSError: {inp / 'pipe.parquet'}: a FIFO, not a regular "
                                   "file (not read)")
-    from specrag_batch.planning import footer_rows
+    from specrag_batch.run.planning import footer_rows
 
     assert footer_rows(str(inp / "pipe.parquet")) is None  # the manifest's rows_in: unknown, not a wait
 

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from specrag_batch import quiet
+from specrag_batch.core import quiet
 
 from ..unit.test_quiet_vllm import SSM_RESET, vllm_handler  # noqa: F401 - vllm_handler: fixture
 
@@ -29,7 +29,7 @@ def test_every_engine_start_is_demoted_and_the_drafter_data_teacher_is_such_an_e
 
     import pyarrow.parquet as pq
 
-    from specrag_batch import engines
+    from specrag_batch.engines import engine as engines
     from specrag_batch.config import ModelConfig
     from specrag_batch.drafter_training.data import build_training_data
 

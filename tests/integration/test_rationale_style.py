@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from specrag_batch.config import RunConfig
-from specrag_batch.prompts import DRAFTER_SYSTEM, drafter_prompt_ids
-from specrag_batch.schema import Document
+from specrag_batch.stages.prompts import DRAFTER_SYSTEM, drafter_prompt_ids
+from specrag_batch.core.schema import Document
 
 from ..conftest import sample_rows, small_config
 from ..fakes import FakeEngine, real_tokenizer
@@ -51,8 +51,8 @@ class Recorder(FakeEngine):
 
 
 def test_drafting_stage_uses_the_style_and_standard_rag_keeps_the_default():
-    from specrag_batch import pipeline
-    from specrag_batch.schema import validate_table
+    from specrag_batch.run import pipeline
+    from specrag_batch.core.schema import validate_table
 
     tok = real_tokenizer()
     for mode, want, unwanted in (("speculative", ONE, "one or two sentences"), ("standard", OLD_SYSTEM, ONE)):
@@ -69,8 +69,8 @@ def test_data_step_builds_the_inference_prompts(field, default, other):
     """The drafter-training data step renders the prompts inference drafts from, with the
     config's option (the fake teacher only writes rationales; real tokenizer, real sampling)."""
     from specrag_batch.drafter_training.data import DataOptions, generate_examples
-    from specrag_batch.pipeline import StageTimer, draft_rows
-    from specrag_batch.schema import validate_table
+    from specrag_batch.run.pipeline import StageTimer, draft_rows
+    from specrag_batch.core.schema import validate_table
 
     tok = real_tokenizer()
     texts = {}

@@ -13,7 +13,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch.cli import app
+from specrag_batch.cli.commands import app
 
 from ..conftest import subprocess_env
 

@@ -11,8 +11,8 @@ import logging
 
 import pytest
 
-from specrag_batch import resume
-from specrag_batch.planning import shard_output_uri
+from specrag_batch.run import resume
+from specrag_batch.run.planning import shard_output_uri
 
 from .test_query_id_plan import run, verifier  # noqa: F401 - verifier: fixture
 from ..shard_inputs import CFG, shard, write
@@ -37,7 +37,7 @@ def test_a_corrupt_done_marker_makes_its_shard_recomputed_with_a_warning(tmp_pat
         body = json.dumps({**json.loads(open(marker, "rb").read()), **body}).encode()
     with open(marker, "wb") as f:
         f.write(body)
-    with caplog.at_level(logging.WARNING, logger="specrag_batch.resume"):
+    with caplog.at_level(logging.WARNING, logger="specrag_batch.run.resume"):
         again = run(inp, out, verifier)
     assert again == {"a.parquet": ("ok", None), "b.parquet": ("done", None)}
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from specrag_batch import resume, storage
-from specrag_batch.orchestration import run_batch
-from specrag_batch.reuse import key_index_uri
+from specrag_batch.run import resume
+from specrag_batch.core import storage
+from specrag_batch.run.orchestration import run_batch
+from specrag_batch.run.reuse import key_index_uri
 
 from ..conftest import small_config
 
@@ -160,7 +161,7 @@ def test_a_reusing_night_resumes(first_night, fake_engine, tmp_path):
 
 
 def test_the_nightly_flow_reuses_the_last_nights_and_zero_turns_it_off(prefect_harness, fake_engine, tmp_path):
-    from specrag_batch.scheduled.nightly import nightly_flow
+    from specrag_batch.run.scheduled.nightly import nightly_flow
 
     inp, out = str(tmp_path / "queries"), str(tmp_path / "answers")
     _write(tmp_path / "queries", {"date=2026-05-01/p.parquet": _rows(range(10)),
@@ -191,7 +192,7 @@ def test_the_same_rows_under_other_query_ids_are_reused_only_where_the_id_decide
 def test_run_reuse_from_is_repeatable(first_night, tmp_path):
     from typer.testing import CliRunner
 
-    from specrag_batch.cli import app
+    from specrag_batch.cli.commands import app
 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(_config().model_dump(mode="json", exclude={"reuse", "drift"})))

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import resume
-from specrag_batch.shard import ShardJob, StorageIO, process_shard
+from specrag_batch.run import resume
+from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
 
 from ..conftest import sample_rows
 from ..fakes import FakeEngine

@@ -15,9 +15,10 @@ from collections import defaultdict
 
 import pytest
 
-from specrag_batch import resume, storage
-from specrag_batch.engine_usage import EngineUsage
-from specrag_batch.pipeline import STAGES
+from specrag_batch.run import resume
+from specrag_batch.core import storage
+from specrag_batch.engines.usage import EngineUsage
+from specrag_batch.run.pipeline import STAGES
 
 from ..conftest import ROOT, sample_rows, subprocess_env
 
@@ -159,7 +160,7 @@ def test_resumed_and_noop_runs_keep_the_outputs_cost_and_label_their_own(tmp_pat
     legacy = {k: v for k, v in m3.items() if k != "cost"}
     legacy["shards"] = [{**sh, "engines": {}} for sh in m3["shards"]]
     (out / "_manifest.json").write_text(json.dumps(legacy))
-    from specrag_batch.report import write_report
+    from specrag_batch.run.report import write_report
 
     rep4 = write_report(str(out))
     assert rep4["tokens_per_row"] == rep["tokens_per_row"] and rep4["output_cost"]["engines_unrecorded"] == []

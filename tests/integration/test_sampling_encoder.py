@@ -55,13 +55,13 @@ BASEBALL = ["Baseball. Baseball is a bat-and-ball sport played between two teams
 
 @pytest.fixture(scope="module")
 def encoder():
-    from specrag_batch.embeddings import load_embedder
+    from specrag_batch.engines.embeddings import load_embedder
 
     return load_embedder("all-MiniLM-L6-v2")
 
 
 def _docs():
-    from specrag_batch.schema import Document
+    from specrag_batch.core.schema import Document
 
     return [Document(f"d{i}", t.split(". ", 1)[0], t.split(". ", 1)[1])
             for i, t in enumerate(VOLCANO + BASEBALL)]
@@ -69,8 +69,8 @@ def _docs():
 
 def test_long_query_keeps_k_perspectives(encoder):
     from specrag_batch.config import RunConfig
-    from specrag_batch.pipeline import multi_perspective_subsets
-    from specrag_batch.schema import QueryRow
+    from specrag_batch.run.pipeline import multi_perspective_subsets
+    from specrag_batch.core.schema import QueryRow
 
     assert 320 <= len(LONG_QUERY.split()) <= 340
     n_tokens = len(encoder.tokenizer(LONG_QUERY, add_special_tokens=False)["input_ids"])
@@ -88,7 +88,7 @@ def test_long_query_keeps_k_perspectives(encoder):
 
 
 def test_conditioned_texts_budget_the_query_in_encoder_tokens(encoder):
-    from specrag_batch.embeddings import embed
+    from specrag_batch.engines.embeddings import embed
 
     docs = [f"{d.title}\n{d.text}" for d in _docs()]
     tok, window = encoder.tokenizer, encoder.max_seq_length

@@ -17,12 +17,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from specrag_batch.stages.drafting import score_generation
-from specrag_batch.prompts import fitted_prompt
-from specrag_batch.engines import GenerationResult
-from specrag_batch.models import ModelNotInstalledError, resolve_tokenizer
-from specrag_batch.prompts import (DRAFTER_SYSTEM, RATIONALE_PREFIX, Question, drafter_prompt_ids,
+from specrag_batch.stages.prompts import fitted_prompt
+from specrag_batch.engines.engine import GenerationResult
+from specrag_batch.engines.models import ModelNotInstalledError, resolve_tokenizer
+from specrag_batch.stages.prompts import (DRAFTER_SYSTEM, RATIONALE_PREFIX, Question, drafter_prompt_ids,
                                    encode_plain, has_system_role, task_instruction, verifier_prompt)
-from specrag_batch.schema import Document
+from specrag_batch.core.schema import Document
 from specrag_batch.stages.verification import word_token_ids
 
 pytestmark = pytest.mark.integration

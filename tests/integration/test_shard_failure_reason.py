@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specrag_batch import orchestration, storage
-from specrag_batch.planning import exception_reason
+from specrag_batch.run import orchestration
+from specrag_batch.core import storage
+from specrag_batch.run.planning import exception_reason
 
 from ..conftest import sample_rows, small_config
 

@@ -18,9 +18,9 @@ import dataclasses
 
 import pytest
 
-from specrag_batch.records import QueryRow
+from specrag_batch.core.records import QueryRow
 from specrag_batch.stages import MultiPerspectiveSampling, Verification
-from specrag_batch.pipeline import Pipeline, speculative_stages, standard_stages
+from specrag_batch.run.pipeline import Pipeline, speculative_stages, standard_stages
 from specrag_batch.stages.base import OPTIONAL_FIELDS, row_field
 
 from ..fakes import FakeEngine

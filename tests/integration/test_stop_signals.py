@@ -26,7 +26,8 @@ import time
 
 import pytest
 
-from specrag_batch import resume, storage
+from specrag_batch.run import resume
+from specrag_batch.core import storage
 
 from ..conftest import ROOT, sample_rows, stop_process_group, subprocess_env
 

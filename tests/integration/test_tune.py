@@ -14,7 +14,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import tuning
+from specrag_batch.run import tuning
 from specrag_batch.config import load_config
 
 from ..conftest import ROOT, sample_rows, subprocess_env

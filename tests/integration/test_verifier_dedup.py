@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from specrag_batch.config import RunConfig
-from specrag_batch.evaluation import summarize
-from specrag_batch.prompts import Question
-from specrag_batch.records import Draft, Flag
-from specrag_batch.manifest import merge_summaries
+from specrag_batch.stages.evaluation import summarize
+from specrag_batch.stages.prompts import Question
+from specrag_batch.core.records import Draft, Flag
+from specrag_batch.run.manifest import merge_summaries
 from specrag_batch.stages.verification import verify
 
 from ..conftest import sample_rows

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from specrag_batch import pipeline
-from specrag_batch.prompts import verifier_prompt
-from specrag_batch.schema import validate_table
+from specrag_batch.run import pipeline
+from specrag_batch.stages.prompts import verifier_prompt
+from specrag_batch.core.schema import validate_table
 from specrag_batch.stages.verification import question
 
 from ..conftest import sample_rows

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import storage
+from specrag_batch.core import storage
 
 from ..conftest import _free_port, sample_rows, small_config, stop_process_group
 
@@ -160,7 +160,7 @@ def test_disaggregated_drafting_crash_fails_that_shard_only(prefect_harness, inp
     with the drafting cause (its verification never runs), the others finish; a re-run
     completes it and keeps the others."""
     import flows.speculative_rag as fr
-    import specrag_batch.orchestration as orchestration
+    import specrag_batch.run.orchestration as orchestration
 
     real = orchestration.draft_shard
 

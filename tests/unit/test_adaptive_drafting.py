@@ -92,7 +92,7 @@ def test_a_first_round_set_while_adaptive_drafting_is_off_is_named_in_the_flow(t
     full config dump (every field set, the default first round) does not, and neither does a
     config where adaptive drafting is on; the hash is the config's own."""
     from specrag_batch.config import RunConfig, load_config
-    from specrag_batch.orchestration import flow_config
+    from specrag_batch.run.orchestration import flow_config
 
     from ..conftest import ROOT
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specrag_batch.config import ADDED_FIELDS, RunConfig
-from specrag_batch.records import Flag
+from specrag_batch.core.records import Flag
 
 from ..conftest import small_config
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from specrag_batch.config import RunConfig
-from specrag_batch.pipeline import (SPLIT_AT, Pipeline, speculative_stages, stage_table, standard_stages)
+from specrag_batch.run.pipeline import (SPLIT_AT, Pipeline, speculative_stages, stage_table, standard_stages)
 from specrag_batch.stages import StageContractError
 
 DOC = (Path(__file__).resolve().parents[2] / "ARCHITECTURE.md").read_text()

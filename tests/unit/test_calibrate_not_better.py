@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import polars as pl
 
-from specrag_batch.confidence import FEATURES
-from specrag_batch.confidence_fit import fit_task, not_better
+from specrag_batch.confidence.measures import FEATURES
+from specrag_batch.confidence.fit import fit_task, not_better
 
 
 def _noise(n=40, seed=1):
@@ -47,7 +47,7 @@ def test_calibrate_chooses_tau_min_on_the_label_probability_fast_path_rows_inclu
     """Issue 50 item 2: ``label_probability`` is a measure of `calibrate` like the others: a
     probability (not refused for being above 0), thresholded on fast-path rows too (selection
     applies it to them), with its AUROC beside the others'."""
-    from specrag_batch.calibration import calibrate, config_snippet
+    from specrag_batch.confidence.calibration import calibrate, config_snippet
 
     n = 20
     df = pl.DataFrame({"query_id": [f"q{i}" for i in range(n)], "task": ["claim"] * n, "answer": ["S"] * n,

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from specrag_batch.config import RunConfig
 from specrag_batch.config.calibration_model import CONFIDENCE_FEATURES
-from specrag_batch.confidence import FEATURES, features, probability, row_features, selected_index
-from specrag_batch.confidence_fit import CalibrationInputError, fit, fit_task, fold_count, out_of_fold
-from specrag_batch.records import Draft, QueryRow
+from specrag_batch.confidence.measures import FEATURES, features, probability, row_features, selected_index
+from specrag_batch.confidence.fit import CalibrationInputError, fit, fit_task, fold_count, out_of_fold
+from specrag_batch.core.records import Draft, QueryRow
 from specrag_batch.stages.selection import Selection
 
 

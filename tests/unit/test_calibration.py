@@ -10,12 +10,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from specrag_batch import calibration
+from specrag_batch.confidence import calibration
 from specrag_batch.config import RunConfig, load_config
-from specrag_batch.report import with_mean_logprob
-from specrag_batch.records import Draft
+from specrag_batch.run.report import with_mean_logprob
+from specrag_batch.core.records import Draft
 from specrag_batch.stages.selection import mean_logprob, select
-from specrag_batch.quiet import apply_default
+from specrag_batch.core.quiet import apply_default
 
 
 def _rows() -> pl.DataFrame:

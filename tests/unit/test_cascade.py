@@ -13,11 +13,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from specrag_batch import cascade, cli, cli_calibrate
-from specrag_batch.cli import app
+from specrag_batch.confidence import cascade
+from specrag_batch.cli import commands as cli, calibrate as cli_calibrate
+from specrag_batch.cli.commands import app
 from specrag_batch.config import RunConfig, load_config
-from specrag_batch.report import load_rows
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.run.report import load_rows
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 pytestmark = pytest.mark.unit
 
@@ -206,7 +207,7 @@ def test_an_unwritable_out_is_refused_before_any_run_is_read(tmp_path, monkeypat
            "under_a_file": str(tmp_path / "file" / "f.yaml"), "empty": "",
            "run_manifest": str(tmp_path / "no_manifest_yet" / "_manifest.json")}[where]
     (tmp_path / "no_manifest_yet").mkdir()  # a run still going has no manifest: refused, the snippet never takes its name
-    monkeypatch.setattr("specrag_batch.report.load_rows", lambda *a: pytest.fail("a run was read"))
+    monkeypatch.setattr("specrag_batch.run.report.load_rows", lambda *a: pytest.fail("a run was read"))
     args = ["--fallback-run", std, "--target-accuracy", "0.9"] if fallback else ["--target-accuracy", "0.5"]
     r = _cli("calibrate", spec, *args, "--out", out)
     assert r.exit_code == 2 and len(r.output.splitlines()) == 1, r.output

@@ -13,7 +13,8 @@ import threading
 
 import pytest
 
-from specrag_batch import resume, storage
+from specrag_batch.run import resume
+from specrag_batch.core import storage
 
 
 def test_create_exclusive_creates_once(tmp_path):

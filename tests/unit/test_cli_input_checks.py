@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch.cli import app
-from specrag_batch.schema import InputSchemaError, validate_table
+from specrag_batch.cli.commands import app
+from specrag_batch.core.schema import InputSchemaError, validate_table
 
 
 def test_integer_doc_ids_are_read_as_strings():
@@ -31,14 +31,14 @@ def test_index_build_bad_corpus_exits_2_with_one_line(tmp_path):
 
 
 def test_tau_min_flag_help_says_it_takes_one_number():
-    from specrag_batch.cli_options import config_parameters
+    from specrag_batch.cli.options import config_parameters
 
     help_text = next(p.default.help for p in config_parameters() if p.name == "cfg__selection__tau_min")
     assert "one number" in help_text and "config-file only" in help_text
 
 
 def test_duplicate_column_names_name_the_file_and_column(tmp_path):
-    from specrag_batch.planning import read_ids
+    from specrag_batch.run.planning import read_ids
 
     path = tmp_path / "dup.parquet"
     pq.write_table(pa.table([["q1"], ["A?"], ["B?"], ["qa"]], names=["query_id", "query", "query", "task"]),
@@ -53,8 +53,8 @@ def test_duplicate_column_names_name_the_file_and_column(tmp_path):
 def test_overlapping_input_output_refused_before_the_flow_starts(tmp_path, monkeypatch, output):
     """Before, the overlap was found inside the flow: a Prefect server start, failed task and
     flow runs and a traceback came before the one clear line."""
-    from specrag_batch import orchestration
-    from specrag_batch.planning import InputLayoutError
+    from specrag_batch.run import orchestration
+    from specrag_batch.run.planning import InputLayoutError
 
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
@@ -64,7 +64,7 @@ def test_overlapping_input_output_refused_before_the_flow_starts(tmp_path, monke
 
 
 def test_missing_input_refused_before_the_flow_starts(tmp_path, monkeypatch):
-    from specrag_batch import orchestration
+    from specrag_batch.run import orchestration
 
     monkeypatch.setattr(orchestration, "run_flow", lambda *a, **k: pytest.fail("the flow started"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -72,7 +72,7 @@ def test_missing_input_refused_before_the_flow_starts(tmp_path, monkeypatch):
 
 
 def test_claims_bad_labels_refused_before_the_flow_starts(tmp_path, monkeypatch):
-    from specrag_batch.scheduled import claim_verification
+    from specrag_batch.run import claim_verification
 
     monkeypatch.setattr(claim_verification, "claim_verification_flow",
                         lambda *a, **k: pytest.fail("the flow started"))
@@ -85,8 +85,8 @@ def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
     where the run would write its shard, is refused before the flow starts and the file is kept;
     a file no shard would write (``notes.txt``) refuses nothing, and once the prefix is a run's
     (``_run.json``) the run key decides."""
-    from specrag_batch import orchestration, resume
-    from specrag_batch.planning import InputLayoutError
+    from specrag_batch.run import orchestration, resume
+    from specrag_batch.run.planning import InputLayoutError
 
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
@@ -123,7 +123,7 @@ def test_a_file_no_run_wrote_is_not_replaced(tmp_path, monkeypatch):
 def test_a_kv_cache_size_vllm_cannot_read_is_one_line_before_the_flow(tmp_path, monkeypatch, value):
     """``VLLM_CPU_KVCACHE_SPACE=0.5`` is one line before the flow starts, not a pydantic/vLLM
     traceback from the engine's start; a whole number still runs."""
-    from specrag_batch import orchestration
+    from specrag_batch.run import orchestration
 
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"query_id": ["q"], "query": ["Q?"], "task": ["qa"]}), tmp_path / "in" / "a.parquet")
@@ -167,7 +167,7 @@ def test_claims_labels_that_cannot_work_get_one_line(tmp_path, monkeypatch, labe
     """Labels that cannot work (one label, none, an empty one, two differing only in case, a
     100,000-character one, one holding a newline) are each one line naming ``--labels``, exit 2,
     before the flow starts."""
-    from specrag_batch.scheduled import claim_verification
+    from specrag_batch.run import claim_verification
 
     monkeypatch.setattr(claim_verification, "claim_verification_flow",
                         lambda *a, **k: pytest.fail("the flow started"))
@@ -187,7 +187,7 @@ def test_nightly_lag_days_beyond_any_date_is_a_usage_error(tmp_path):
 def test_nightly_output_inside_its_input_partition_is_one_line_before_the_flow(tmp_path, monkeypatch, out):
     """Issue 47 item 9: the flow refused it, after Prefect printed the failed flow run's
     traceback; now the one line, exit 2, before the flow starts."""
-    from specrag_batch.scheduled import nightly
+    from specrag_batch.run.scheduled import nightly
 
     monkeypatch.setattr(nightly, "nightly_flow", lambda *a, **k: pytest.fail("the flow started"))
     part = tmp_path / "q" / "date=2026-12-01"
@@ -202,8 +202,8 @@ def test_nightly_output_inside_its_input_partition_is_one_line_before_the_flow(t
 def test_the_backfill_table_gives_the_reason_of_a_missing_date(tmp_path, monkeypatch):
     """Issue 47 item 9: a missing date's row said "missing" and nothing of why (the summary JSON
     had it): the table's reason column carries each date's error."""
-    from specrag_batch.scheduled import backfill
-    from specrag_batch.scheduled.nightly import MissingPartitionError, check_partition
+    from specrag_batch.run.scheduled import backfill
+    from specrag_batch.run.scheduled.nightly import MissingPartitionError, check_partition
 
     (tmp_path / "q").mkdir()
     try:  # the flow's own reason for a date without partition (backfill._run_date)
@@ -222,7 +222,7 @@ def test_the_backfill_table_gives_the_reason_of_a_missing_date(tmp_path, monkeyp
 def test_backfill_over_a_missing_input_root_is_one_line_before_the_flow(tmp_path, monkeypatch):
     """A missing input root is one line naming '--input-root' (as nightly does, not the Python
     parameter 'input_root'), before the flow starts and with no flow-run traceback."""
-    from specrag_batch.scheduled import backfill
+    from specrag_batch.run.scheduled import backfill
 
     monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))
     result = CliRunner().invoke(app, ["backfill", "--input-root", str(tmp_path / "nope"), "--output-root",
@@ -235,7 +235,7 @@ def test_backfill_over_a_missing_input_root_is_one_line_before_the_flow(tmp_path
 def test_backfill_output_inside_an_input_partition_is_one_line_before_the_flow(tmp_path, monkeypatch, out):
     """An output partition inside its input partition (or the reverse) on any date of the range
     is refused as nightly refuses it: one line, exit 2, before the flow starts."""
-    from specrag_batch.scheduled import backfill
+    from specrag_batch.run.scheduled import backfill
 
     monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))
     (tmp_path / "q").mkdir()

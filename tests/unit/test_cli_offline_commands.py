@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch import cli
-from specrag_batch.cli import app
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.cli import commands as cli
+from specrag_batch.cli.commands import app
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 
 @pytest.fixture(autouse=True)
@@ -99,8 +99,8 @@ def test_calibrate_refuses_a_task_no_config_can_name(tmp_path):
     assert "row (query_id='q0'): field 'task' ('1'): not qa, claim or choice" in result.output, result.output
     assert not out.exists()
     assert _invoke("report", prefix).exit_code == 0
-    from specrag_batch.confidence_fit import CalibrationInputError, fit
-    from specrag_batch.report import load_rows
+    from specrag_batch.confidence.fit import CalibrationInputError, fit
+    from specrag_batch.run.report import load_rows
 
     with pytest.raises(CalibrationInputError, match="field 'task' \\('1'\\): not qa, claim or choice"):
         fit(load_rows(prefix).rows, "cafe")  # --confidence calibrated: a model per task

@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from typer.testing import CliRunner
 
-from specrag_batch import cli
-from specrag_batch import console as console_module
-from specrag_batch.engine_usage import EngineUsage
-from specrag_batch.manifest import build_manifest, count_failed_rows
-from specrag_batch.planning import footer_rows, read_all_ids
-from specrag_batch.shard import ShardResult
+from specrag_batch.cli import commands as cli
+from specrag_batch.cli import console as console_module
+from specrag_batch.engines.usage import EngineUsage
+from specrag_batch.run.manifest import build_manifest, count_failed_rows
+from specrag_batch.run.planning import footer_rows, read_all_ids
+from specrag_batch.run.shard import ShardResult
 
 from ..conftest import small_config
 
@@ -117,9 +117,9 @@ def test_run_exit_codes_follow_the_documented_rule(tmp_path, monkeypatch):
     written) with a failed shard, e.g. a bad input file; 2 refused before any shard ran. The
     flow is replaced by what it returns or raises (the real flow: tests/flows/test_s3_runs.py,
     `test_cli_index_on_s3_exit_codes_overwrite_and_claims`)."""
-    from specrag_batch import orchestration
-    from specrag_batch.resume import RunConflictError
-    from specrag_batch.planning import InputLayoutError
+    from specrag_batch.run import orchestration
+    from specrag_batch.run.resume import RunConflictError
+    from specrag_batch.run.planning import InputLayoutError
 
     def invoke(outcome):
         def run_batch(*a, **k):

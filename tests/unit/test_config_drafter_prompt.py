@@ -21,7 +21,7 @@ from its default and flows through the drafter-training data step and training a
 def test_drafter_prompt_option_is_part_of_the_config_hash(tmp_path, field, default, other):
     """Default: the hash of configs written before the option (resume keeps working); the other
     value: another hash, so resuming an output written with the other prompt is refused."""
-    from specrag_batch import resume
+    from specrag_batch.run import resume
 
     base = small_config()
     assert getattr(base.drafter, field) == default

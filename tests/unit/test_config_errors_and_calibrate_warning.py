@@ -13,11 +13,12 @@ import yaml
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from specrag_batch import cli, orchestration
-from specrag_batch.calibration import MIN_KEPT_ROWS
-from specrag_batch.cli import app
+from specrag_batch.cli import commands as cli
+from specrag_batch.run import orchestration
+from specrag_batch.confidence.calibration import MIN_KEPT_ROWS
+from specrag_batch.cli.commands import app
 from specrag_batch.config import ConfigError, load_config, read_run_config
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 
 @pytest.fixture(autouse=True)
@@ -268,7 +269,7 @@ def test_calibrate_names_the_flag_whose_target_is_out_of_range(tmp_path, flag, v
 def test_scheduled_commands_check_config_and_models_before_their_flow(tmp_path, monkeypatch, command):
     """nightly and backfill read the config inside their flow: a bad key or model there was a
     failed flow run with Prefect's traceback. Both are one line, exit 2, no flow."""
-    from specrag_batch.scheduled import backfill, nightly
+    from specrag_batch.run.scheduled import backfill, nightly
 
     monkeypatch.setattr(nightly, "nightly_flow", lambda *a, **k: pytest.fail("the flow started"))
     monkeypatch.setattr(backfill, "backfill_flow", lambda *a, **k: pytest.fail("the flow started"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch.config.identity import hashed_view
+from specrag_batch.config.hashing import hashed_view
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ accepted as docs/configuration.md documents, never a failure after the engines h
 import pytest
 from pydantic import ValidationError
 
-from specrag_batch.cli_options import USAGE_ERRORS
+from specrag_batch.cli.options import USAGE_ERRORS
 from specrag_batch.config import RunConfig, load_config
 
 

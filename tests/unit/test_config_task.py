@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from specrag_batch.schema import InputSchemaError, validate_table
+from specrag_batch.core.schema import InputSchemaError, validate_table
 
 
 def test_config_hash_unchanged_by_unset_task():

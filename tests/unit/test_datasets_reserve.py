@@ -11,7 +11,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
 def test_training_rows_are_disjoint_from_benchmark_rows():
-    from specrag_batch.datasets import BENCHMARK_RESERVE, benchmark_rows, training_rows
+    from specrag_batch.core.datasets import BENCHMARK_RESERVE, benchmark_rows, training_rows
 
     bench = benchmark_rows(SHARED)
     assert set(bench) == {"climate_fever", "popqa", "arc_challenge", "hotpotqa", "nq_open"}
@@ -35,7 +35,7 @@ def test_training_rows_are_disjoint_from_benchmark_rows():
 
 
 def test_benchmark_only_datasets_are_refused():
-    from specrag_batch.datasets import training_rows
+    from specrag_batch.core.datasets import training_rows
 
     for name in ("popqa", "arc_challenge"):
         with pytest.raises(ValueError, match="benchmark-only"):

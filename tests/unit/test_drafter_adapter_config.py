@@ -11,9 +11,9 @@ import json
 import pytest
 
 from specrag_batch.config import RunConfig
-from specrag_batch.identity import drafter_identity
-from specrag_batch.lora import VLLM_LORA_RANKS, AdapterError, engine_lora_rank, read_adapter
-from specrag_batch.models import ModelNameError, check_adapter, check_config_models
+from specrag_batch.engines.weights import drafter_identity
+from specrag_batch.engines.lora import VLLM_LORA_RANKS, AdapterError, engine_lora_rank, read_adapter
+from specrag_batch.engines.models import ModelNameError, check_adapter, check_config_models
 
 
 def test_adapter_is_a_drafter_key_hashed_only_when_set():

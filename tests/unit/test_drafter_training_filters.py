@@ -9,7 +9,7 @@ import pytest
 from specrag_batch.drafter_training.filters import (DropReason, answer_text, check_completion,
                                                     check_rationale, complete_sentences, evidence_words,
                                                     strip_restatement)
-from specrag_batch.schema import Document
+from specrag_batch.core.schema import Document
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
 DOCS = [Document("d1", "Eiffel Tower", "The Eiffel Tower stands in Paris and was completed in 1889."),

@@ -11,7 +11,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch.cli import app
+from specrag_batch.cli.commands import app
 
 MUSIQUE = ("musique_hipporag_sample", "musique_train_sample.shared.json")
 NQ = ("nq_open_oracle", "nq-open-oracle.shared.jsonl")

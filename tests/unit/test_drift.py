@@ -1,7 +1,7 @@
 """Night over night (issue 41), without a flow: the ``drift`` config section (not in the hash,
-patterns checked), each kind of measure's test and thresholds (:mod:`specrag_batch.drift`), the
-run profile of an output's rows (:mod:`specrag_batch.report.profile`), and the choice of the
-baseline nights on local storage (:mod:`specrag_batch.scheduled.drift_watch`): by date, same
+patterns checked), each kind of measure's test and thresholds (:mod:`specrag_batch.run.drift.compare`), the
+run profile of an output's rows (:mod:`specrag_batch.run.drift.profile`), and the choice of the
+baseline nights on local storage (:mod:`specrag_batch.run.drift.watch`): by date, same
 config hash, one line per night left out. The flows on the fake engine:
 tests/integration/test_drift.py."""
 
@@ -14,11 +14,11 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from specrag_batch import drift
+from specrag_batch.run.drift import compare as drift
 from specrag_batch.config import DriftConfig, RunConfig
-from specrag_batch.report.profile import PROFILE_VERSION, profile
-from specrag_batch.report.rows import RunData
-from specrag_batch.scheduled import drift_watch
+from specrag_batch.run.drift.profile import PROFILE_VERSION, profile
+from specrag_batch.run.results import RunData
+from specrag_batch.run.drift import watch as drift_watch
 
 pytestmark = pytest.mark.unit
 
@@ -348,7 +348,7 @@ def drift_cli(monkeypatch):
     """``specrag-batch drift`` in-process, lines unwrapped."""
     from typer.testing import CliRunner
 
-    from specrag_batch import cli
+    from specrag_batch.cli import commands as cli
 
     monkeypatch.setattr(cli.console, "width", 2000)
     monkeypatch.setattr(cli.err_console, "width", 2000)
@@ -412,7 +412,7 @@ def _finished_night(root, date: str, n: int = 8) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specrag_batch.schema import OUTPUT_SCHEMA
+    from specrag_batch.core.schema import OUTPUT_SCHEMA
 
     out = root / f"date={date}"
     out.mkdir(parents=True)
@@ -430,7 +430,7 @@ def test_report_by_hand_keeps_the_drift_section_from_drift_json(tmp_path, drift_
     nightly flow put at the top of report.md, rebuilt from ``drift.json``."""
     from typer.testing import CliRunner
 
-    from specrag_batch import cli
+    from specrag_batch.cli import commands as cli
 
     report = lambda prefix: CliRunner().invoke(cli.app, ["report", str(prefix)])  # noqa: E731
     root = tmp_path / "answers"
@@ -560,7 +560,7 @@ def test_report_by_hand_with_a_drift_json_that_cannot_be_read_warns_and_writes_t
     warning, and the report is written, not a raw OS error after report.md was rewritten."""
     from typer.testing import CliRunner
 
-    from specrag_batch import cli
+    from specrag_batch.cli import commands as cli
 
     night = _finished_night(tmp_path / "answers", "2026-12-04")
     (tmp_path / "answers" / "date=2026-12-04" / "_report" / "drift.json").mkdir(parents=True)

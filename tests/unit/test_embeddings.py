@@ -6,7 +6,7 @@ embedder. The real packaged MiniLM embedder: tests/integration/test_embeddings.p
 
 from __future__ import annotations
 
-from specrag_batch import embeddings
+from specrag_batch.engines import embeddings
 
 
 def test_an_embedder_with_only_the_older_name_still_gives_the_width(monkeypatch):

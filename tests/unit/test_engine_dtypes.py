@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-from specrag_batch import engines
-from specrag_batch.engine_usage import EngineStats
-from specrag_batch.engines import dtype_name, engine_dtype
-from specrag_batch.manifest import build_manifest, output_dtypes
-from specrag_batch.shard import ShardResult
+from specrag_batch.engines import engine as engines
+from specrag_batch.engines.usage import EngineStats
+from specrag_batch.engines.engine import dtype_name, engine_dtype
+from specrag_batch.run.manifest import build_manifest, output_dtypes
+from specrag_batch.run.shard import ShardResult
 
 from ..conftest import small_config
 
@@ -33,7 +33,7 @@ def test_the_dtype_is_read_from_the_loaded_vllm_engine():
 
 
 def test_an_engine_without_a_readable_dtype_is_unknown_with_a_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="specrag_batch.engines"):
+    with caplog.at_level(logging.WARNING, logger="specrag_batch.engines.engine"):
         assert engine_dtype(SimpleNamespace()) is None
     assert "dtype is not readable" in caplog.text
 

@@ -5,13 +5,13 @@ tests/integration/test_prefix_cache.py."""
 
 from __future__ import annotations
 
-from specrag_batch.engine_usage import EngineStats, EngineUsage
+from specrag_batch.engines.usage import EngineStats, EngineUsage
 
 from ..conftest import small_config
 
 
 def test_usage_sums_cached_tokens_and_old_markers_read_as_unknown():
-    from specrag_batch.engine_usage import prefix_cache_hit_rate
+    from specrag_batch.engines.usage import prefix_cache_hit_rate
 
     new = {"d": {"seconds": 1.0, "prompt_tokens": 100, "cached_prompt_tokens": 40, "generated_tokens": 5, "calls": 1}}
     newer = {"d": {"seconds": 1.0, "prompt_tokens": 100, "cached_prompt_tokens": 20, "generated_tokens": 5,
@@ -26,7 +26,7 @@ def test_usage_sums_cached_tokens_and_old_markers_read_as_unknown():
     assert prefix_cache_hit_rate({"prompt_tokens": 0, "cached_prompt_tokens": 0}) is None
     from types import SimpleNamespace
 
-    from specrag_batch.engines import Engine
+    from specrag_batch.engines.engine import Engine
 
     eng = Engine("e", "/nowhere", small_config().drafter, llm=None, tokenizer=None)
     outs = [SimpleNamespace(num_cached_tokens=n, outputs=[SimpleNamespace(token_ids=[1, 2])]) for n in (0, 32, None)]

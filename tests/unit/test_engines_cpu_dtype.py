@@ -1,6 +1,6 @@
 """The compute dtype a CPU engine gets when its config names none (engines.cpu_dtype)."""
 
-from specrag_batch.engines import cpu_dtype
+from specrag_batch.engines.engine import cpu_dtype
 
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx f16c fma avx2 bmi2\n"
 SAPPHIRE_RAPIDS = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"

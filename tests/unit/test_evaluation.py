@@ -1,8 +1,8 @@
 import pytest
 
-from specrag_batch.evaluation import (GOLD_NOT_A_LABEL, GOLD_NOT_AN_OPTION, GOLD_OPTION_AMBIGUOUS,
+from specrag_batch.stages.evaluation import (GOLD_NOT_A_LABEL, GOLD_NOT_AN_OPTION, GOLD_OPTION_AMBIGUOUS,
                                       score_row, summarize, token_f1)
-from specrag_batch.parsing import normalize_answer
+from specrag_batch.core.parsing import normalize_answer
 
 
 def test_qa_match_em_f1():
@@ -37,7 +37,7 @@ def test_token_f1_gives_cjk_answers_partial_credit_character_by_character(answer
 
 
 def test_f1_tokens_is_whitespace_split_without_cjk():
-    from specrag_batch.evaluation import f1_tokens
+    from specrag_batch.stages.evaluation import f1_tokens
 
     assert f1_tokens("ulm 2 rue de l'eglise") == "ulm 2 rue de l'eglise".split()
     assert f1_tokens("北京 2008") == ["北", "京", "2008"]
@@ -188,8 +188,8 @@ def test_choice_option_texts_that_look_like_keys():
 
 def test_gold_flags_reach_the_output_row():
     from specrag_batch.config import RunConfig
-    from specrag_batch.pipeline import RunInfo, output_row
-    from specrag_batch.schema import QueryRow
+    from specrag_batch.run.pipeline import RunInfo, output_row
+    from specrag_batch.core.schema import QueryRow
 
     cfg = RunConfig()
     rows = [QueryRow(0, "c1", "claim", "claim", gold=["MAYBE"]),
@@ -207,7 +207,7 @@ def test_summarize_counts_rows_whose_gold_could_not_be_scored():
             {"task": "claim", "correct": True, "answer": "S", "error": None, "gold": ["S"], "flags": []}]
     s = summarize(rows)
     assert (s["n_with_gold"], s["accuracy"], s["gold_not_scored"]) == (1, 1.0, 1)
-    from specrag_batch.manifest import merge_summaries  # run-level metrics in the manifest
+    from specrag_batch.run.manifest import merge_summaries  # run-level metrics in the manifest
 
     m = merge_summaries([s, summarize(rows[:1])])
     assert (m["n_with_gold"], m["accuracy"], m["gold_not_scored"]) == (1, 1.0, 2)

@@ -13,10 +13,10 @@ import re
 
 import pytest
 
-from specrag_batch import intermediate
+from specrag_batch.run import intermediate
 from specrag_batch.config import ADDED_FIELDS, RunConfig
-from specrag_batch.prompts import Question, fitted_verifier_prompt, verifier_prompt
-from specrag_batch.records import Document, Draft, ErrorReason, Flag, QueryRow
+from specrag_batch.stages.prompts import Question, fitted_verifier_prompt, verifier_prompt
+from specrag_batch.core.records import Document, Draft, ErrorReason, Flag, QueryRow
 from specrag_batch.stages.verification import Verification, draft_documents, verify
 
 R = RunConfig().reflection_question
@@ -79,7 +79,7 @@ def test_off_by_default_and_a_config_without_it_keeps_its_hash():
     data = base.model_dump(mode="json")
     del data["verifier"]["evidence_aware"]
     assert "evidence_aware" in VerifierConfig.model_fields
-    from specrag_batch.config.identity import hashed_view
+    from specrag_batch.config.hashing import hashed_view
     assert hashed_view(base.model_dump(mode="json")) == hashed_view(data)
     on = RunConfig.model_validate({"verifier": {"evidence_aware": True}})
     assert on.config_hash() != base.config_hash()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch.execution import ExecutionConfig
+from specrag_batch.config.execution import ExecutionConfig
 
 
 def test_execution_config_ray_options():

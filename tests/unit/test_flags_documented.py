@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_batch.records import Flag
+from specrag_batch.core.records import Flag
 
 from ..conftest import ROOT
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch.cli import app
+from specrag_batch.cli.commands import app
 from specrag_batch.index import get_retriever, open_index
 
 from .index_fakes import DIM, passages, patch_embedder, write_shards
@@ -251,7 +251,7 @@ def test_index_build_lists_its_corpus_as_a_run_lists_its_input(tmp_path, caplog)
     upper-case ``.PARQUET`` it leaves out."""
     import shutil
 
-    from specrag_batch.planning import plan_shards
+    from specrag_batch.run.planning import plan_shards
 
     corpus = write_shards(tmp_path / "corpus", [6, 6])
     (corpus / "_temporary" / "0").mkdir(parents=True)
@@ -277,7 +277,7 @@ def test_run_over_a_dense_index_of_another_width_is_one_line_and_writes_nothing(
     index and both widths, no output."""
     import faiss
 
-    from specrag_batch import orchestration
+    from specrag_batch.run import orchestration
 
     assert _build("--corpus", str(write_shards(tmp_path / "corpus", [6, 6])), "-o", str(tmp_path / "index")).exit_code == 0
     data = tmp_path / "index" / json.loads((tmp_path / "index" / "meta.json").read_text())["data"]

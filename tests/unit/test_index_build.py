@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from specrag_batch.config import RunConfig
-from specrag_batch.config.identity import hashed_view
+from specrag_batch.config.hashing import hashed_view
 from specrag_batch.index import IndexFormatError, build_index, get_retriever, open_index
 from specrag_batch.index.dense import check_buildable, default_index_type
 from specrag_batch.index.layout import IndexBuildError
-from specrag_batch.records import QueryRow
+from specrag_batch.core.records import QueryRow
 from specrag_batch.stages.retrieval import Retrieval
 
 from .index_fakes import DIM, CountingEmbedder, fake_embed, passages, patch_embedder, write_shards

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch.cli import app
+from specrag_batch.cli.commands import app
 from specrag_batch.config import RunConfig
 from specrag_batch.index import IndexFormatError, build_index, get_retriever, open_index, retriever_for
 from specrag_batch.index import shards as shards_mod
@@ -175,7 +175,7 @@ def test_known_dimension_reads_a_model_configuration_without_loading_it(tmp_path
     (root / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 384,
                                                                 "pooling_mode_mean_tokens": True,
                                                                 "pooling_mode_max_tokens": True}))
-    from specrag_batch.embeddings import known_dimension
+    from specrag_batch.engines.embeddings import known_dimension
 
     assert known_dimension(str(root)) is None  # the dense layer's config is missing: not known
     (root / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 768, "out_features": 256}))

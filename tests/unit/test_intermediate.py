@@ -7,9 +7,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from specrag_batch import intermediate
-from specrag_batch.schema import QueryRow
-from specrag_batch.records import Draft
+from specrag_batch.run import intermediate
+from specrag_batch.core.schema import QueryRow
+from specrag_batch.core.records import Draft
 
 
 def test_intermediate_round_trip_keeps_rows_errors_and_scores_exactly():

@@ -1,11 +1,11 @@
-"""The label distribution's arithmetic (specrag_batch.labels, issue 50): normalising, the
+"""The label distribution's arithmetic (specrag_batch.core.labels, issue 50): normalising, the
 equal-weight mixture over drafts, the batch prior and its correction, per-label recall."""
 
 import math
 
 import pytest
 
-from specrag_batch import labels
+from specrag_batch.core import labels
 
 
 def test_normalise_is_a_softmax_and_zeroes_non_finite():

@@ -11,10 +11,10 @@ import io
 import pytest
 import typer
 
-from specrag_batch import cli
-from specrag_batch.engine_usage import EngineUsage
-from specrag_batch.manifest import build_manifest, computed_part, cost_of
-from specrag_batch.shard import ShardResult
+from specrag_batch.cli import commands as cli
+from specrag_batch.engines.usage import EngineUsage
+from specrag_batch.run.manifest import build_manifest, computed_part, cost_of
+from specrag_batch.run.shard import ShardResult
 
 from ..conftest import small_config
 
@@ -40,7 +40,7 @@ def test_manifest_report_and_summary_label_output_and_invocation_costs(tmp_path)
     assert t["engines"]["m"]["prompt_tokens"] == 600 and t["seconds"] == 130.0 and t["engine_load_seconds"] == 20.0
     assert sum(t["stage_seconds"].values()) + t["engine_load_seconds"] <= t["seconds"]
     assert cost_of(m) == m["cost"]
-    from specrag_batch import console
+    from specrag_batch.cli import console
 
     buf = io.StringIO()
     console.console = console.make_console(buf)  # the summary's console; restored below
@@ -93,7 +93,7 @@ def test_error_lines_and_tables_are_not_folded_when_not_a_terminal(monkeypatch):
     buf = io.StringIO()
     c = cli.make_console(buf)
     assert c.width == cli.NON_TTY_WIDTH
-    import specrag_batch.console as console_module
+    import specrag_batch.cli.console as console_module
 
     monkeypatch.setattr(console_module, "err_console", c)  # errors go to standard error's console
     with pytest.raises(typer.Exit):

@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from specrag_batch.config import RunConfig
-from specrag_batch.execution import ExecutionConfig
-from specrag_batch.evaluation import summarize
-from specrag_batch.manifest import merge_summaries, output_cost
+from specrag_batch.config.execution import ExecutionConfig
+from specrag_batch.stages.evaluation import summarize
+from specrag_batch.run.manifest import merge_summaries, output_cost
 
 PER_TASK = {"claim": "speculative", "choice": "speculative", "qa": "standard"}
 
@@ -106,7 +106,7 @@ def test_the_scheduled_commands_take_mode_as_run_does(command):
     value is one line naming the flag, exit 2."""
     from typer.testing import CliRunner
 
-    from specrag_batch.cli import app
+    from specrag_batch.cli.commands import app
 
     r = CliRunner().invoke(app, [*command, "--mode", "qa=fast"])
     assert r.exit_code == 2, r.output

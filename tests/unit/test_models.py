@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from specrag_batch.models import PACKAGED_MODELS, ModelNotInstalledError, resolve_tokenizer
+from specrag_batch.engines.models import PACKAGED_MODELS, ModelNotInstalledError, resolve_tokenizer
 
 
 def test_resolve_tokenizer_uses_a_converted_model_and_passes_other_names(tmp_path, monkeypatch):

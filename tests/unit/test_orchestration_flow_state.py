@@ -8,8 +8,8 @@ import pickle
 import pytest
 from prefect.states import Completed, Failed
 
-from specrag_batch.orchestration import ShardsFailedError, flow_manifest
-from specrag_batch.resume import RunConflictError
+from specrag_batch.run.orchestration import ShardsFailedError, flow_manifest
+from specrag_batch.run.resume import RunConflictError
 
 MANIFEST = {"failed_shards": 1, "rows_in": 5, "rows_out": 3, "manifest_uri": "out/_manifest.json"}
 

@@ -1,6 +1,6 @@
 import pytest
 
-from specrag_batch.parsing import (EMPTY, NO_ANSWER_FIELD, NOT_A_CHOICE, NOT_A_LABEL, REPETITION,
+from specrag_batch.core.parsing import (EMPTY, NO_ANSWER_FIELD, NOT_A_CHOICE, NOT_A_LABEL, REPETITION,
                                    TRUNCATED, match_choice, match_label, normalize_answer, parse_draft)
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED"]

@@ -1,6 +1,6 @@
 """Issue 10 item 1: a draft without a rationale β is not a valid draft."""
 
-from specrag_batch.parsing import EMPTY_RATIONALE, parse_draft
+from specrag_batch.core.parsing import EMPTY_RATIONALE, parse_draft
 
 
 def test_draft_without_rationale_is_invalid():

@@ -8,8 +8,8 @@ import pytest
 
 
 def test_normalized_uris_and_layout_checks(tmp_path, monkeypatch):
-    from specrag_batch import storage
-    from specrag_batch.planning import InputLayoutError, check_layout, plan_shards, shard_output_uri
+    from specrag_batch.core import storage
+    from specrag_batch.run.planning import InputLayoutError, check_layout, plan_shards, shard_output_uri
 
     monkeypatch.chdir(tmp_path)
     assert storage.normalize_uri("in/") == storage.normalize_uri("./in") == str(tmp_path / "in")

@@ -7,8 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import resume, storage
-from specrag_batch.planning import InputLayoutError, check_layout, plan_shards, shard_output_uri
+from specrag_batch.run import resume
+from specrag_batch.core import storage
+from specrag_batch.run.planning import InputLayoutError, check_layout, plan_shards, shard_output_uri
 
 TABLE = pa.table({"query_id": ["q"], "query": ["Who?"], "task": ["qa"]})
 

@@ -7,8 +7,9 @@ Local disk here; the same checks on the moto S3 server in tests/flows/test_shard
 import pyarrow as pa
 import pytest
 
-from specrag_batch import resume, storage
-from specrag_batch.planning import (check_layout, plan_ids, plan_shards, read_all_ids, read_validated, shard_output_uri)
+from specrag_batch.run import resume
+from specrag_batch.core import storage
+from specrag_batch.run.planning import (check_layout, plan_ids, plan_shards, read_all_ids, read_validated, shard_output_uri)
 
 ODD_NAMES = ["ns::part-0.parquet", "ns::part-1.parquet", "a#frag.parquet", "q?x=1&y.parquet",
              "100%25 %.parquet", "star*.parquet", "br[0-9].parquet", "with space.parquet",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch.planning import NoShardsError, plan_shards, require_shards
+from specrag_batch.run.planning import NoShardsError, plan_shards, require_shards
 
 
 @pytest.mark.parametrize("layout", ["empty", "only_csv", "csv_file"])
@@ -20,7 +20,7 @@ def test_an_input_without_shards_is_refused(tmp_path, layout):
     with pytest.raises(NoShardsError, match="holds no .parquet shard"):
         require_shards(uri, shards, skipped, allow_empty=False)
     require_shards(uri, shards, skipped, allow_empty=True)
-    from specrag_batch.cli import app
+    from specrag_batch.cli.commands import app
 
     res = CliRunner().invoke(app, ["run", "-i", uri, "-o", str(tmp_path / "out")])
     assert res.exit_code == 2 and "holds no .parquet shard" in " ".join(res.output.split())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specrag_batch import quiet
+from specrag_batch.core import quiet
 
 
 class _Collect(logging.Handler):
@@ -62,7 +62,7 @@ def test_benign_records_are_suppressed_and_unknown_warnings_pass(vllm_handler, c
     quiet.demote_benign_vllm()  # idempotent: one filter per logger
     assert sum(isinstance(f, quiet._DemoteBenign)
                for f in logging.getLogger("vllm.v1.worker.cpu_worker").filters) == 1
-    with caplog.at_level(logging.INFO, logger="specrag_batch.engines"):
+    with caplog.at_level(logging.INFO, logger="specrag_batch.engines.engine"):
         _log_benign()
         _log_benign()  # a second engine start
     assert vllm_handler.records == []
@@ -76,7 +76,7 @@ def test_benign_records_are_suppressed_and_unknown_warnings_pass(vllm_handler, c
         ("vllm.v1.worker.gpu_worker", "ERROR", "CPU backend doesn't allow to use `torch.set_num_threads`"),
     ]
     # the LD_PRELOAD performance hint stays visible once per library, at INFO, on the product's logger
-    hints = [r for r in caplog.records if r.name == "specrag_batch.engines"]
+    hints = [r for r in caplog.records if r.name == "specrag_batch.engines.engine"]
     assert [(r.levelname, r.getMessage().split(";")[0]) for r in hints] == [
         ("INFO", "vLLM CPU: libtcmalloc is not in LD_PRELOAD"),
         ("INFO", "vLLM CPU: libiomp is not in LD_PRELOAD"),

@@ -3,9 +3,9 @@
 import pyarrow as pa
 import pytest
 
-from specrag_batch.records import Draft, Flag, QueryRow, is_valid_draft, row_error
-from specrag_batch.schema import DRAFT_RECORD_TYPE, DRAFT_TYPE
-from specrag_batch.pipeline import Pipeline
+from specrag_batch.core.records import Draft, Flag, QueryRow, is_valid_draft, row_error
+from specrag_batch.core.schema import DRAFT_RECORD_TYPE, DRAFT_TYPE
+from specrag_batch.run.pipeline import Pipeline
 from specrag_batch.stages import Stage, StageContractError
 
 

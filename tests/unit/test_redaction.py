@@ -1,12 +1,12 @@
-"""The redaction rule (specrag_batch/redaction.py): which keys and values are secrets, the
+"""The redaction rule (specrag_batch/core/redaction.py): which keys and values are secrets, the
 hash kept for comparison, and that harmless settings stay readable."""
 
 import hashlib
 import logging
 
 from specrag_batch.config import RunConfig
-from specrag_batch.execution import ExecutionConfig
-from specrag_batch.redaction import RedactingFilter, fingerprint, is_secret_key, redact, redact_text
+from specrag_batch.config.execution import ExecutionConfig
+from specrag_batch.core.redaction import RedactingFilter, fingerprint, is_secret_key, redact, redact_text
 
 
 def _h(v: str) -> str:

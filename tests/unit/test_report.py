@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import calibration
-from specrag_batch.calibration import USED_LABELS
-from specrag_batch.report import UNRECORDED, load_rows, plots, summary, write_report
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.confidence import calibration
+from specrag_batch.confidence.calibration import USED_LABELS
+from specrag_batch.run.report import UNRECORDED, load_rows, plots, summary, write_report
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -38,7 +38,7 @@ def _prefect_accepts(key: str) -> None:
 
 @pytest.mark.parametrize("output", HOSTILE, ids=range(len(HOSTILE)))
 def test_every_output_gets_a_valid_short_stable_key(output):
-    from specrag_batch.report.publish import artifact_key
+    from specrag_batch.run.report.publish import artifact_key
 
     key = artifact_key(output)
     _prefect_accepts(key)
@@ -49,7 +49,7 @@ def test_every_output_gets_a_valid_short_stable_key(output):
 
 
 def test_outputs_keep_separate_histories():
-    from specrag_batch.report.publish import artifact_key
+    from specrag_batch.run.report.publish import artifact_key
 
     keys = [artifact_key(o) for o in HOSTILE]
     assert len(set(keys)) == len(HOSTILE)  # also where the readable parts agree (case, scripts)
@@ -61,7 +61,7 @@ def test_published_artifacts_are_keyed_by_the_output(monkeypatch):
     same output again under the same key; the table artifact beside the markdown one."""
     import prefect.artifacts
 
-    from specrag_batch.report import publish_artifacts
+    from specrag_batch.run.report import publish_artifacts
 
     calls: list[tuple[str, str]] = []
     monkeypatch.setattr(prefect.artifacts, "create_markdown_artifact",
@@ -73,7 +73,7 @@ def test_published_artifacts_are_keyed_by_the_output(monkeypatch):
         return {"output": output, "markdown": "# report\n| rows | 1 |", "report_uri": f"{output}/_report/report.md",
                 "shards": 1, "rows": 1}
 
-    monkeypatch.setattr("specrag_batch.report.publish.table_rows", lambda s: [{"metric": "rows", "value": "1"}])
+    monkeypatch.setattr("specrag_batch.run.report.publish.table_rows", lambda s: [{"metric": "rows", "value": "1"}])
     for output in ("s3://answers/date=2026-11-28", "/tmp/adhoc run", "s3://answers/date=2026-11-28"):
         publish_artifacts(report(output))
     (m1, t1), (m2, t2), (m3, t3) = [(calls[i][1], calls[i + 1][1]) for i in range(0, 6, 2)]

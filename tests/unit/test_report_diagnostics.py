@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from specrag_batch.report import write_report
-from specrag_batch.report.diagnostics import confusion, reliability
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.run.report import write_report
+from specrag_batch.run.report.diagnostics import confusion, reliability
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 from .test_report import PNG, _row, _write_run
 

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch.calibration import calibrate, config_snippet
+from specrag_batch.confidence.calibration import calibrate, config_snippet
 from specrag_batch.config import load_config
-from specrag_batch.report import load_rows
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.run.report import load_rows
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 from .test_cli_offline_commands import _invoke, _rows, _run, wide_console  # noqa: F401 (autouse fixture)
 

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch import storage
-from specrag_batch.report import load_rows, scan_shard
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.core import storage
+from specrag_batch.run.report import load_rows, scan_shard
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
             "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ENDPOINT_URL", "SPECRAG_S3_ENDPOINT_URL")

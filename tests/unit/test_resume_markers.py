@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch import resume
-from specrag_batch.cli import app
+from specrag_batch.run import resume
+from specrag_batch.cli.commands import app
 
 from ..shard_inputs import CFG, shard, write
 
@@ -50,7 +50,7 @@ def test_a_config_conflict_names_the_keys_that_differ(tmp_path):
     config lacks the key: it ran without deduplication) is refused under a config that leaves
     the key out (now on), and the error names that key and only it (keys added since at their
     old behaviour do not count, as in the hash); the CLI prints it; set false, it resumes."""
-    from specrag_batch import storage
+    from specrag_batch.core import storage
     from specrag_batch.config import RunConfig
 
     inp, out = tmp_path / "in", tmp_path / "out"

@@ -1,4 +1,4 @@
-"""The key index of issue 52 (:mod:`specrag_batch.reuse.index`): which rows it holds (the
+"""The key index of issue 52 (:mod:`specrag_batch.run.reuse.index`): which rows it holds (the
 reuse rule), and which parts a lookup trusts: written by the run its shard's done marker
 names, under this config; a part of a night still running, of a shard recomputed since, of
 another config, or damaged is not used (damaged: one warning line, once per process)."""
@@ -10,10 +10,11 @@ import logging
 import pyarrow as pa
 import pytest
 
-from specrag_batch import resume, storage
-from specrag_batch.records import Flag
-from specrag_batch.reuse import index
-from specrag_batch.reuse.index import fetch_rows, key_index_uri, lookup, reusable, write_key_index
+from specrag_batch.run import resume
+from specrag_batch.core import storage
+from specrag_batch.core.records import Flag
+from specrag_batch.run.reuse import index
+from specrag_batch.run.reuse.index import fetch_rows, key_index_uri, lookup, reusable, write_key_index
 
 K = [bytes([i]) * 32 for i in range(4)]
 

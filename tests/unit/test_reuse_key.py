@@ -1,4 +1,4 @@
-"""The row key of issue 52 (:mod:`specrag_batch.reuse.key`): every part of a row's identity
+"""The row key of issue 52 (:mod:`specrag_batch.run.reuse.key`): every part of a row's identity
 changes it, nothing else does, and the config part follows the config hash (``reuse`` and
 ``drift`` are not hashed)."""
 
@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from specrag_batch.config import RunConfig
-from specrag_batch.records import Document
-from specrag_batch.reuse.key import ScoringIdentity, prompt_digest, query_id_decides, row_key
+from specrag_batch.core.records import Document
+from specrag_batch.run.reuse.key import ScoringIdentity, prompt_digest, query_id_decides, row_key
 
 DOCS = [Document("d1", "Sea", "The North Sea rose."), Document("d2", "Sea", "The Baltic did not.")]
 SCORING = ScoringIdentity(config_hash="c" * 16, drafter='{"model": "a"}', verifier='{"model": "b"}',
@@ -86,7 +86,7 @@ def test_the_prompt_digest_covers_the_prompt_code():
 
 
 def test_a_local_model_is_identified_by_its_weights_even_when_replaced_in_place(tmp_path):
-    from specrag_batch.reuse.key import _model_identity
+    from specrag_batch.run.reuse.key import _model_identity
 
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(b"one")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from specrag_batch import storage
-from specrag_batch.scheduled.reuse_nights import with_earlier_nights
+from specrag_batch.core import storage
+from specrag_batch.run.scheduled.reuse_nights import with_earlier_nights
 
 
 def test_the_last_k_nights_before_the_date_newest_first(tmp_path):

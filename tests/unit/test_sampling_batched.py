@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from specrag_batch.config import RunConfig
-from specrag_batch.records import Document, Flag, QueryRow
-from specrag_batch.stages import kmeans, sampling
-from specrag_batch.stages.kmeans import kmeans_labels, sklearn_labels
+from specrag_batch.core.records import Document, Flag, QueryRow
+from specrag_batch.core import kmeans
+from specrag_batch.stages import sampling
+from specrag_batch.core.kmeans import kmeans_labels, sklearn_labels
 from specrag_batch.stages.sampling import (MultiPerspectiveSampling, cluster_documents, cluster_rows, row_seed,
                                            sample_subsets)
 
@@ -172,7 +173,7 @@ def test_a_non_finite_embedding_fails_only_its_row(monkeypatch):
     batched K-Means raise for the whole chunk (scikit-learn refuses NaN input), so the shard
     failed. Now that row alone gets an error naming the row, the field and the document
     (``error_reason`` ``non_finite_embedding``); the other rows are clustered as before."""
-    from specrag_batch.records import ErrorReason
+    from specrag_batch.core.records import ErrorReason
 
     config = RunConfig(sampling={"kmeans_n_init": 2})
     rows, blocks = _stage_rows(np.random.default_rng(5), [8, 10, 9, 6, 10])

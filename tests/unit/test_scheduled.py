@@ -16,7 +16,7 @@ from flows.partitions import (
     resolve_config,
     scheduled_date,
 )
-from specrag_batch.execution import ExecutionConfig
+from specrag_batch.config.execution import ExecutionConfig
 
 from ..conftest import ROOT
 

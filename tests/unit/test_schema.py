@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from specrag_batch.schema import InputSchemaError, validate_table
+from specrag_batch.core.schema import InputSchemaError, validate_table
 
 DOCS = pa.list_(pa.struct([("doc_id", pa.string()), ("title", pa.string()), ("text", pa.string())]))
 

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch.planning import read_validated
-from specrag_batch.schema import CANONICAL, InputSchemaError, conform, validate_table
+from specrag_batch.run.planning import read_validated
+from specrag_batch.core.schema import CANONICAL, InputSchemaError, conform, validate_table
 
 DOC = {"doc_id": "d1", "title": "Tokyo", "text": "The yen is the currency of Japan."}
 
@@ -141,7 +141,7 @@ def test_refuses_what_really_differs_naming_column_type_and_accepted(col, arr, f
 def test_integer_ids_are_read_as_decimal_strings(tmp_path):
     """pandas' integer ids are read as the ids' decimal strings, in validation and in
     planning's id read alike, and the shard's rows are kept (not dropped)."""
-    from specrag_batch.planning import read_ids
+    from specrag_batch.run.planning import read_ids
 
     pd.DataFrame({"query_id": [7, 12], "query": ["a?", "b?"], "task": ["qa", "qa"]}).to_parquet(
         tmp_path / "ints.parquet", engine="pyarrow")
@@ -155,7 +155,7 @@ def test_integer_ids_are_read_as_decimal_strings(tmp_path):
 
 def test_float_ids_are_refused_naming_the_row_and_the_field(tmp_path):
     """pandas writes integer ids with a missing value as float64: 1.0 is not read as "1"."""
-    from specrag_batch.planning import read_ids
+    from specrag_batch.run.planning import read_ids
 
     pd.DataFrame({"query_id": [None, 1.0], "query": ["a?", "b?"], "task": ["qa", "qa"]}).to_parquet(
         tmp_path / "floats.parquet", engine="pyarrow")

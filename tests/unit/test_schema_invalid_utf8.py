@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specrag_batch.planning import read_validated
-from specrag_batch.schema import InputSchemaError
+from specrag_batch.run.planning import read_validated
+from specrag_batch.core.schema import InputSchemaError
 
 DOC = {"doc_id": "d", "title": "t", "text": "The yen is the currency of Japan."}
 

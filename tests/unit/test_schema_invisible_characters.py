@@ -4,7 +4,7 @@ invisible characters is empty (NFKC + Unicode format characters dropped before t
 import pytest
 
 from specrag_batch.stages.retrieval import prepare_documents as _prepare_documents
-from specrag_batch.schema import Document, QueryRow
+from specrag_batch.core.schema import Document, QueryRow
 
 TEXT = "The yen is the official currency of Japan."
 

@@ -3,8 +3,8 @@ characters dropped), and a real query_id cannot take the '<row N>' form given to
 
 import pyarrow as pa
 
-from specrag_batch.records import ErrorReason
-from specrag_batch.schema import validate_table
+from specrag_batch.core.records import ErrorReason
+from specrag_batch.core.schema import validate_table
 
 
 def rows(**cols):

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from specrag_batch.stages.drafting import DraftRequest
-from specrag_batch.parsing import option_index, option_label
+from specrag_batch.core.parsing import option_index, option_label
 from specrag_batch.stages.verification import SELF_REFLECTION_MODES, reflection_scores, self_reflection_score
 
 

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 import typer
 
-from specrag_batch.cli_options import COMMON, config_parameters, exit_codes
-from specrag_batch.engine_usage import EngineUsage
-from specrag_batch.models import ModelNotInstalledError
-from specrag_batch.resume import RunConflictError
-from specrag_batch.shard import ShardJob, StorageIO, _with_file, draft_shard, process_shard, verify_shard
+from specrag_batch.cli.options import COMMON, config_parameters, exit_codes
+from specrag_batch.engines.usage import EngineUsage
+from specrag_batch.engines.models import ModelNotInstalledError
+from specrag_batch.run.resume import RunConflictError
+from specrag_batch.run.shard import ShardJob, StorageIO, _with_file, draft_shard, process_shard, verify_shard
 
 from ..conftest import small_config
 
@@ -47,7 +47,7 @@ def test_usage_counts_every_engine_of_a_model(monkeypatch):
     """One model loaded twice in a process (another seed or engine setting: two engines under
     one name): the snapshot of the loaded engines (engines.usage_now) sums them, so a shard's usage counts the engine it used
     whichever was loaded last (before, the last one loaded hid the other: calls read 0)."""
-    from specrag_batch import engines
+    from specrag_batch.engines import engine as engines
 
     a = SimpleNamespace(name="m", stats=engines.EngineStats(seconds=1.0, generated_tokens=5, calls=1))
     b = SimpleNamespace(name="m", stats=engines.EngineStats(seconds=0.0, generated_tokens=0, calls=0))
@@ -61,7 +61,7 @@ def test_usage_counts_every_engine_of_a_model(monkeypatch):
 def test_usage_names_only_the_engines_called_in_between(monkeypatch):
     """Engines an earlier job left loaded (no call since the first snapshot) are not part of
     a shard's or run's usage."""
-    from specrag_batch import engines
+    from specrag_batch.engines import engine as engines
 
     used = SimpleNamespace(name="used", stats=engines.EngineStats(calls=1))
     idle = SimpleNamespace(name="idle", stats=engines.EngineStats(seconds=4.0, calls=3))

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from specrag_batch.records import Draft
+from specrag_batch.core.records import Draft
 from specrag_batch.stages.selection import combine, consensus, select
 
 
@@ -195,7 +195,7 @@ def test_the_default_leaves_self_consistency_out_where_bench_and_production_keep
     from pathlib import Path
 
     from specrag_batch.config import RunConfig, load_config
-    from specrag_batch.records import QueryRow
+    from specrag_batch.core.records import QueryRow
     from specrag_batch.stages.selection import Selection
 
     root = Path(__file__).resolve().parents[2]

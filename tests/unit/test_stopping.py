@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from specrag_batch import storage
+from specrag_batch.core import storage
 
 from ..conftest import sample_rows
 
@@ -18,8 +18,8 @@ def test_once_stopping_a_shard_writes_neither_its_output_nor_its_marker(tmp_path
     refuses both writes, naming the file and the signal, before any task run starts."""
     import threading
 
-    from specrag_batch import stopping
-    from specrag_batch.storage_tasks import PrefectIO
+    from specrag_batch.core import stopping
+    from specrag_batch.run.storage_tasks import PrefectIO
 
     monkeypatch.setattr(stopping, "STOP", threading.Event())
     monkeypatch.setattr(stopping, "_received", [signal.SIGTERM])
@@ -42,7 +42,7 @@ def test_a_stop_says_what_it_keeps_for_the_command_it_stopped(offline, monkeypat
     left half-written. (``os._exit`` raises SystemExit here instead of ending pytest.)"""
     import threading
 
-    from specrag_batch import stopping
+    from specrag_batch.core import stopping
 
     def exit_now(code):
         raise SystemExit(code)

@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from specrag_batch import cli, storage
-from specrag_batch.cli import app
-from specrag_batch.schema import OUTPUT_SCHEMA
+from specrag_batch.cli import commands as cli
+from specrag_batch.core import storage
+from specrag_batch.cli.commands import app
+from specrag_batch.core.schema import OUTPUT_SCHEMA
 
 
 def _read_only(directory, monkeypatch) -> None:

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from specrag_batch.calibration import choose_tau, risk_coverage
+from specrag_batch.confidence.calibration import choose_tau, risk_coverage
 from specrag_batch.config import RunConfig
-from specrag_batch.records import Draft, QueryRow
+from specrag_batch.core.records import Draft, QueryRow
 from specrag_batch.stages.selection import Selection, select
 
 

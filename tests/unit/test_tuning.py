@@ -9,7 +9,8 @@ import math
 import pyarrow as pa
 import pytest
 
-from specrag_batch import stats, tuning
+from specrag_batch.core import stats
+from specrag_batch.run import tuning
 
 from ..conftest import sample_rows
 
@@ -110,7 +111,8 @@ def test_with_a_drafter_the_config_takes_the_speculative_candidate_chosen_for_mo
 def test_a_candidate_whose_run_fails_stops_tune_in_one_line(monkeypatch):
     """A shard of a candidate failed: nothing is decided; the line names the candidate, the
     shard and its error (the command exits 1, as a run with a failed shard does)."""
-    from specrag_batch import cli_tune, orchestration
+    from specrag_batch.cli import tune as cli_tune
+    from specrag_batch.run import orchestration
 
     def failed_run(sample, out, config):
         return {"shards": [{"input": "s/claim-0.parquet", "status": "ok", "output": "o"},

@@ -5,7 +5,7 @@ tests/integration/test_verifier_dedup.py."""
 from __future__ import annotations
 
 from specrag_batch.config import ModelConfig, RunConfig
-from specrag_batch.records import Draft
+from specrag_batch.core.records import Draft
 
 from ..pipeline_runs import config
 
@@ -49,7 +49,7 @@ def test_the_switch_is_on_by_default_and_hash_neutral_off():
 def test_a_row_answered_again_counts_the_passes_saved_in_both_passes():
     """The ``wider`` fallback drafts and verifies a flagged row again: its output row counts
     the passes saved in the first pass and in the fallback's (either may be null)."""
-    from specrag_batch.records import FallbackAnswer, QueryRow, SelectedAnswer
+    from specrag_batch.core.records import FallbackAnswer, QueryRow, SelectedAnswer
     from specrag_batch.stages import output_record
 
     from ..pipeline_runs import INFO

@@ -1,3 +1,0 @@
-"""Scheduled and bulk Prefect flows over the batch flow (:mod:`specrag_batch.orchestration`):
-the nightly date partition, backfills of date ranges, bulk claim verification. ``flows/*.py``
-re-export them as the ``prefect.yaml`` deployment entrypoints."""

@@ -363,12 +363,12 @@ def calibrate(df: pl.DataFrame, *, measure: str = "score", target_accuracy: floa
         out.append(TaskThreshold(task, measure, t.height, tau, cov, acc, interval, missed, aur,
                                  int(always.sum()), int((~always & np.isfinite(conf)).sum()),
                                  0 if cov is None else int(round(cov * t.height)), target,
-                                 None if tau is not None else _nearest(risk_coverage(conf, correct, always),
+                                 None if tau is not None else nearest_point(risk_coverage(conf, correct, always),
                                                                       target_accuracy is not None)))
     return out
 
 
-def _nearest(curve: Curve, by_accuracy: bool) -> tuple[float, float, float] | None:
+def nearest_point(curve: Curve, by_accuracy: bool) -> tuple[float, float, float] | None:
     """(accuracy, coverage, τ) of the point of ``curve`` nearest an unmet target: the highest
     accuracy (the largest coverage among equals), or for a coverage target the largest coverage."""
     if len(curve.taus) == 0:

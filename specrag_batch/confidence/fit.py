@@ -243,7 +243,7 @@ def calibrate_run(df: pl.DataFrame, config: dict, *, target_accuracy: float | No
             ValueError: bad targets."""
     import yaml
 
-    from .calibration import Curve, TaskThreshold, _nearest, auroc, calibrate_task, choose_tau, risk_coverage
+    from .calibration import Curve, TaskThreshold, nearest_point, auroc, calibrate_task, choose_tau, risk_coverage
     from ..config import RunConfig
 
     choose_tau(Curve(np.array([]), np.array([]), np.array([]), 0), target_accuracy, target_coverage)
@@ -270,7 +270,7 @@ def calibrate_run(df: pl.DataFrame, config: dict, *, target_accuracy: float | No
                                              target_coverage=target_coverage, n_boot=1)
         res[task] = TaskThreshold(task, "calibrated", t.height, tau, cov, acc, None, 0, {"calibrated": auroc(p, y)},
                                   0, len(p), 0 if cov is None else int(round(cov * t.height)), target,
-                                  None if tau is not None else _nearest(risk_coverage(p, y, always),
+                                  None if tau is not None else nearest_point(risk_coverage(p, y, always),
                                                                         target_accuracy is not None))
     body = {"selection": {"confidence": "calibrated",
                           "calibration": {k: m.config() for k, m in models.items()},

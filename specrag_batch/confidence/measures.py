@@ -25,7 +25,7 @@ feature                meaning (unit)
                        short answer is a wrong answer's sign)
 =====================  ==========================================================================
 
-A *model* (``selection.calibration.<task>``, :class:`~specrag_batch.config.sections.CalibrationModel`)
+A *model* (``selection.calibration.<task>``, :class:`~specrag_batch.config.CalibrationModel`)
 is a logistic regression over some of these features: p = 1 / (1 + exp(-(b + Σ w_i x_i))),
 where a NaN feature is replaced by the model's ``fill`` value (the median it was fitted on).
 Fitting is :mod:`specrag_batch.confidence.fit` (scikit-learn); applying it needs numpy only.

@@ -5,11 +5,13 @@ keeps the baseline nights and resumes the same run."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import fnmatch
 
 from pydantic import Field, field_validator
 
-from .sections import _Strict
+from .base import Section
 
 MEASURE_FAMILIES = ("low_confidence_rate", "fast_path_rate", "error_rate", "error_reason", "answer_source",
                     "accuracy", "answers", "score", "confidence", "answer_length", "draft_tokens",
@@ -28,9 +30,11 @@ def _check_patterns(patterns, what: str) -> None:
                              f"<family>[:<part>], families: {', '.join(MEASURE_FAMILIES)}")
 
 
-class DriftConfig(_Strict):
+class DriftConfig(Section):
     """Night-over-night comparison (:mod:`specrag_batch.run.drift.compare`): thresholds per kind of
     measure, per-measure overrides, and which moved measures fail the flow run."""
+
+    hashed: ClassVar[bool] = False  # read after the run: a changed threshold changes no row
 
     enabled: bool = Field(True, description="the nightly and backfill flows compare each night with the "
                           "nights before it and write `_report/drift.json` and the report's section")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from .loading import load_config
-from .run_config import RunConfig, _flag_for, _flags_given
-from .sections import _YAML_BOOLEANS
+from .run_config import RunConfig, flag_for, flags_given
+from .base import YAML_BOOLEANS
 
 
 class ConfigError(ValueError):
@@ -27,7 +27,7 @@ def _string_hint(value: Any) -> str:
     if isinstance(value, (datetime.date, datetime.datetime)):
         return f" (got the date {value.isoformat()}: YAML reads an unquoted date so; quote it)"
     if isinstance(value, bool):
-        return f" (got {value!r}: {_YAML_BOOLEANS.strip('()')}; quote it)"
+        return f" (got {value!r}: {YAML_BOOLEANS.strip('()')}; quote it)"
     if isinstance(value, (int, float)):
         return f" (got the number {value!r}; quote it for text)"
     return ""
@@ -52,7 +52,7 @@ def _error_line(err: dict, source: str, flagged: dict[str, str]) -> str:
         msg += _string_hint(value)
     elif err.get("type") != "value_error" and isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 60:
         msg += f" (got {value!r})"
-    return ": ".join(x for x in (_flag_for(field, flagged) or source, field, msg) if x)
+    return ": ".join(x for x in (flag_for(field, flagged) or source, field, msg) if x)
 
 
 def explain_config_error(error: Any, path: str | Path | None = None,
@@ -65,7 +65,7 @@ def explain_config_error(error: Any, path: str | Path | None = None,
     set), without pydantic's input dump and documentation link, keeping the validators'
     hints (``did you mean 'num_drafts'?``)."""
     source = str(path) if path is not None else "config"
-    given = _flags_given(overrides, flags)
+    given = flags_given(overrides, flags)
     return ConfigError("\n".join(_error_line(e, source, given) for e in error.errors()))
 
 
@@ -93,5 +93,5 @@ def note_sources(cfg: RunConfig, overrides: dict[str, Any] | None = None,
     """Record on ``cfg`` (returned, the same object) which fields command-line flags set, as
     :func:`load_config` applied ``overrides`` (``flags``: dotted field -> flag name), for
     :meth:`RunConfig.field_source` (:func:`load_config` records the file's own keys)."""
-    cfg._flagged = _flags_given(overrides, flags)
+    cfg._flagged = flags_given(overrides, flags)
     return cfg

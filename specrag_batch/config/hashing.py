@@ -1,9 +1,19 @@
 """Which fields make a config's hash (:meth:`RunConfig.config_hash`), so that a run started
-before a field existed resumes under the same hash, and how two stored configs differ."""
+before a field existed resumes under the same hash, and how two stored configs differ. The
+factors are declared by each section beside its fields (``hash_added``, ``hash_switched``,
+``hashed``: :class:`~specrag_batch.config.base.Section`); this module collects them."""
 
 from __future__ import annotations
 
 import json
+
+from .drafter import DrafterConfig
+from .drift import DriftConfig
+from .retrieval import RetrievalConfig
+from .reuse import ReuseConfig
+from .sampling import SamplingConfig
+from .selection import SelectionConfig
+from .verifier import VerifierConfig
 
 
 def hashed_view(data: dict) -> dict:
@@ -58,17 +68,13 @@ def config_differences(stored: dict, current: dict, limit: int = 8) -> list[str]
     return lines + ([f"... and {len(keys) - limit} more"] if len(keys) > limit else [])
 
 
-ADDED_FIELDS = (("selection", "confidence", "score"), ("selection", "calibration", None),
-                ("sampling", "adaptive", False),
-                ("sampling", "first_round", 2), ("selection", "fallback", "none"),
-                ("retrieval", "fallback_top_n", 20), ("drafter", "prompt_layout", "documents_first"),
-                ("drafter", "rationale_style", "one_or_two_sentences"), ("selection", "rule", "argmax"),
-                ("verifier", "deduplicate_drafts", False), ("drafter", "answer_on_truncation", False),
-                ("drafter", "answer_max_tokens", 16), ("retrieval", "method", "dense"),
-                ("retrieval", "nprobe", 128), ("retrieval", "ef_search", 128), ("retrieval", "rrf_k", 60),
-                ("retrieval", "nprobe", None), ("retrieval", "ef_search", None),
-                ("retrieval", "hybrid_candidates", 50), ("drafter", "adapter", None),
-                ("verifier", "evidence_aware", False), ("selection", "label_distribution", False))
+SECTIONS = {"drafter": DrafterConfig, "verifier": VerifierConfig, "retrieval": RetrievalConfig,
+            "sampling": SamplingConfig, "selection": SelectionConfig, "drift": DriftConfig, "reuse": ReuseConfig}
+"""The sections of :class:`~specrag_batch.config.RunConfig` by key; each declares its hash factors
+beside its fields (:class:`~specrag_batch.config.base.Section`)."""
+
+ADDED_FIELDS = tuple((name, field, before) for name, section in SECTIONS.items()
+                     for field, before in section.hash_added)
 """(section, field, value before the field existed) of fields added after 0.1: left out of
 :meth:`RunConfig.config_hash` at that value, so a run started before they existed resumes under
 the same hash. The value is what the code did before the field existed (its default when it was
@@ -81,15 +87,15 @@ explicitly and kept its hash through the flip), and never resumes a run that ran
 (its rows' ``verifier_drafts_deduplicated`` would be null on part of the output)."""
 
 
-SWITCHED_FIELDS = (("drafter", "answer_max_tokens", "answer_on_truncation"),
-                   ("selection", "label_prior", "label_distribution"))
+SWITCHED_FIELDS = tuple((name, field, switch) for name, section in SECTIONS.items()
+                        for field, switch in section.hash_switched)
 """(section, field, switch) of fields read only while the boolean ``switch`` of the same
 section is on: left out of :meth:`RunConfig.config_hash` whatever their value while it is off,
 so a config with ``answer_on_truncation: false`` and any ``answer_max_tokens`` hashes as before
 both fields existed (it behaves so)."""
 
 
-UNHASHED_SECTIONS = ("drift", "reuse")
+UNHASHED_SECTIONS = tuple(name for name, section in SECTIONS.items() if not section.hashed)
 """Sections left out of :meth:`RunConfig.config_hash` whatever their values: they change no
 row. ``drift`` (the night-over-night comparison's thresholds) is read after the run; in the
 hash, a changed threshold would make every earlier night "another config hash" (no baseline)

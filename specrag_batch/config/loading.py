@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from .run_config import RunConfig
-from .sections import _YAML_BOOLEANS
+from .base import YAML_BOOLEANS
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -87,7 +87,7 @@ def _yaml_problems(text: str) -> list[str]:
                     return False
                 continue
             read = yaml.safe_load(yaml.serialize(key)) if isinstance(key, yaml.ScalarNode) else spelt
-            hint = f" {_YAML_BOOLEANS}" if isinstance(read, bool) else ""
+            hint = f" {YAML_BOOLEANS}" if isinstance(read, bool) else ""
             out.append(f"{where_of(here, key)}: YAML reads this key as "
                        f"{type(read).__name__} {read!r}, not a string{hint}; quote it ('{spelt}':)")
         return True
@@ -216,3 +216,20 @@ def validate_run_config(data: dict[str, Any]) -> RunConfig:
         except (KeyError, TypeError, ValueError):  # an error type pydantic cannot rebuild: the first error
             raise e from None
         raise combined from None
+
+
+def flow_config(config: RunConfig | dict | str | Path | None) -> dict | None:
+    """The run config as :func:`specrag_batch.run.orchestration.speculative_rag_flow` receives it (a JSON-able dict, the flow
+    run's parameter): a YAML path is loaded (:func:`load_config`), a :class:`RunConfig`
+    becomes the fields set in it (a file's keys, arguments; ``model_dump(exclude_unset=True)``),
+    as a deployment's parameters are, so the flow's warnings on settings that change nothing
+    (:meth:`RunConfig.idle_settings`) see what was asked for; validating it fills the defaults
+    in again, to the same config and hash. A dict or None is passed on as it is.
+
+    Raises:
+        as :func:`load_config` for a path (missing file, bad YAML, invalid config)."""
+    if isinstance(config, (str, Path)):
+        config = load_config(config)
+    if isinstance(config, RunConfig):
+        return config.model_dump(mode="json", exclude_unset=True)
+    return config

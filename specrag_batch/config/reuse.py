@@ -6,14 +6,18 @@ night's resume and its drift baseline."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
-from .sections import _Strict
+from .base import Section
 
 
-class ReuseConfig(_Strict):
+class ReuseConfig(Section):
     """Reuse of rows answered by earlier runs under the same row key
     (:func:`specrag_batch.run.reuse.key.row_key`)."""
+
+    hashed: ClassVar[bool] = False  # a reused row equals the recomputed one
 
     nights: int = Field(7, ge=0, description="nightly and backfill: reuse rows answered by the last K "
                         "nights (by date, before this one) of the same output root; 0 turns reuse off")

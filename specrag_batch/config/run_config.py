@@ -16,9 +16,13 @@ from .calibration_model import SCORING_EXCLUDED
 from .drift import DriftConfig
 from .reuse import ReuseConfig
 from .hashing import hashed_view
-from .sections import (DEFAULT_CLAIM_LABELS, DEFAULT_VERIFIER, REFLECTION_QUESTION, DrafterConfig, Mode,
-                       RetrievalConfig, SamplingConfig, SelectionConfig, TauTask, VerifierConfig,
-                       _Strict)
+from .base import DEFAULT_CLAIM_LABELS, REFLECTION_QUESTION, Mode, Section, TauTask
+from .drafter import DrafterConfig
+from .model import DEFAULT_VERIFIER
+from .retrieval import RetrievalConfig
+from .sampling import SamplingConfig
+from .selection import SelectionConfig
+from .verifier import VerifierConfig
 
 ModeKey = Literal["qa", "claim", "choice", "default"]
 """The keys a per-task ``mode`` mapping may name: the tasks, and ``default`` for the others."""
@@ -27,7 +31,7 @@ MAX_LABEL_CHARS = 64
 """Longest claim label (characters): a label is a short answer the drafter writes (SUPPORTS)."""
 
 
-class RunConfig(_Strict):
+class RunConfig(Section):
     """Full configuration of one batch run. Hash = identity of a run's results."""
 
     _file: tuple[str, frozenset[str]] | None = PrivateAttr(None)
@@ -49,7 +53,7 @@ class RunConfig(_Strict):
         lines such as ``<source>: drafter.model: ...``: the flag that set it
         (:func:`note_sources`), else the config file that set it (:func:`load_config`); None
         for a default value or a config built in code."""
-        flag = _flag_for(field, self._flagged)
+        flag = flag_for(field, self._flagged)
         if flag:
             return flag
         if self._file is not None and field in self._file[1]:
@@ -365,12 +369,12 @@ def _draft_count_warnings(m: int, n: int, k: int, strategy: str) -> list[str]:
     return []
 
 
-def _flags_given(overrides: dict[str, Any] | None, flags: dict[str, str] | None) -> dict[str, str]:
+def flags_given(overrides: dict[str, Any] | None, flags: dict[str, str] | None) -> dict[str, str]:
     """Dotted field -> the flag that set it (``flags``' name, else ``command line``) for each
     override with a value."""
     return {k: (flags or {}).get(k, "command line") for k, v in (overrides or {}).items() if v is not None}
 
 
-def _flag_for(field: str, flagged: dict[str, str]) -> str | None:
-    """The flag of ``flagged`` (:func:`_flags_given`) that set dotted ``field`` or a section holding it."""
+def flag_for(field: str, flagged: dict[str, str]) -> str | None:
+    """The flag of ``flagged`` (:func:`flags_given`) that set dotted ``field`` or a section holding it."""
     return next((flag for key, flag in flagged.items() if field == key or field.startswith(key + ".")), None)

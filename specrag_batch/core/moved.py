@@ -24,6 +24,7 @@ MOVED = {
     "cli_tune": "cli.tune",
     "confidence_fit": "confidence.fit",
     "config.identity": "config.hashing",
+    "config.sections": "config",
     "console": "cli.console",
     "datasets": "core.datasets",
     "drift": "run.drift.compare",

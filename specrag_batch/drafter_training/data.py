@@ -240,7 +240,7 @@ def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
         FileNotFoundError: ``input_uri`` does not exist.
         ValueError: input and output overlap."""
     from ..engines.engine import get_engine
-    from ..run.manifest import _versions
+    from ..run.manifest import package_versions
     from ..run.planning import check_layout
 
     opts = opts or DataOptions()
@@ -299,7 +299,7 @@ def build_training_data(input_uri: str, output_uri: str, cfg: RunConfig,
         "dropped": dict(sorted(total.items())),
         "failed_shards": sum(r["status"] != "ok" for r in results),
         "seconds": round(time.perf_counter() - t0, 2),
-        "engine": teacher.stats.as_dict() if teacher else None, "versions": _versions(),
+        "engine": teacher.stats.as_dict() if teacher else None, "versions": package_versions(),
     }
     storage.write_bytes_atomic(storage.join(output_uri, "_manifest.json"),
                                json.dumps(manifest, indent=2, default=str).encode())

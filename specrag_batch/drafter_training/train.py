@@ -44,6 +44,7 @@ from ..config import RunConfig
 from ..engines.weights import TRAINING_MANIFEST, weights_hash
 from ..stages.prompts import PromptTooLongError, encode_plain, fitted_prompt
 from ..core.schema import Document
+from ..run.manifest import package_versions
 
 MANIFEST = TRAINING_MANIFEST
 CHECKPOINTS = "_checkpoints"
@@ -80,6 +81,10 @@ class TrainOptions:
     """Drafter prompt layout; None = the data step's config (``drafter.prompt_layout``)."""
     rationale_style: str | None = None
     """Drafter rationale instruction; None = the data step's config (``drafter.rationale_style``)."""
+
+
+TRAINING_PACKAGES = ("specrag-batch", "torch", "transformers", "trl", "peft", "datasets", "accelerate")
+"""The packages whose versions a trained drafter's manifest records."""
 
 
 def is_held_out(query_id: str, fraction: float) -> bool:
@@ -158,18 +163,6 @@ def trl_dropped(before, after) -> list[int] | None:
     if after is None or "example_index" not in (after.column_names or []):
         return None
     return sorted(set(before["example_index"]) - set(after["example_index"]))
-
-
-def _versions() -> dict:
-    import importlib.metadata as md
-
-    out = {}
-    for p in ("specrag-batch", "torch", "transformers", "trl", "peft", "datasets", "accelerate"):
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            pass
-    return out
 
 
 def make_trainer(base_path: str, train_ds, eval_ds, out_dir: Path, opts: TrainOptions, tokenizer,
@@ -396,7 +389,7 @@ def train_drafter(data_uri: str, base: str, out_dir: str, opts: TrainOptions | N
         "seconds": round(time.perf_counter() - t0, 1), "train_seconds": round(train_seconds, 1),
         "seconds_per_step": round(train_seconds / max(1, run_steps), 3),
         "device": "cuda" if torch.cuda.is_available() else "cpu", "threads": torch.get_num_threads(),
-        "weights_sha256": weights_hash(str(out)), "versions": _versions(),
+        "weights_sha256": weights_hash(str(out)), "versions": package_versions(TRAINING_PACKAGES, python=False),
     }
     manifest["manifest_id"] = hashlib.sha256(json.dumps(
         {k: manifest[k] for k in ("base_weights_sha256", "data_sha256", "options", "weights_sha256")},

@@ -230,7 +230,7 @@ def get_retriever(index_uri: str, method: str = "dense", *, nprobe: int | None =
 
 def retriever_for(retrieval) -> _Base:
     """The retriever a run's ``retrieval`` config section
-    (:class:`~specrag_batch.config.sections.RetrievalConfig`) asks for (``index`` must be set)."""
+    (:class:`~specrag_batch.config.RetrievalConfig`) asks for (``index`` must be set)."""
     return get_retriever(retrieval.index, retrieval.method, nprobe=retrieval.nprobe, ef_search=retrieval.ef_search,
                          rrf_k=retrieval.rrf_k, candidates=retrieval.hybrid_candidates)
 

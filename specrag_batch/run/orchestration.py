@@ -21,7 +21,8 @@ from prefect.utilities import engine as prefect_engine
 
 from . import resume
 from ..core import storage
-from ..config import RunConfig, load_config
+from ..config import RunConfig
+from ..config.loading import flow_config
 from ..engines.usage import EngineUsage, merge_dtypes
 from ..engines.engine import check_cpu_env, loaded_engines, usage_now, used_dtypes
 from ..engines.lazy import LazyEngine, loaded_since, usage_by_role
@@ -29,6 +30,7 @@ from ..config.execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from ..index.search import check_index
 from ..engines.models import check_config_models
 from ..core.redaction import install_log_filter
+from .report import report_run
 from .reuse import config_for_shards
 from .manifest import build_manifest, computed_part, count_failed_rows, new_run_id, write_manifest
 from .planning import (check_foreign_outputs, check_layout, exception_reason, plan_run, plan_shards,
@@ -148,23 +150,6 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
     if res.status == "ok" and not keep_drafts:
         resume.discard(job.drafts_prefix, drafted["output"])
     return out
-
-
-def _report(output_uri: str, manifest: dict) -> dict:
-    """Write the run report and publish it as artifacts of this flow run; a failure is logged
-    and returned (recorded in the manifest), never raised: the run's results are written."""
-    from .report import publish_artifacts, write_report
-
-    try:
-        s = write_report(output_uri, manifest)
-        publish_artifacts(s)
-        return {"status": "ok", "uri": s["report_uri"]}
-    except FileNotFoundError as e:  # no finished shard: nothing to report on
-        get_run_logger().info("run report skipped: %s", e)
-        return {"status": "skipped", "error": str(e)}
-    except Exception as e:  # noqa: BLE001 - the report is an extra, not the run's result
-        get_run_logger().error("run report failed: %s: %s", type(e).__name__, e)
-        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
 
 
 def _engine_failure(results: list[ShardResult]) -> BaseException | None:
@@ -299,7 +284,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
                               seconds=time.perf_counter() - t0, engines=usage,
                               engine_load_seconds=engine_load, execution=ex.model_dump(mode="json"),
-                              report=lambda m: _report(output_uri, m))
+                              report=lambda m: report_run(output_uri, m))
     write_manifest(output_uri, manifest)
     if manifest["failed_shards"] and key.get("run_id") == run_id:
         resume.release_output(output_uri, run_id)  # every shard failed: no key refuses a corrected run
@@ -348,23 +333,6 @@ def run_flow(input_uri: str, output_uri: str, config: dict | None = None, run_id
     runner = ex.task_runner_instance()
     return flow_manifest(speculative_rag_flow.with_options(task_runner=runner)(
         input_uri, output_uri, config, run_id, overwrite, ex, allow_empty, return_state=True))
-
-
-def flow_config(config: RunConfig | dict | str | Path | None) -> dict | None:
-    """The run config as :func:`speculative_rag_flow` receives it (a JSON-able dict, the flow
-    run's parameter): a YAML path is loaded (:func:`config.load_config`), a :class:`RunConfig`
-    becomes the fields set in it (a file's keys, arguments; ``model_dump(exclude_unset=True)``),
-    as a deployment's parameters are, so the flow's warnings on settings that change nothing
-    (:meth:`RunConfig.idle_settings`) see what was asked for; validating it fills the defaults
-    in again, to the same config and hash. A dict or None is passed on as it is.
-
-    Raises:
-        as :func:`config.load_config` for a path (missing file, bad YAML, invalid config)."""
-    if isinstance(config, (str, Path)):
-        config = load_config(config)
-    if isinstance(config, RunConfig):
-        return config.model_dump(mode="json", exclude_unset=True)
-    return config
 
 
 def run_batch(input_uri: str, output_uri: str, *, config: RunConfig | dict | str | Path | None = None,

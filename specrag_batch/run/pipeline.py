@@ -45,10 +45,11 @@ from functools import partial
 from typing import Callable, Iterable, Iterator, Sequence
 
 from ..config import RunConfig
-from ..core.records import Document, Draft, QueryRow, SelectedAnswer
-from ..stages.base import (_ROW_FIELDS, INPUT_FIELDS, EngineLike, RunInfo, Stage, StageContractError,
-                          StageTimer, _check_rows, row_field)
-from ..stages.drafting import AdaptiveDrafting, Drafting, StandardAnswer
+from ..core.records import Document, Draft, QueryRow
+from ..stages.base import (ROW_FIELDS, INPUT_FIELDS, EngineLike, RunInfo, Stage, StageContractError,
+                          StageTimer, check_rows, row_field)
+from ..stages.drafting import AdaptiveDrafting, Drafting
+from ..stages.standard import StandardAnswer
 from ..stages.fallback import Fallback
 from .output import output_record, output_row
 from ..stages.retrieval import Retrieval, WiderRetrieval
@@ -84,7 +85,7 @@ class Pipeline:
         available = set(self.given)
         for stage in self.stages:
             for name in (*stage.reads, *stage.writes):
-                if row_field(name) not in _ROW_FIELDS:
+                if row_field(name) not in ROW_FIELDS:
                     raise StageContractError(f"stage {stage.name!r} declares {name!r}, not a row field")
             missing = [n for n in stage.reads if row_field(n) not in available]
             if missing:
@@ -107,10 +108,10 @@ class Pipeline:
         timer = timer if timer is not None else StageTimer()
         for chunk in self.chunks(rows):
             for stage in self.stages:
-                _check_rows(stage, chunk, stage.reads, "before")
+                check_rows(stage, chunk, stage.reads, "before")
                 with timer.stage(stage.timer_name):
                     stage(chunk)
-                _check_rows(stage, chunk, stage.writes, "after")
+                check_rows(stage, chunk, stage.writes, "after")
 
     def split(self, before: str) -> tuple[Pipeline, Pipeline]:
         """(the stages before the stage named ``before``, that stage and the rest): the two
@@ -345,35 +346,3 @@ def draft_rows(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLike,
     """Stages 1-3 for one chunk; position in ``rows`` -> drafts (see :func:`draft_stage`)."""
     return draft_stage(rows, cfg.model_copy(update={"chunk_rows": max(1, len(rows))}),
                        drafter=drafter, timer=timer)
-
-
-def _results(rows: Sequence[QueryRow]) -> dict[int, tuple[list[Draft], SelectedAnswer]]:
-    return {i: (row.drafts, row.selection) for i, row in enumerate(rows)
-            if row.error is None and row.selection is not None}
-
-
-def verify_and_select(rows: Sequence[QueryRow], by_row: dict[int, list[Draft]], cfg: RunConfig,
-                      verifier: EngineLike | None,
-                      timer: StageTimer) -> dict[int, tuple[list[Draft], SelectedAnswer]]:
-    """Stages 4-5 for one chunk (verification and selection, paper §3.3); position ->
-    (drafts, selection) for rows without error."""
-    for i, row_drafts in by_row.items():
-        rows[i].drafts = row_drafts
-    Pipeline([Verification(cfg, verifier=verifier), Selection(cfg)], chunk_rows=max(1, len(rows)),
-             given=("row_index", "query_id", "query", "task", "choices", "drafts")).run(rows, timer)
-    return _results(rows)
-
-
-def run_speculative(rows: Sequence[QueryRow], cfg: RunConfig, drafter: EngineLike,
-                    verifier: EngineLike | None, timer: StageTimer) -> dict[int, tuple[list[Draft], SelectedAnswer]]:
-    """Stages 1-5 for one chunk. Returns position -> (drafts, selection) for rows without error."""
-    stages = speculative_stages(cfg, drafter=drafter, verifier=verifier)
-    Pipeline(stages, chunk_rows=max(1, len(rows))).run(rows, timer)
-    return _results(rows)
-
-
-def run_standard(rows: Sequence[QueryRow], cfg: RunConfig, generator: EngineLike,
-                 timer: StageTimer) -> dict[int, tuple[list[Draft], SelectedAnswer]]:
-    """Standard RAG for one chunk: retrieval, then one generation per row over all N documents."""
-    Pipeline(standard_stages(cfg, generator=generator), chunk_rows=max(1, len(rows))).run(rows, timer)
-    return _results(rows)

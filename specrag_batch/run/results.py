@@ -17,6 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from ..core import storage
+from ..core.polars_s3 import polars_s3_options
+from .manifest import check_costs, check_manifest, manifest_field
 from .layout import MANIFEST, RUN_FILE, SHARDS_DIR, marker_uri
 
 log = logging.getLogger(__name__)
@@ -45,81 +47,6 @@ them a row cannot be named, placed in its task, or told answered from failed. An
 the report lists it (``columns_read_as_null``)."""
 
 
-_KINDS = {list: "a list", dict: "an object", str: "a string", (int, float): "a number"}
-
-
-def _field(m: dict, key: str, types: type | tuple[type, ...], uri: str):
-    """``m[key]`` (None when absent or null) when it is one of ``types`` (a key of
-    :data:`_KINDS`).
-
-    Raises:
-        ValueError: another type, naming ``uri`` and the field."""
-    v = m.get(key)
-    if v is not None and not isinstance(v, types):
-        raise ValueError(f"{uri}: field '{key}': expected {_KINDS[types]}, got {type(v).__name__}")
-    return v
-
-
-def _check_manifest(m: dict, uri: str) -> dict:
-    """``m`` after checking the fields the report reads (``shards`` a list of objects,
-    ``config`` an object, ``stage_seconds`` an object of numbers, ``seconds`` and ``rows_out``
-    numbers, ``engines`` an object of objects whose token counts are numbers, and the same
-    inside ``cost.output`` / ``cost.this_invocation`` with their counts); null is allowed
-    (shown as a dash) except for ``shards``.
-
-    Raises:
-        ValueError: naming ``uri`` and the field."""
-    num = (int, float)
-    if "shards" in m and not isinstance(m["shards"], list):  # the one field a manifest always has
-        raise ValueError(f"{uri}: field 'shards': expected a list, got {type(m['shards']).__name__}")
-    for key, types in (("config", dict), ("seconds", num), ("rows_out", num)):
-        _field(m, key, types, uri)
-    for i, s in enumerate(m.get("shards") or []):
-        if not isinstance(s, dict):
-            raise ValueError(f"{uri}: field 'shards': entry {i}: expected an object, got {type(s).__name__}")
-        _field(s, "output", str, f"{uri}: shards[{i}]")
-    _check_costs(m, uri, "")
-    for i, s in enumerate(m.get("shards") or []):  # a manifest without ``cost`` is costed from them
-        _check_costs(s, uri, f"shards[{i}].")
-        _field(s, "seconds", num, f"{uri}: shards[{i}]")
-        _field(s, "rows_out", num, f"{uri}: shards[{i}]")
-    cost = _field(m, "cost", dict, uri) or {}
-    for part in ("output", "this_invocation"):
-        block = _field(cost, part, dict, f"{uri}: cost") or {}
-        for key in ("seconds", "shard_seconds", "engine_load_seconds", "rows", "shards",
-                    "computed_shards", "resumed_shards", "failed_shards"):
-            _field(block, key, num, f"{uri}: cost.{part}")
-        for key in ("runs", "engines_unrecorded"):
-            _field(block, key, list, f"{uri}: cost.{part}")
-        _check_costs(block, uri, f"cost.{part}.")
-    return m
-
-
-def _check_costs(m: dict, uri: str, where: str) -> None:
-    """``m``'s ``stage_seconds`` (an object of numbers), ``engines`` (an object of objects
-    whose token counts and seconds are numbers) and ``engine_dtypes`` (an object of strings),
-    null allowed; ``where``: the path of ``m`` in
-    the manifest (``""``, ``"cost.output."``, ``"shards[3]."``).
-
-    Raises:
-        ValueError: naming ``uri`` and the field."""
-    num = (int, float)
-    at = f"{uri}: {where[:-1]}" if where else uri
-    _field(m, "stage_seconds", dict, at)
-    _field(m, "engines", dict, at)
-    _field(m, "engine_dtypes", dict, at)
-    for k in (m.get("stage_seconds") or {}):
-        _field(m["stage_seconds"], k, num, f"{uri}: {where}stage_seconds")
-    for name, st in (m.get("engines") or {}).items():
-        if not isinstance(st, dict):
-            raise ValueError(f"{uri}: field '{where}engines': '{name}': expected an object, got {type(st).__name__}")
-        for k in st:
-            if k.endswith("tokens") or k == "seconds":
-                _field(st, k, num, f"{uri}: {where}engines.{name}")
-    for name in (m.get("engine_dtypes") or {}):
-        _field(m["engine_dtypes"], name, str, f"{uri}: {where}engine_dtypes")
-
-
 def with_marker_usage(manifest: dict, prefix: str) -> dict:
     """``manifest`` as the report costs it. A manifest written before ``cost`` existed recorded
     ``engines: {}`` for resumed shards; their done markers under ``prefix`` kept the usage, so
@@ -136,7 +63,7 @@ def with_marker_usage(manifest: dict, prefix: str) -> dict:
             try:
                 m = storage.read_json_object(uri)
                 eng = ((m or {}).get("result") or {}).get("engines")
-                _check_costs({"engines": eng}, uri, "result.")
+                check_costs({"engines": eng}, uri, "result.")
             except (ValueError, AttributeError, OSError) as e:
                 log.warning("%s: engine usage of resumed shard %d not read: %s", uri, i, e)
                 eng = None
@@ -167,7 +94,7 @@ def listed_outputs(prefix: str, manifest: dict | None = None) -> list[str]:
             with fs.open(fs_path, "rb") as fh:
                 uri = storage.join(mdir, base)
                 m = storage.json_object(fh.read(), uri)
-            if (_field(m, "result", dict, uri) or {}).get("status") == "ok":
+            if (manifest_field(m, "result", dict, uri) or {}).get("status") == "ok":
                 names.add(base[:-len(".json")])
     for s in (manifest or {}).get("shards") or []:
         if s.get("status") == "ok" and s.get("output"):
@@ -188,7 +115,7 @@ def scan_shard(uri: str, s3_options: dict[str, str] | None = None) -> pl.LazyFra
     * ``s3://``/``s3a://``: polars' native reader on the exact key (``glob=False``: a key
       holding ``*``, ``?``, ``[``, ``#``, ``%`` or spaces names that one object; ranged GETs of
       the footer and the selected column chunks), with ``s3_options``
-      (:func:`specrag_batch.core.storage.polars_s3_options`, computed from the uri when not given)
+      (:func:`specrag_batch.core.polars_s3_options`, computed from the uri when not given)
       so it uses the endpoint, credentials and region the product's s3fs file system uses;
       polars' own credential lookup is off (``credential_provider=None``), the options decide.
     * any other fsspec protocol: a pyarrow dataset on the project's fsspec file system
@@ -198,7 +125,7 @@ def scan_shard(uri: str, s3_options: dict[str, str] | None = None) -> pl.LazyFra
     polars' native S3 reader rather than fsspec file handles or a pyarrow dataset on s3fs: it
     reaches any S3-compatible endpoint (MinIO, the tests' moto server) with the mapped options,
     fetches the selected column ranges concurrently, and the s3fs settings the product uses
-    map onto its options (:func:`~specrag_batch.core.storage.polars_s3_options`). It fetches a small
+    map onto its options (:func:`~specrag_batch.core.polars_s3_options`). It fetches a small
     object (under about 2 MB) whole in one request, its own choice. Hive partitioning is off:
     directory names such as ``date=2026-11-28/`` never become columns. Nested fields are not
     pruned: a selected ``drafts`` column (list of structs) is read whole.
@@ -211,7 +138,7 @@ def scan_shard(uri: str, s3_options: dict[str, str] | None = None) -> pl.LazyFra
         return pl.scan_parquet(path, glob=False, hive_partitioning=False)
     if proto in storage.S3_PROTOCOLS:
         return pl.scan_parquet(f"s3://{path}", glob=False, hive_partitioning=False,
-                               storage_options=s3_options if s3_options is not None else storage.polars_s3_options(uri),
+                               storage_options=s3_options if s3_options is not None else polars_s3_options(uri),
                                credential_provider=None)
     import pyarrow.dataset as ds
     from pyarrow.fs import FSSpecHandler, PyFileSystem
@@ -360,9 +287,9 @@ def load_rows(prefix: str) -> RunData:
     muri = storage.join(prefix, MANIFEST)
     manifest = storage.read_json_object(muri)
     if manifest is not None:
-        _check_manifest(manifest, muri)
+        check_manifest(manifest, muri)
     run_uri = storage.join(prefix, RUN_FILE)
-    config = (manifest or {}).get("config") or _field(storage.read_json_object(run_uri) or {}, "config", dict, run_uri) or {}
+    config = (manifest or {}).get("config") or manifest_field(storage.read_json_object(run_uri) or {}, "config", dict, run_uri) or {}
     labels = config.get("claim_labels") if isinstance(config, dict) else None
     if labels is not None and not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
         where = muri if (manifest or {}).get("config") else run_uri
@@ -388,7 +315,7 @@ def load_rows(prefix: str) -> RunData:
         shards.append(u)
     if not shards:
         raise FileNotFoundError(f"{prefix!r}: every finished output shard is gone: {', '.join(missing)}")
-    s3_options = storage.polars_s3_options(prefix) if storage.split_uri(prefix)[0] in storage.S3_PROTOCOLS else None
+    s3_options = polars_s3_options(prefix) if storage.split_uri(prefix)[0] in storage.S3_PROTOCOLS else None
     frames, nulls = [], {}
     for u in shards:
         lf, absent = _shard_frame(u, s3_options)

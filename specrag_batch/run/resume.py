@@ -42,7 +42,7 @@ import logging
 
 from ..core import storage
 from ..core.redaction import redact, redact_text
-from ..core.storage import input_fingerprint
+from ..core.storage import input_fingerprint  # noqa: F401  (re-exported: resume.input_fingerprint)
 from .layout import DRAFTS_DIR, RUN_FILE, SHARDS_DIR, marker_uri
 
 

@@ -18,7 +18,8 @@ them are in :mod:`specrag_batch.run.pipeline`.
 """
 
 from .base import INPUT_FIELDS, EngineLike, RunInfo, Stage, StageContractError, StageTimer
-from .drafting import AdaptiveDrafting, Drafting, StandardAnswer
+from .drafting import AdaptiveDrafting, Drafting
+from .standard import StandardAnswer
 from .fallback import Fallback
 from .retrieval import Retrieval, WiderRetrieval
 from .sampling import MultiPerspectiveSampling

@@ -29,7 +29,8 @@ OPTIONAL_FIELDS = frozenset({"documents", "choices", "gold", "fallback", "verifi
 """Fields that may be None on a valid row (not checked while running; ``fallback`` is set
 only on the rows the fallback pass answers, ``verifier_drafts_deduplicated`` only on rows the
 verifier scored with ``verifier.deduplicate_drafts`` on)."""
-_ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(QueryRow))
+ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(QueryRow))
+"""The fields of :class:`~specrag_batch.core.records.QueryRow` a stage may read or write."""
 
 
 class EngineLike(Protocol):  # pragma: no cover - typing only
@@ -105,7 +106,12 @@ def row_field(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def _check_rows(stage: Stage, rows: Sequence[QueryRow], names: Iterable[str], when: str) -> None:
+def check_rows(stage: Stage, rows: Sequence[QueryRow], names: Iterable[str], when: str) -> None:
+    """Check that every row without an error holds the fields ``names`` of ``stage`` (``when``:
+    ``"before"`` the stage for its reads, ``"after"`` it for its writes).
+
+    Raises:
+        StageContractError: a row lacks one, naming the stage, the field and the row."""
     needed = [n for n in {row_field(x): None for x in names} if n not in OPTIONAL_FIELDS]
     for row in rows:
         if row.error is None:

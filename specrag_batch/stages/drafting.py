@@ -254,7 +254,7 @@ def suspect_field(row: QueryRow) -> str:
     return "choices" if row.task == "choice" else "documents"
 
 
-class _Generation(Stage):
+class GenerationStage(Stage):
     """Shared by :class:`Drafting` and :class:`StandardAnswer`: subclasses yield a row's
     prompts (:meth:`prompts`); a row whose prompt cannot be built gets an error and none of
     its requests are sent."""
@@ -274,6 +274,10 @@ class _Generation(Stage):
         self.config, self.engine, self.model = config, engine, model
 
     def prompts(self, row: QueryRow) -> Iterator[Prompt]:  # pragma: no cover - abstract
+        """The prompts of ``row`` (a subclass's: one per subset, or one per row).
+
+        Raises:
+            NotImplementedError: always, here."""
         raise NotImplementedError
 
     def __call__(self, rows: Sequence[QueryRow]) -> None:
@@ -332,7 +336,7 @@ class _Generation(Stage):
         return [d.doc_id for d in documents], prompt_ids, truncated
 
 
-class Drafting(_Generation):
+class Drafting(GenerationStage):
     """The drafter writes (rationale β, answer α) for each subset of each row, the prompt
     holding the subset's documents cut to fit ``drafter.max_model_len - drafter.max_tokens``
     tokens (flag ``truncated_documents``) in the layout ``drafter.prompt_layout`` with the
@@ -384,25 +388,3 @@ class AdaptiveDrafting(Drafting):
         for position, row_drafts in self._generate(open_rows, lambda row: self.prompts(row, rest)).items():
             open_rows[position].drafts += row_drafts
             open_rows[position].draft_rounds = 2
-
-
-class StandardAnswer(_Generation):
-    """Standard RAG (paper §4): the verifier-sized model answers once per row from all N
-    documents, with the drafter's prompt and parser (one draft per row). Its prompt keeps the
-    ``documents_first`` layout and the ``one_or_two_sentences`` rationale instruction
-    whatever ``drafter.prompt_layout`` and ``drafter.rationale_style`` say, and recovers no
-    answer after a budget cut (``drafter.answer_on_truncation``): one prompt per row shares
-    nothing a layout could add, and the baseline stays fixed."""
-
-    name = "standard_answer"
-    timer_name = "drafting"
-    reads = ("task", "query", "choices", "top_documents")
-    desc = "standard RAG"
-
-    def __init__(self, config: RunConfig, *, generator: EngineLike):
-        super().__init__(config, generator, config.verifier)
-
-    def prompts(self, row: QueryRow) -> Iterator[Prompt]:
-        """The one prompt of ``row``: all its ``top_documents`` (N), cut to fit the verifier's
-        ``max_model_len - max_tokens`` tokens."""
-        yield self._fitted(row, row.top_documents)

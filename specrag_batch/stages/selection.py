@@ -241,7 +241,7 @@ def select(drafts: list[Draft], *, use_draft: bool = True, use_sc: bool = True, 
 
 def calibrated(drafts: list[Draft], selected: SelectedAnswer, model, tau_min: float | None) -> SelectedAnswer:
     """``selected`` with its ``confidence``: the probability of being right of ``model`` (a
-    :class:`~specrag_batch.config.sections.CalibrationModel`, :mod:`specrag_batch.confidence.measures`) from
+    :class:`~specrag_batch.config.CalibrationModel`, :mod:`specrag_batch.confidence.measures`) from
     the row's drafts (their ``score`` set) and the selection, fast path included; the row is
     ``low_confidence`` when it has a forcing flag (no valid or fully scored draft) or its
     probability is below ``tau_min`` (in [0, 1]). No model or no selected draft: unchanged

@@ -8,7 +8,7 @@ import pytest
 
 from specrag_batch.stages.drafting import token_char_spans
 from specrag_batch.engines.engine import NON_FINITE_FLOOR, clean_logprob, get_engine
-from specrag_batch.run.pipeline import StageTimer, run_speculative
+from specrag_batch.run.pipeline import Pipeline, StageTimer, speculative_stages
 from specrag_batch.stages.prompts import Question, verifier_prompt
 from specrag_batch.core.schema import validate_table
 
@@ -25,6 +25,13 @@ def cfg():
 @pytest.fixture(scope="module")
 def engine(cfg):
     return get_engine(cfg.drafter, cfg.seed)
+
+
+def run_speculative(rows, cfg, drafter, verifier, timer):
+    """Stages 1-5 of Speculative RAG over ``rows`` as one chunk: position -> (drafts, selection)
+    of rows without error."""
+    Pipeline(speculative_stages(cfg, drafter=drafter, verifier=verifier), chunk_rows=max(1, len(rows))).run(rows, timer)
+    return {i: (r.drafts, r.selection) for i, r in enumerate(rows) if r.error is None and r.selection is not None}
 
 
 def test_clean_logprob():

@@ -71,7 +71,7 @@ def pyproject() -> dict:
 @lru_cache
 def code_text() -> str:
     """All of the package's source, to check that env names used in infra/ are real."""
-    return "\n".join(p.read_text() for p in sorted((ROOT / "specrag_batch").glob("*.py")))
+    return "\n".join(p.read_text() for p in sorted((ROOT / "specrag_batch").rglob("*.py")))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def test_compose_stack_wiring():
     env = service_env(w)
     api = urlparse(env["PREFECT_API_URL"])
     assert (api.hostname, api.port, api.path) == ("prefect-server", server_port, "/api")
-    assert "SPECRAG_S3_ENDPOINT_URL" in (ROOT / "specrag_batch" / "storage.py").read_text()
+    assert "SPECRAG_S3_ENDPOINT_URL" in (ROOT / "specrag_batch" / "core" / "storage.py").read_text()
     s3 = urlparse(env["SPECRAG_S3_ENDPOINT_URL"])
     assert s3.hostname == "minio" and s3.port == 9000
     mini = service_env(s["minio"])

@@ -88,11 +88,11 @@ def test_on_by_default_only_where_it_saves_verifier_passes_and_hash_neutral_off(
 def test_a_first_round_set_while_adaptive_drafting_is_off_is_named_in_the_flow(tmp_path):
     """``sampling: {first_round: 3}`` under the default selection (adaptive drafting off, left
     out) is not ignored without a word. The config the flow receives
-    (``orchestration.flow_config``: the fields set, as a deployment's parameters) names it; a
+    (``config.loading.flow_config``: the fields set, as a deployment's parameters) names it; a
     full config dump (every field set, the default first round) does not, and neither does a
     config where adaptive drafting is on; the hash is the config's own."""
     from specrag_batch.config import RunConfig, load_config
-    from specrag_batch.run.orchestration import flow_config
+    from specrag_batch.config.loading import flow_config
 
     from ..conftest import ROOT
 

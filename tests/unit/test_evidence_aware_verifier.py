@@ -72,7 +72,7 @@ def text(tok, ids, span) -> str:
 def test_off_by_default_and_a_config_without_it_keeps_its_hash():
     """Off, the hash is the one of the same config before the field existed; on, it differs.
     The verifier reads documents only in Speculative RAG with a verifier term in log ρ."""
-    from specrag_batch.config.sections import VerifierConfig
+    from specrag_batch.config import VerifierConfig
 
     base = RunConfig()
     assert base.verifier.evidence_aware is False and ("verifier", "evidence_aware", False) in ADDED_FIELDS

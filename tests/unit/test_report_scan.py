@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from specrag_batch.core.polars_s3 import polars_s3_options
 from specrag_batch.core import storage
 from specrag_batch.run.report import load_rows, scan_shard
 from specrag_batch.core.schema import OUTPUT_SCHEMA
@@ -41,7 +42,7 @@ def test_s3_options_follow_the_environment(aws_env, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-env")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "token-env")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
-    assert storage.polars_s3_options("s3://b/run/x [1].parquet") == {
+    assert polars_s3_options("s3://b/run/x [1].parquet") == {
         "aws_endpoint_url": "http://127.0.0.1:9", "aws_allow_http": "true", "aws_region": "eu-west-3",
         "aws_access_key_id": "AKIDENV", "aws_secret_access_key": "secret-env", "aws_session_token": "token-env"}
 
@@ -53,7 +54,7 @@ def test_s3_options_take_an_aws_profile_as_s3fs_does(aws_env, monkeypatch):
                                          "aws_secret_access_key = secret-profile\n")
     (aws_env / "config").write_text("[profile nightly]\nregion = ap-south-1\n")
     monkeypatch.setenv("AWS_PROFILE", "nightly")
-    opts = storage.polars_s3_options("s3a://b/run")
+    opts = polars_s3_options("s3a://b/run")
     assert opts == {"aws_region": "ap-south-1", "aws_access_key_id": "AKIDPROFILE",
                     "aws_secret_access_key": "secret-profile"}
 
@@ -64,12 +65,12 @@ def test_s3_options_take_fsspec_config(aws_env, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-env")
     monkeypatch.setitem(fsspec.config.conf, "s3", {"key": "AKIDCONF", "secret": "secret-conf",
                                                   "client_kwargs": {"region_name": "us-west-2"}})
-    opts = storage.polars_s3_options("s3://b/run")
+    opts = polars_s3_options("s3://b/run")
     assert opts == {"aws_region": "us-west-2", "aws_access_key_id": "AKIDCONF", "aws_secret_access_key": "secret-conf"}
     monkeypatch.setitem(fsspec.config.conf, "s3", {"anon": True})
-    assert storage.polars_s3_options("s3://b/run") == {"aws_skip_signature": "true"}
+    assert polars_s3_options("s3://b/run") == {"aws_skip_signature": "true"}
     with pytest.raises(ValueError, match="not an s3"):
-        storage.polars_s3_options("/local/run")
+        polars_s3_options("/local/run")
 
 
 def test_other_fsspec_protocols_scan_the_listed_key_lazily():

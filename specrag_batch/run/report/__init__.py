@@ -10,11 +10,11 @@ output shards, also published as Prefect artifacts of the flow run.
 """
 
 from .plots import PLOTS, plots
-from .publish import REPORT_DIR, publish_artifacts, write_report
+from .publish import REPORT_DIR, publish_artifacts, report_run, write_report
 from ..results import (COLUMNS, ESSENTIAL_COLUMNS, MANIFEST, OPTIONAL_COLUMNS, RunData, listed_outputs, load_rows,
                    scan_shard, trusted_outputs, with_mean_logprob)
 from .summary import UNRECORDED, markdown, summary, table_rows
 
 __all__ = ["COLUMNS", "ESSENTIAL_COLUMNS", "MANIFEST", "OPTIONAL_COLUMNS", "PLOTS", "REPORT_DIR", "UNRECORDED",
-           "RunData", "listed_outputs", "load_rows", "markdown", "plots", "publish_artifacts", "scan_shard", "summary",
+           "RunData", "listed_outputs", "load_rows", "markdown", "plots", "publish_artifacts", "report_run", "scan_shard", "summary",
            "table_rows", "trusted_outputs", "with_mean_logprob", "write_report"]

@@ -52,3 +52,25 @@ def publish_artifacts(s: dict, key: str | None = None) -> None:
                              description=f"specrag-batch run report ({s['report_uri']})")
     create_table_artifact(table=table_rows(s), key=f"{key}-table",
                           description="specrag-batch run report: headline numbers")
+
+
+def report_run(output_uri: str, manifest: dict) -> dict:
+    """Write the run report (:func:`write_report`) and publish it as artifacts of the current
+    flow run (:func:`publish_artifacts`); a failure is logged and returned (the flow records it
+    in the manifest), never raised: the run's results are written.
+
+    Returns:
+        ``{"status": "ok", "uri": report URI}``, ``{"status": "skipped", "error": ...}`` when no
+        shard finished, or ``{"status": "failed", "error": "<type>: <message>"}``."""
+    from prefect import get_run_logger
+
+    try:
+        s = write_report(output_uri, manifest)
+        publish_artifacts(s)
+        return {"status": "ok", "uri": s["report_uri"]}
+    except FileNotFoundError as e:  # no finished shard: nothing to report on
+        get_run_logger().info("run report skipped: %s", e)
+        return {"status": "skipped", "error": str(e)}
+    except Exception as e:  # noqa: BLE001 - the report is an extra, not the run's result
+        get_run_logger().error("run report failed: %s: %s", type(e).__name__, e)
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}

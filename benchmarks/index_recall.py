@@ -93,7 +93,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
 
     from specrag_batch.index import build_index, get_retriever, open_index, tuning
-    from specrag_batch.index.shards import passage_text
+    from specrag_batch.index.embed_shards import passage_text
 
     args.work.mkdir(parents=True, exist_ok=True)
     passages, questions = load_texts(args.shared, args.max_passages)

@@ -30,7 +30,7 @@ def planned_run(inp, out, config, verifier) -> dict[str, tuple[str, str | None]]
     {shard name: (status, error)}; ``"done"`` for shards the plan skips."""
     from specrag_batch.run import resume
     from specrag_batch.run.planning import plan_run, require_shards
-    from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
+    from specrag_batch.run.shard_job import ShardJob, StorageIO, process_shard
     from specrag_batch.run.storage_tasks import list_shards
 
     inp, out = str(inp), str(out)

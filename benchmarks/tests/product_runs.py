@@ -42,7 +42,7 @@ def write_cell(input_dir: Path, output_dir: Path, config, usage: list[dict], *, 
     from specrag_batch.engines.usage import EngineStats
     from specrag_batch.run.planning import plan_shards, shard_output_uri
     from specrag_batch.core.schema import OUTPUT_SCHEMA
-    from specrag_batch.run.shard import ShardResult
+    from specrag_batch.run.shard_job import ShardResult
 
     inp, out = storage.normalize_uri(str(input_dir)), storage.normalize_uri(str(output_dir))
     shards, _ = plan_shards(inp)
@@ -105,7 +105,7 @@ def product_run(inp, out, config, verifier) -> dict[str, tuple[str, str | None]]
     {shard name: (status, error)}; ``"done"`` for shards the plan skips."""
     from specrag_batch.run import resume
     from specrag_batch.run.planning import plan_run, require_shards
-    from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
+    from specrag_batch.run.shard_job import ShardJob, StorageIO, process_shard
     from specrag_batch.run.storage_tasks import list_shards
 
     inp, out = str(inp), str(out)

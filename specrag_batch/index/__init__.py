@@ -4,7 +4,7 @@
 ``retrieval.method`` (dense, BM25 or hybrid).
 
 Modules: :mod:`.layout` (the directory, meta.json, errors), :mod:`.corpus` (reading and checking
-the corpus shards), :mod:`.shards` (resumable embedding), :mod:`.dense` (FAISS),
+the corpus shards), :mod:`.embed_shards` (resumable embedding), :mod:`.dense` (FAISS),
 :mod:`.bm25` (BM25 with bm25s), :mod:`.store` (the lazily read passages), :mod:`.build` (the
 build), :mod:`.search` (the retrievers). docs/retrieval.md is the user's page.
 """

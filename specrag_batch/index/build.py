@@ -29,7 +29,7 @@ from .checkpoints import Checkpoints, phase_key
 from .corpus import check_width, preflight
 from .layout import (BM25_DIR, DENSE_FILE, FORMAT, META, PASSAGES_FILE, WORK_DIR, IndexBuildError, data_dir, fetch,
                      new_build_id, remove, scratch, stale_entries)
-from .shards import (PASSAGE_SCHEMA, configured_dimension, embed_all, job_key, model_dimension, passage_text,
+from .embed_shards import (PASSAGE_SCHEMA, configured_dimension, embed_all, job_key, model_dimension, passage_text,
                      passages_uri, vectors_uri)
 from .store import file_fingerprint, iter_texts, write_store
 
@@ -209,7 +209,7 @@ def _tune(index, vectors: list, user_queries: list[str] | None, embedding_model:
         rows, exclude = tuning.holdout([len(v) for v in vectors], holdout, seed + 1)
         queries = np.concatenate([np.asarray(v[r]) for v, r in zip(vectors, rows)])
         return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k)
-    from .shards import embed
+    from .embed_shards import embed
 
     queries = embed(embedding_model, user_queries)
     if queries.shape[1] != vectors[0].shape[1]:

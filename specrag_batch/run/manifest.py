@@ -22,7 +22,7 @@ from ..core.redaction import redact
 from .reuse import reuse_summary
 
 if TYPE_CHECKING:
-    from .shard import ShardResult
+    from .shard_job import ShardResult
 
 
 

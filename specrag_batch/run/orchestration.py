@@ -3,7 +3,7 @@
 Stages run fused (one ``process-shard`` task per shard) or disaggregated (``draft-shard`` tasks
 write intermediate draft Parquet, ``verify-shard`` tasks read it), on threads or a Ray cluster
 (:mod:`specrag_batch.config.execution`). Run by ``specrag-batch run``, :func:`run_batch` or ``python -m
-flows.speculative_rag INPUT OUTPUT [CONFIG.yaml]``; tasks receive a :class:`~specrag_batch.run.shard.ShardJob`
+flows.speculative_rag INPUT OUTPUT [CONFIG.yaml]``; tasks receive a :class:`~specrag_batch.run.shard_job.ShardJob`
 (URIs, the config as JSON). Scheduled flows call :func:`run_flow` as a subflow.
 """
 
@@ -35,7 +35,7 @@ from .reuse import config_for_shards
 from .manifest import build_manifest, computed_part, count_failed_rows, new_run_id, write_manifest
 from .planning import (check_foreign_outputs, check_layout, exception_reason, plan_run, plan_shards,
                        require_shards)
-from .shard import ShardJob, ShardResult, draft_shard, process_shard, verify_shard
+from .shard_job import ShardJob, ShardResult, draft_shard, process_shard, verify_shard
 from .storage_tasks import PrefectIO, list_shards
 from ..core.stopping import hook_prefect_sigterm, tie_ephemeral_server
 

@@ -1,5 +1,5 @@
 """Storage I/O as Prefect tasks that retry transient errors (network, throttling, time-outs)
-but not bad data, and :class:`PrefectIO`, the :class:`~specrag_batch.run.shard.ShardIO` the flow's
+but not bad data, and :class:`PrefectIO`, the :class:`~specrag_batch.run.shard_job.ShardIO` the flow's
 shard tasks use. Task names (``read-shard``, ``read-drafts``, ``write-shard``,
 ``mark-shard-done``, ``list-shards``) appear in the Prefect UI with their run counts."""
 
@@ -83,7 +83,7 @@ def mark_done_task(output_uri: str, out_uri: str, config_hash: str, fingerprint:
 
 
 class PrefectIO:
-    """:class:`~specrag_batch.run.shard.ShardIO` whose calls are the retrying tasks above (called
+    """:class:`~specrag_batch.run.shard_job.ShardIO` whose calls are the retrying tasks above (called
     inside a shard task, each is a task run of its own). Once the process is stopping
     (SIGTERM/SIGINT, :mod:`specrag_batch.core.stopping`) it writes no output and no done marker:
     the shard in flight raises :class:`stopping.RunStopping` and the next run computes it."""

@@ -7,7 +7,7 @@ import pytest
 
 from specrag_batch.run import resume
 from specrag_batch.engines.engine import get_engine
-from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
+from specrag_batch.run.shard_job import ShardJob, StorageIO, process_shard
 
 from ..conftest import sample_rows, small_config
 

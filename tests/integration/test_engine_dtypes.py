@@ -13,7 +13,7 @@ from specrag_batch.engines import engine as engines
 from specrag_batch.run import orchestration, resume
 from specrag_batch.engines.usage import merge_dtypes
 from specrag_batch.engines.engine import used_dtypes
-from specrag_batch.run.shard import ShardJob, ShardResult, StorageIO
+from specrag_batch.run.shard_job import ShardJob, ShardResult, StorageIO
 
 from ..conftest import sample_rows, small_config
 from ..fakes import FakeEngine

@@ -69,7 +69,7 @@ def test_a_shard_leaves_its_engines_start_out_of_its_seconds(tmp_path, monkeypat
 
     from specrag_batch.engines.lazy import LazyEngine
     from specrag_batch.run.resume import input_fingerprint
-    from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
+    from specrag_batch.run.shard_job import ShardJob, StorageIO, process_shard
 
     from ..fakes import FakeEngine
     from ..shard_inputs import CFG, shard, write

@@ -16,7 +16,7 @@ from specrag_batch.run import pipeline
 from specrag_batch.stages.evaluation import summarize
 from specrag_batch.index import build_index
 from specrag_batch.run.manifest import merge_summaries
-from specrag_batch.run.shard import ShardJob, StorageIO, draft_shard, process_shard, verify_shard
+from specrag_batch.run.shard_job import ShardJob, StorageIO, draft_shard, process_shard, verify_shard
 
 from ..conftest import ROOT, sample_rows
 from ..fakes import FakeCall, FakeEngine

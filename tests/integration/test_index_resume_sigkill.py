@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 _KILLED_BUILD = textwrap.dedent("""
     import os, signal, sys
-    from specrag_batch.index import build_index, dense, shards, tuning
+    from specrag_batch.index import build_index, dense, embed_shards as shards, tuning
     from tests.unit.index_fakes import fake_embed
     shards.embed = fake_embed
     shards.known_dimension = lambda name: 32

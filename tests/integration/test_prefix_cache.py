@@ -122,7 +122,7 @@ def test_shard_run_records_cached_tokens_in_marker_manifest_report_and_cli(tmp_p
     from specrag_batch.run.report.summary import markdown, summary
     from specrag_batch.run.manifest import build_manifest
     from specrag_batch.core.schema import OUTPUT_SCHEMA, validate_table
-    from specrag_batch.run.shard import ShardResult
+    from specrag_batch.run.shard_job import ShardResult
 
     cfg = small_config(**{"sampling.strategy": "random", "drafter.prompt_layout": "question_first"})
     eng = FakeEngine()

@@ -15,7 +15,7 @@ import pytest
 from specrag_batch.run import resume
 from specrag_batch.core import storage
 from specrag_batch.run.planning import plan_shards, shard_output_uri
-from specrag_batch.run.shard import ShardJob, StorageIO, draft_shard, process_shard
+from specrag_batch.run.shard_job import ShardJob, StorageIO, draft_shard, process_shard
 
 from ..conftest import small_config
 from ..fakes import FakeEngine

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specrag_batch.run import resume
-from specrag_batch.run.shard import ShardJob, StorageIO, process_shard
+from specrag_batch.run.shard_job import ShardJob, StorageIO, process_shard
 
 from ..conftest import sample_rows
 from ..fakes import FakeEngine

@@ -45,7 +45,7 @@ class CountingEmbedder:
 
 def patch_embedder(monkeypatch, embedder=fake_embed):
     """Use ``embedder`` for passages (index build) and queries (search)."""
-    from specrag_batch.index import search, shards
+    from specrag_batch.index import embed_shards as shards, search
 
     monkeypatch.setattr(shards, "embed", embedder)
     monkeypatch.setattr(search, "embed", embedder)

@@ -213,7 +213,7 @@ def test_calibrate_snippet_does_not_carry_a_url_password(tmp_path):
 def test_index_build_refuses_an_output_that_is_a_file_before_embedding(tmp_path, monkeypatch):
     """An ``--output`` that is a file is refused up front, not after the corpus is embedded
     (hours for a large corpus)."""
-    from specrag_batch.index import shards
+    from specrag_batch.index import embed_shards as shards
 
     def embed(*args, **kwargs):
         raise AssertionError("the corpus was embedded before the output was checked")

@@ -16,7 +16,7 @@ from specrag_batch.cli import console as console_module
 from specrag_batch.engines.usage import EngineUsage
 from specrag_batch.run.manifest import build_manifest, count_failed_rows
 from specrag_batch.run.planning import footer_rows, read_all_ids
-from specrag_batch.run.shard import ShardResult
+from specrag_batch.run.shard_job import ShardResult
 
 from ..conftest import small_config
 

@@ -16,7 +16,7 @@ from specrag_batch.engines import engine as engines
 from specrag_batch.engines.usage import EngineStats
 from specrag_batch.engines.engine import dtype_name, engine_dtype
 from specrag_batch.run.manifest import build_manifest, output_dtypes
-from specrag_batch.run.shard import ShardResult
+from specrag_batch.run.shard_job import ShardResult
 
 from ..conftest import small_config
 

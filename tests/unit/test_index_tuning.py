@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from specrag_batch.cli.commands import app
 from specrag_batch.config import RunConfig
 from specrag_batch.index import IndexFormatError, build_index, get_retriever, open_index, retriever_for
-from specrag_batch.index import shards as shards_mod
+from specrag_batch.index import embed_shards as shards_mod
 from specrag_batch.index import tuning
 
 from .index_fakes import DIM, passages, patch_embedder, write_shards

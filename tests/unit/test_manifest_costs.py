@@ -14,7 +14,7 @@ import typer
 from specrag_batch.cli import commands as cli
 from specrag_batch.engines.usage import EngineUsage
 from specrag_batch.run.manifest import build_manifest, computed_part, cost_of
-from specrag_batch.run.shard import ShardResult
+from specrag_batch.run.shard_job import ShardResult
 
 from ..conftest import small_config
 

@@ -11,7 +11,7 @@ from specrag_batch.cli.options import COMMON, config_parameters, exit_codes
 from specrag_batch.engines.usage import EngineUsage
 from specrag_batch.engines.models import ModelNotInstalledError
 from specrag_batch.run.resume import RunConflictError
-from specrag_batch.run.shard import ShardJob, StorageIO, _with_file, draft_shard, process_shard, verify_shard
+from specrag_batch.run.shard_job import ShardJob, StorageIO, _with_file, draft_shard, process_shard, verify_shard
 
 from ..conftest import small_config
 

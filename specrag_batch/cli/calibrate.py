@@ -302,8 +302,9 @@ def _fallback_share(output: str, fallback_run: str, target_accuracy: float | Non
         cascade.check_unique(std.rows, f"the Standard RAG run {redact_text(fallback_run)}")
         column = used_confidence(spec.config)[0] if confidence is None else \
             "confidence" if confidence == "calibrated" else confidence
-        if column not in ("score", "mean_logprob", "confidence"):
-            raise ValueError(f"--confidence: unknown measure {confidence!r} (score, mean_logprob or calibrated)")
+        if column not in ("score", "mean_logprob", "label_probability", "confidence"):
+            raise ValueError(f"--confidence: unknown measure {confidence!r} (score, mean_logprob, label_probability "
+                             "or calibrated)")
         f = cascade.frontier(spec.rows, std.rows, column=column, spec_seconds=_seconds(spec),
                              std_seconds=_seconds(std))
         point = cascade.choose(f, target_accuracy=target_accuracy, budget_share=budget_share,

@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 import yaml
 
-from .calibration import MIN_KEPT_ROWS, always_kept, graded_rows, measure_values
+from .calibration import MIN_KEPT_ROWS, PROBABILITIES, always_kept, graded_rows, measure_values
 from .fit import CalibrationInputError
 from ..core.records import ErrorReason
 
@@ -86,9 +86,12 @@ def check_runs(spec_config: dict, std_config: dict, spec_name: str, std_name: st
             standard_view(cfg)
         except CalibrationInputError as e:
             raise CalibrationInputError(f"{name}: {e}") from None
-    if spec_config.get("mode", "speculative") != "speculative":
+    from ..config import RunConfig
+
+    if not RunConfig.model_validate(spec_config).uses_speculative:
         raise CalibrationInputError(f"{spec_name}: a run of mode {spec_config.get('mode')!r}; the run to "
-                                    "calibrate must be Speculative RAG (--fallback-run takes the Standard RAG run)")
+                                    "calibrate must answer with Speculative RAG (all rows, or the tasks a per-task "
+                                    "mode gives it; --fallback-run takes the Standard RAG run)")
     if std_config.get("mode") != "standard":
         raise CalibrationInputError(f"{std_name}: a run of mode {std_config.get('mode', 'speculative')!r}; "
                                     "--fallback-run takes a Standard RAG run (mode: standard) over the same rows")
@@ -191,7 +194,8 @@ def frontier(spec: pl.DataFrame, std: pl.DataFrame, *, column: str, spec_seconds
     Standard RAG run), over the graded answered rows both hold (``query_id`` join).
 
     Args:
-        column: ``score``, ``mean_logprob`` or ``confidence`` (the calibrated probability).
+        column: ``score``, ``mean_logprob``, ``label_probability`` (the answer's probability
+            under the label distribution) or ``confidence`` (the calibrated probability).
         spec_seconds, std_seconds: seconds per row of each run (None: unknown).
 
     Raises:
@@ -213,14 +217,19 @@ def frontier(spec: pl.DataFrame, std: pl.DataFrame, *, column: str, spec_seconds
     if column == "confidence" and not np.isfinite(conf).any():
         raise CalibrationInputError("the speculative run has no calibrated confidence (output column confidence): "
                                     "it did not run with selection.confidence: calibrated; choose --confidence score")
+    if column == "label_probability" and not np.isfinite(conf).any():
+        raise CalibrationInputError("the speculative run has no label probability (output column label_probability): "
+                                    "it did not run with selection.label_distribution: true; choose --confidence score")
     always = always_kept(both, column)
+    if "mode" in both.columns:  # a per-task mode: rows Standard RAG answered are its answers already
+        always |= both["mode"].fill_null("speculative").to_numpy() == "standard"
     ok, alt = both["correct"].to_numpy().astype(bool), both["_std_correct"].to_numpy().astype(bool)
     n = both.height
     cost = (lambda share: spec_seconds + share * std_seconds) if None not in (spec_seconds, std_seconds) \
         else (lambda share: None)  # noqa: E731
     points = [Point("speculative", 0, 0.0, None, float(ok.mean()), spec_seconds)]
     eligible = ~always
-    upper = 1.0 if column == "confidence" else 0.0  # the largest τ_min the measure allows
+    upper = 1.0 if column in PROBABILITIES else 0.0  # the largest τ_min the measure allows
     values = np.unique(conf[eligible & np.isfinite(conf)])
     taus = [float(v) for v in values] + ([upper] if not len(values) or values[-1] < upper else [])
     for tau in taus:
@@ -306,6 +315,9 @@ def snippet(f: Frontier, point: Point, config: dict, header: str = "") -> str:
         sel = {"confidence": measure}
         if measure == "calibrated":
             sel["calibration"] = (config.get("selection") or {}).get("calibration")
+        if measure == "label_probability":  # the run's label distribution, as it ran
+            sel["label_distribution"] = True
+            sel["label_prior"] = (config.get("selection") or {}).get("label_prior") or "none"
         body = {"selection": {**sel, "tau_min": {t: point.tau for t in f.tasks}, "fallback": "standard"}}
     lines = [*header.splitlines(), note]
     if f.few_rows:

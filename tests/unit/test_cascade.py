@@ -287,3 +287,39 @@ def test_an_empty_fallback_run_is_refused(tmp_path, monkeypatch):
     assert r.exit_code == 2 and len(r.output.splitlines()) == 1, r.output
     assert r.output.startswith("error: --fallback-run: an empty value"), r.output
     assert not (tmp_path / "fallback.yaml").exists()
+
+
+def test_the_label_probability_is_a_confidence_the_cascade_thresholds(tmp_path, monkeypatch):
+    """``selection.confidence: label_probability`` (issue 50): a probability, so fast-path rows are
+    thresholded too and τ_min reaches 1; the snippet keeps the label distribution it needs."""
+    on = {"selection": {"label_distribution": True, "label_prior": "batch", "confidence": "label_probability"}}
+    rows = [_row(i, "speculative", c, label_probability=0.95 - i / 10, fast_path=i == 9)
+            for i, c in enumerate(SPEC_RIGHT)]
+    spec, std = _pair(tmp_path, spec_rows=rows, spec_config=RunConfig.model_validate(on))
+    f = cascade.frontier(load_rows(spec).rows, load_rows(std).rows, column="label_probability")
+    assert (f.points[1].reanswered, f.points[1].tau) == (1, pytest.approx(0.15))  # q9 (0.05), a fast-path row
+    assert f.points[-2].reanswered == 10 and f.points[-2].tau == 1.0
+    monkeypatch.chdir(tmp_path)
+    r = _cli("calibrate", spec, "--fallback-run", std, "--target-accuracy", "0.9")
+    assert r.exit_code == 0, r.output
+    sel = yaml.safe_load((tmp_path / "fallback.yaml").read_text())["selection"]
+    assert sel["confidence"] == "label_probability" and sel["label_distribution"] is True
+    assert sel["label_prior"] == "batch" and sel["fallback"] == "standard"
+    assert load_config(tmp_path / "fallback.yaml").selection.tau_for("qa") == sel["tau_min"]["qa"]
+    (tmp_path / "plain").mkdir()
+    plain, _ = _pair(tmp_path / "plain")  # a run without the label distribution
+    r = _cli("calibrate", plain, "--fallback-run", std, "--confidence", "label_probability", "--budget-share", "0.5")
+    assert r.exit_code == 2 and "has no label probability" in r.output
+
+
+def test_a_per_task_mode_run_is_calibrated_on_its_speculative_rows_only(tmp_path):
+    """A run with ``mode: {claim: speculative, qa: standard}``: its qa rows are Standard RAG's
+    answers already, so no τ_min re-answers them; its claim rows are the cascade's."""
+    mixed = RunConfig.model_validate({"mode": {"claim": "speculative", "qa": "standard"}})
+    rows = [_row(i, "speculative" if i < 5 else "standard", c, task="claim" if i < 5 else "qa")
+            for i, c in enumerate(SPEC_RIGHT)]
+    std_rows = [_row(i, "standard", c, task="claim" if i < 5 else "qa") for i, c in enumerate(STD_RIGHT)]
+    spec, std = _pair(tmp_path, spec_rows=rows, std_rows=std_rows, spec_config=mixed)
+    cascade.check_runs(load_rows(spec).config, load_rows(std).config, "spec", "std")  # not refused
+    f = cascade.frontier(load_rows(spec).rows, load_rows(std).rows, column="score")
+    assert max(p.reanswered for p in f.points if p.kind == "cascade") == 5  # q0..q4, the claim rows

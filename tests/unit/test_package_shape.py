@@ -80,3 +80,14 @@ def test_every_section_declares_its_hash_factors_beside_its_fields():
     assert ("verifier", "deduplicate_drafts", False) in ADDED_FIELDS
     assert ("selection", "label_prior", "label_distribution") in SWITCHED_FIELDS
     assert set(UNHASHED_SECTIONS) == {"drift", "reuse"}
+
+
+def test_the_package_exports_what_users_call():
+    import specrag_batch
+
+    for name in specrag_batch.__all__:
+        assert getattr(specrag_batch, name) is not None, name
+    assert specrag_batch.nightly_flow.name == "specrag-nightly"
+    assert specrag_batch.build_index.__module__ == "specrag_batch.index.build"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        specrag_batch.nope  # noqa: B018

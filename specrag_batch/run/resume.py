@@ -53,7 +53,7 @@ class RunConflictError(RuntimeError):
     """The output prefix holds results of another input or config."""
 
 
-def _read_marker(uri: str) -> dict | None:
+def read_marker(uri: str) -> dict | None:
     """The done marker at ``uri`` when it is one the pipeline writes (a JSON object whose
     ``result`` is an object and ``output`` a string), else None: absent, or (with a warning
     naming it) damaged, so that its shard is recomputed rather than trusted or a crash."""
@@ -235,7 +235,7 @@ def clear_previous(output_uri: str) -> None:
         if not storage.exists(mdir):
             continue
         for f in fs.find(storage.filesystem(mdir)[1]):
-            m = _read_marker(proto + f if proto and not f.startswith(proto) else f)
+            m = read_marker(proto + f if proto and not f.startswith(proto) else f)
             if m and m["output"]:  # a damaged marker names no data object: only the marker goes
                 _remove(m["output"])
             fs.rm_file(f)
@@ -248,7 +248,7 @@ def completed_shard(output_uri: str, shard_out_uri: str, config_hash: str, finge
     """The done marker of a shard when it matches this config and input version (and, given
     ``claims_digest``, the duplicate ids it was made with: draft shards,
     ``ShardJob.claims_digest``), else None."""
-    m = _read_marker(marker_uri(output_uri, shard_out_uri))
+    m = read_marker(marker_uri(output_uri, shard_out_uri))
     if (m and m.get("config_hash") == config_hash and m.get("fingerprint") == fingerprint
             and m["result"].get("status") == "ok" and storage.exists(shard_out_uri)
             and (claims_digest is None or m["result"].get("claims_digest") == claims_digest)):

@@ -58,12 +58,22 @@ def test_a_moved_package_s_submodule_follows_it():
 
 
 def test_no_module_imports_another_module_s_private_names():
+    """Neither ``from .x import _name`` nor ``x._name`` where ``x`` is a module of the package
+    this file imported (``from .. import x``, ``from ..y import x``)."""
+    modules = {p.stem for p in PACKAGE.rglob("*.py")} | {p.name for p in PACKAGE.rglob("*") if p.is_dir()}
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = set()  # local names bound to a module of the package
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("specrag_batch")):
                 found += [f"{path.relative_to(PACKAGE)}:{node.lineno} {a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
+                own |= {a.asname or a.name for a in node.names if a.name in modules}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in own
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value.id}.{node.attr}")
     assert found == []
 
 

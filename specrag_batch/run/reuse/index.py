@@ -122,7 +122,7 @@ def _trusted_part(source: str, part: str, config_hash: str) -> tuple[pa.Table, d
     if meta.get("config_hash") != config_hash:
         warn_once(part, f"was written under config {meta.get('config_hash')!r}, not {config_hash!r}")
         return None
-    marker = resume._read_marker(resume.marker_uri(source, output_file))
+    marker = resume.read_marker(resume.marker_uri(source, output_file))
     if (marker is None or marker.get("config_hash") != config_hash
             or marker["result"].get("status") != "ok" or marker.get("run_id") != meta.get("run_id")):
         return None  # not finished (a run still writing it), or recomputed since: not trusted, quietly

@@ -226,7 +226,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     which shard answers each id (:func:`run.plan_ids`). An input without shards raises
     :class:`run.NoShardsError` unless ``allow_empty``. The config's model names are checked
     before the output is claimed (:func:`models.check_config_models`). The engines start in the
-    shard tasks, once a shard has a valid row (:class:`lazy_engine.LazyEngine`): a run whose every
+    shard tasks, once a shard has a valid row (:class:`~specrag_batch.engines.lazy.LazyEngine`): a run whose every
     row is invalid starts none. When the engines fail to start (the error is raised once the
     shards are through), a signal stops the run, or when every shard failed (a schema error in each,
     say), the ``_run.json`` this run wrote is removed again while no shard is done

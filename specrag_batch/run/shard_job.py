@@ -256,7 +256,7 @@ def _write_output(job: ShardJob, io: ShardIO, rows_in: int, records: list[dict],
 def process_shard(job: ShardJob, io: ShardIO, *, drafter, verifier) -> ShardResult:
     """Fused: stages 1-5 over one shard, output written atomically to ``job.output_file``.
 
-    ``drafter``/``verifier``: :class:`engines.Engine` or :class:`lazy_engine.LazyEngine` (drafter
+    ``drafter``/``verifier``: :class:`~specrag_batch.engines.Engine` or :class:`~specrag_batch.engines.lazy.LazyEngine` (drafter
     None in standard mode); lazy engines start only when a row passed validation.
     Never raises for a file-level problem (status ``failed``, the cause naming the file)."""
     def body(loading: list[float]) -> ShardResult:

@@ -56,7 +56,7 @@ class _Measure(_Open):
 
 
 class StoredComparison(_Open):
-    """The fields of a night's comparison (:func:`~.drift_watch.night_drift`, stored as ``_report/drift.json``)
+    """The fields of a night's comparison (:func:`~.watch.night_drift`, stored as ``_report/drift.json``)
     that :func:`drift.markdown` renders or a reader of the file relies on, with strict types (the
     string ``"false"`` is no boolean), finite numbers, p-values in [0, 1] and strings of at most
     2,000 characters: ``date``, ``status`` (``compared`` only with baseline nights),

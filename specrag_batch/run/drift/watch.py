@@ -227,7 +227,7 @@ def restore_section(prefix: str) -> str | None:
 
     Raises:
         ValueError: ``drift.json`` is not JSON or not a comparison result (a field missing or
-            of the wrong type, :func:`~.drift_schema.stored_result`), naming the file and the field; the report
+            of the wrong type, :func:`~.schema.stored_result`), naming the file and the field; the report
             is left as it is.
         OSError: the report cannot be read or written."""
     rdir = storage.join(prefix, REPORT_DIR)

@@ -120,7 +120,7 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
                                        reused)
         ntotal = int(index.ntotal)
         key = phase_key(corpus_key, index_type, train_size, seed, target_recall, recall_k, holdout,
-                        queries_uri and storage.normalize_uri(queries_uri), user_queries)
+                        queries_uri and storage.normalize_uri(queries_uri), user_queries, tuning.RULE)
         op = (ck.done("tuned", key) or {}).get("info")
         if op is None:
             op = _tune(index, vectors, user_queries, embedding_model, queries_uri, holdout, seed,
@@ -208,14 +208,15 @@ def _tune(index, vectors: list, user_queries: list[str] | None, embedding_model:
     if user_queries is None:
         rows, exclude = tuning.holdout([len(v) for v in vectors], holdout, seed + 1)
         queries = np.concatenate([np.asarray(v[r]) for v, r in zip(vectors, rows)])
-        return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k)
+        return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k, seed=seed + 2)
     from .shards import embed
 
     queries = embed(embedding_model, user_queries)
     if queries.shape[1] != vectors[0].shape[1]:
         raise IndexBuildError(f"--queries {queries_uri}: {embedding_model} embeds them in {queries.shape[1]} "
                               f"dimensions, the corpus's vectors have {vectors[0].shape[1]}")
-    return tuning.tune(index, vectors, queries, target=target, k=k, source=f"queries of {queries_uri}")
+    return tuning.tune(index, vectors, queries, target=target, k=k, source=f"queries of {queries_uri}",
+                       seed=seed + 2)
 
 
 def _remove_scratch(*uris: str) -> None:

@@ -207,8 +207,10 @@ def _tune(index, vectors: list, user_queries: list[str] | None, embedding_model:
     the user's queries (embedded here, the encoder's width checked against the corpus's)."""
     if user_queries is None:
         rows, exclude = tuning.holdout([len(v) for v in vectors], holdout, seed + 1)
-        queries = np.concatenate([np.asarray(v[r]) for v, r in zip(vectors, rows)])
-        return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k, seed=seed + 2)
+        passages = np.concatenate([np.asarray(v[r], dtype=np.float32) for v, r in zip(vectors, rows)])
+        queries = tuning.question_like(vectors, passages, exclude, seed + 3)
+        return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k, seed=seed + 2,
+                           source=tuning.QUESTION_LIKE)
     from .shards import embed
 
     queries = embed(embedding_model, user_queries)

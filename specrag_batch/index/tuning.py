@@ -2,16 +2,23 @@
 the smallest search breadth reaching a target recall, as FAISS's auto-tuning
 (``faiss.OperatingPoints``) picks operating points.
 
-Held-out queries are a seeded sample of the corpus's own passages (:data:`HOLDOUT`, fewer for a
-small corpus), or the user's queries (``index build --queries``, embedded with the index's
-model). Each is searched exactly (``IndexFlatIP`` over the same vectors, block by block) and
-approximately; recall@k is the share of the exact top k the approximate top k holds, averaged
-over the queries (a returned passage as similar as the exact k-th counts, so duplicate passages
-are no misses). A passage used as a query is left out of both lists (it finds itself), so it
-counts as a query the index was not built around. The searched parameter is ``nprobe`` for IVF
-indexes (1 to ``nlist``) and ``efSearch`` for HNSW (``k`` to :data:`EF_SEARCH_MAX`): doubled
-until the target is reached, then bisected to the smallest value that reaches it (recall grows
-with either; for IVF-Flat it never falls). ``Flat`` is exact: recall 1.0 by construction.
+Held-out queries are the user's queries (``index build --queries``, embedded with the index's
+model) or, by default, question-like queries made from a seeded sample of the corpus's own
+passages (:data:`HOLDOUT`, fewer for a small corpus): each passage moved off itself along the
+corpus's covariance by the distance at which passages have their nearest neighbour
+(:func:`question_like`), its own passage left out of its lists. A passage taken unchanged sits
+on an indexed vector and overstates the recall of queries that sit between passages, such as
+questions. Each query is searched exactly (``IndexFlatIP`` over the same vectors, block by
+block) and approximately; recall@k is the share of the exact top k the approximate top k holds
+(a returned passage as similar as the exact k-th counts, so duplicate passages are no misses).
+
+The queries are split in two disjoint halves (:func:`split`). The searched parameter is
+``nprobe`` for IVF indexes (1 to ``nlist``) and ``efSearch`` for HNSW (``k`` to
+:data:`EF_SEARCH_MAX`); the operating point is its smallest value at which the one-sided 95%
+lower confidence bound of the tuning half's mean recall (:func:`lower_bound`) reaches the
+target: doubled until reached, then bisected (recall grows with either; for IVF-Flat it never
+falls). The other half is then searched at that value: its recall is that of queries the point
+was not tuned on. ``Flat`` is exact: recall 1.0 by construction.
 
 ``meta.json``'s ``dense.operating_point`` records the result; a run and
 :func:`~specrag_batch.index.search.get_retriever` search with it unless told otherwise
@@ -43,7 +50,11 @@ CONFIDENCE_Z = 1.645
 """z of the one-sided 95% lower confidence bound the operating point's recall must reach."""
 RULE = "smallest value whose one-sided 95% lower confidence bound of recall on the tuning half reaches the target"
 """The rule :func:`tune` picks the operating point by (recorded in meta.json)."""
+QUESTION_LIKE = "corpus passages moved off by the nearest-neighbour distance"
+"""``source`` of held-out queries made by :func:`question_like` (the default)."""
 _EXACT_BLOCK = 65_536
+SPECTRUM_SAMPLE = 65_536
+"""Corpus vectors (at most) whose covariance the question-like held-out queries move along."""
 
 
 def search_parameter(index) -> tuple[str | None, int, int]:
@@ -244,6 +255,34 @@ def holdout(sizes: Sequence[int], count: int, seed: int) -> tuple[list[np.ndarra
     rows = dense.sample_rows(sizes, count, seed)
     starts = np.cumsum([0, *sizes[:-1]])
     return rows, np.concatenate([r + s for r, s in zip(rows, starts)]).astype(np.int64)
+
+
+def question_like(shards: Sequence[np.ndarray], passages: np.ndarray, exclude: np.ndarray, seed: int) -> np.ndarray:
+    """Held-out queries made from held-out ``passages`` (float32 (q, d), unit rows; rows
+    ``exclude`` of the corpus of ``shards``): each passage moved off itself, along a random
+    direction drawn from the corpus's own covariance (a Gaussian with the mean-centred spectrum
+    of a seeded sample of at most :data:`SPECTRUM_SAMPLE` vectors), until its inner product
+    with that passage is the passages' median inner product with their nearest other passage.
+
+    A passage taken as a query unchanged sits on an indexed vector: its neighbours are its own
+    cell's (IVF) or its own node's (HNSW), and it overstates the recall a query gets that sits
+    between passages, as a question does. The moved query is as far from its passage as a
+    passage is from its nearest neighbour, and its passage is still left out of its lists."""
+    sizes = [len(v) for v in shards]
+    exact = exact_neighbours(shards, passages, 2)[1]
+    nearest = similarities(shards, passages, top_k(exact, exclude, 1))[:, 0]
+    cos = float(np.clip(np.median(nearest[np.isfinite(nearest)]) if np.isfinite(nearest).any() else 1.0, 0.0, 1.0))
+    rows = dense.sample_rows(sizes, SPECTRUM_SAMPLE, seed)
+    sample = np.concatenate([np.asarray(v[r], dtype=np.float32) for v, r in zip(shards, rows)])
+    _, sv, axes = np.linalg.svd(sample - sample.mean(0), full_matrices=False)
+    std = sv / np.sqrt(max(1, len(sample) - 1))
+    rng = np.random.default_rng(seed)
+    g = (rng.standard_normal((len(passages), len(std))) * std) @ axes
+    g -= np.sum(g * passages, axis=1, keepdims=True) * passages  # the part off the passage
+    norm = np.linalg.norm(g, axis=1, keepdims=True)
+    g = np.divide(g, norm, out=np.zeros_like(g), where=norm > 0)
+    q = passages * cos + g * np.sqrt(1.0 - cos * cos)
+    return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 
 def read_queries(uri: str, limit: int = HOLDOUT, seed: int = 0) -> list[str]:

@@ -2,31 +2,30 @@
 (issue 51 item 3): the 1M-passage corpus of ``benchmarks/index_recall.py --synthetic``.
 
 The generator is fitted to a real sample (unit MiniLM vectors of real passages): their mean
-and principal axes with each axis's standard deviation (so the synthetic vectors have the real
-spectrum, hence its intrinsic dimension). A synthetic passage is a topic centre plus a
-within-topic offset, both Gaussian along the real axes: ``mean + (sqrt(a)·z_topic +
-sqrt(1 - a)·z_own)·std @ axes``, L2-normalised, :data:`TOPIC_SIZE` passages a topic (as the
-real data's passages come in groups: 10 HotpotQA paragraphs, 20-25 retrieved passages a
-question). ``a`` (the share of the variance between topics) sets how clustered, hence how easy,
-the corpus is; it is chosen by bisection so that the **relative contrast** of held-out passages
-(median over them of the mean distance to random corpus vectors divided by the distance to the
-nearest neighbour; He, Kumar and Chang 2012, the standard hardness measure of nearest-neighbour
-search) equals the real sample's **at equal N**. The local intrinsic dimension (MLE over the 20
-nearest neighbours; Levina and Bickel 2005) and the ratio of the 10th to the 1st neighbour's
-distance are reported beside it as independent checks.
+and principal axes with each axis's standard deviation, so the synthetic vectors have the real
+spectrum. A synthetic passage is a topic centre plus a within-topic offset, both Gaussian along
+the real axes: ``mean + (sqrt(a)·z_topic + sqrt(1 - a)·z_own)·std @ axes``, L2-normalised,
+``m`` passages a topic (real passages come in groups too: the paragraphs of one article, the
+passages retrieved for one question). Two parameters, matched to two statistics of the real
+sample **at equal N** (held-out passages searched with themselves left out):
 
-Queries: ``passage-like`` are new points of existing topics (not in the corpus);
-``question-like`` are new points of existing topics moved off by a further Gaussian offset of
-scale ``b`` along the real axes, ``b`` chosen so that their relative contrast matches the real
-questions' against the real passages (questions sit farther from any passage than passages
-from each other).
+- ``a`` (the share of the variance between topics: how clustered, hence how easy) is bisected
+  so that the **relative contrast** equals the real one (median over queries of the mean
+  distance to random corpus vectors divided by the distance to the nearest neighbour; He,
+  Kumar and Chang 2012, the standard hardness measure of nearest-neighbour search);
+- ``m`` (the topic size) is the one of :data:`TOPIC_SIZES` whose **local intrinsic dimension**
+  (MLE over the 20 nearest neighbours; Levina and Bickel 2005) is nearest the real one.
+
+The ratio of the 10th to the 1st neighbour's distance is reported beside them, unmatched. The
+queries the benchmark searches are new points of the generator (never in the corpus, never
+tuned on); the build tunes on its own held-out queries.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-TOPIC_SIZE = 16
+TOPIC_SIZES = (2, 3, 4, 6, 8, 12, 16)
 LID_K = 20
 
 
@@ -48,31 +47,27 @@ def topics(model: dict, count: int, a: float, seed: int) -> np.ndarray:
     return np.sqrt(a) * z * model["std"]
 
 
-def points(model: dict, centres: np.ndarray, topic: np.ndarray, a: float, seed: int, b: float = 0.0) -> np.ndarray:
-    """Unit vectors of the topics ``topic`` (indices into ``centres``); ``b`` > 0 adds the
-    question offset (``b`` times a real-spectrum Gaussian)."""
+def points(model: dict, centres: np.ndarray, topic: np.ndarray, a: float, seed: int) -> np.ndarray:
+    """Unit vectors of the topics ``topic`` (indices into ``centres``)."""
     rng = np.random.default_rng([seed, 2])
     z = rng.standard_normal((len(topic), len(model["std"])), dtype=np.float32)
     off = centres[topic] + np.sqrt(1 - a) * z * model["std"]
-    if b:
-        off += b * rng.standard_normal(off.shape, dtype=np.float32) * model["std"]
     return _unit(model["mean"] + off @ model["axes"])
 
 
-def corpus(model: dict, n: int, a: float, seed: int = 0, block: int = 131_072):
-    """Yield the ``n`` corpus vectors in blocks (topic ``i // TOPIC_SIZE`` for passage ``i``)
-    and return nothing; :func:`topics` with the same ``seed`` gives their centres."""
-    centres = topics(model, -(-n // TOPIC_SIZE), a, seed)
+def corpus(model: dict, n: int, a: float, m: int, seed: int = 0, block: int = 131_072):
+    """Yield the ``n`` corpus vectors in blocks (topic ``i // m`` for passage ``i``)."""
+    centres = topics(model, -(-n // m), a, seed)
     for start in range(0, n, block):
         rows = np.arange(start, min(n, start + block))
-        yield points(model, centres, rows // TOPIC_SIZE, a, seed * 1_000_003 + start)
+        yield points(model, centres, rows // m, a, seed * 1_000_003 + start)
 
 
-def queries(model: dict, n_corpus: int, count: int, a: float, seed: int, b: float = 0.0) -> np.ndarray:
+def queries(model: dict, n_corpus: int, count: int, a: float, m: int, seed: int) -> np.ndarray:
     """``count`` new points of the corpus's topics (seeded apart from the corpus)."""
-    centres = topics(model, -(-n_corpus // TOPIC_SIZE), a, seed)
+    centres = topics(model, -(-n_corpus // m), a, seed)
     topic = np.random.default_rng([seed, 3]).integers(0, len(centres), count)
-    return points(model, centres, topic, a, seed + 7_777_777, b)
+    return points(model, centres, topic, a, seed + 7_777_777)
 
 
 def difficulty(vectors: np.ndarray, queries_: np.ndarray, exclude: np.ndarray | None = None, seed: int = 0) -> dict:
@@ -109,28 +104,26 @@ def _bisect(stat, goal: float, lo: float, hi: float, rising: bool, steps: int = 
 
 
 def calibrate(real: np.ndarray, real_questions: np.ndarray, holdout: int = 1000, seed: int = 0) -> dict:
-    """Fit the generator to ``real`` and choose ``a`` and ``b`` (see the module text) so the
-    relative contrast of synthetic held-out passages and question-like queries equals the real
-    ones' at N = len(real). Returns the model, ``a``, ``b`` and the real and synthetic
-    difficulty figures side by side."""
+    """Fit the generator to ``real`` and choose ``a`` and ``m`` (module text) at N = len(real).
+    Returns the model, ``a``, ``m``, each topic size's fit, and the real passages', real
+    questions' and synthetic passages' difficulty figures side by side."""
     model, n = fit(real), len(real)
     hold = np.random.default_rng(seed).choice(n, min(holdout, n), replace=False)
     real_p = difficulty(real, real[hold], hold)
-    real_q = difficulty(real, real_questions[:holdout])
 
-    def synthetic(a):
-        return np.concatenate(list(corpus(model, n, a, seed)))
+    def synthetic(a, m):
+        return np.concatenate(list(corpus(model, n, a, m, seed)))
 
-    def passage_rc(a):
-        v = synthetic(a)
-        return difficulty(v, v[hold], hold)["relative_contrast"]
+    def held_out(a, m):
+        v = synthetic(a, m)
+        return difficulty(v, v[hold], hold)
 
-    a = _bisect(passage_rc, real_p["relative_contrast"], 0.0, 0.999, rising=True)
-    v = synthetic(a)
-    syn_p = difficulty(v, v[hold], hold)
-    b = _bisect(lambda b: difficulty(v, queries(model, n, len(hold), a, seed, b))["relative_contrast"],
-                real_q["relative_contrast"], 0.0, 3.0, rising=False)
-    syn_q = difficulty(v, queries(model, n, len(hold), a, seed, b))
-    return {"model": model, "a": round(a, 4), "b": round(b, 4), "n": n,
-            "real": {"passages": real_p, "questions": real_q},
-            "synthetic": {"passages": syn_p, "questions": syn_q}}
+    fits = {}
+    for m in TOPIC_SIZES:
+        a = _bisect(lambda a: held_out(a, m)["relative_contrast"], real_p["relative_contrast"], 0.0, 0.999,
+                    rising=True, steps=10)
+        fits[m] = {"a": round(a, 4), **held_out(a, m)}
+    m = min(fits, key=lambda m: abs(fits[m]["lid"] - real_p["lid"]))
+    return {"model": model, "a": fits[m]["a"], "m": m, "n": n, "fits": fits,
+            "real": {"passages": real_p, "questions": difficulty(real, real_questions[:holdout])},
+            "synthetic": {"passages": {k: v for k, v in fits[m].items() if k != "a"}}}

@@ -367,7 +367,7 @@ def tables(data: dict) -> str:
              "Generated from `index_scale.json` by `python benchmarks/index_scale.py tables`.", ""]
     if "scale" in data:
         h = data.get("scale_host", {})
-        lines += ["## Scale: **synthetic clustered vectors** (1,000 overlapping clusters in a 32-d latent space lifted to 384 dimensions), given as the corpus's own embeddings (no encoder time)",
+        lines += ["## Scale: **easy synthetic clustered vectors** (1,000 overlapping clusters in a 32-d latent space lifted to 384 dimensions), given as the corpus's own embeddings (no encoder time). Easier than real text: recall here overstates what a real corpus gets at the same nprobe / efSearch (real passages and a 1M corpus matched to them: `index_recall.py`, docs/retrieval.md)",
                   "", f"Host: {h.get('cpus')} cores ({h.get('machine')}), {h.get('date')}, load average at the end "
                   f"{h.get('load_avg_at_end')} (other jobs shared the cores: times are upper bounds). "
                   f"Queries: {QUERIES}, searched {CHUNK} per call. Build = `index build --embedding-column emb` "

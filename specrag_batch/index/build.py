@@ -64,11 +64,14 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
         seed: seed of the training sample.
         progress: :data:`Progress` callback; ``log``: one line per event (shards skipped).
         target_recall: recall@``recall_k`` (0-1] against exact search the operating point
-            must reach: the smallest nprobe (IVF) or efSearch (HNSW) that does
-            (:func:`.tuning.tune`); recorded in ``meta["dense"]["operating_point"]``.
+            must reach: the smallest nprobe (IVF) or efSearch (HNSW) whose 95% lower
+            confidence bound of recall on half the held-out queries does; the other half
+            reports the recall of queries it was not tuned on (:func:`.tuning.tune`); recorded
+            in ``meta["dense"]["operating_point"]``.
         holdout: held-out queries measuring it: passages sampled (seed ``seed + 1``) from the
-            corpus, or that many of the queries of ``queries_uri`` (a Parquet file with a
-            ``query`` column, embedded with ``embedding_model``).
+            corpus, each moved off itself to sit between passages
+            (:func:`.tuning.question_like`), or that many of the queries of ``queries_uri`` (a
+            Parquet file with a ``query`` column, embedded with ``embedding_model``).
 
     Raises:
         ValueError: ``index_uri`` is a file.
@@ -120,7 +123,7 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
                                        reused)
         ntotal = int(index.ntotal)
         key = phase_key(corpus_key, index_type, train_size, seed, target_recall, recall_k, holdout,
-                        queries_uri and storage.normalize_uri(queries_uri), user_queries)
+                        queries_uri and storage.normalize_uri(queries_uri), user_queries, tuning.RULE)
         op = (ck.done("tuned", key) or {}).get("info")
         if op is None:
             op = _tune(index, vectors, user_queries, embedding_model, queries_uri, holdout, seed,
@@ -207,15 +210,18 @@ def _tune(index, vectors: list, user_queries: list[str] | None, embedding_model:
     the user's queries (embedded here, the encoder's width checked against the corpus's)."""
     if user_queries is None:
         rows, exclude = tuning.holdout([len(v) for v in vectors], holdout, seed + 1)
-        queries = np.concatenate([np.asarray(v[r]) for v, r in zip(vectors, rows)])
-        return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k)
+        passages = np.concatenate([np.asarray(v[r], dtype=np.float32) for v, r in zip(vectors, rows)])
+        queries = tuning.question_like(vectors, passages, exclude, seed + 3)
+        return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k, seed=seed + 2,
+                           source=tuning.QUESTION_LIKE)
     from .embed_shards import embed
 
     queries = embed(embedding_model, user_queries)
     if queries.shape[1] != vectors[0].shape[1]:
         raise IndexBuildError(f"--queries {queries_uri}: {embedding_model} embeds them in {queries.shape[1]} "
                               f"dimensions, the corpus's vectors have {vectors[0].shape[1]}")
-    return tuning.tune(index, vectors, queries, target=target, k=k, source=f"queries of {queries_uri}")
+    return tuning.tune(index, vectors, queries, target=target, k=k, source=f"queries of {queries_uri}",
+                       seed=seed + 2)
 
 
 def _remove_scratch(*uris: str) -> None:

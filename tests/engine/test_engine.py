@@ -79,7 +79,7 @@ def test_closed_engines_are_shut_down_forgotten_and_rebuilt_alike(cfg):
     answers as the first did (greedy), and the process exits 0. In a child process, so that
     the suite's cached engines stay."""
     code = ("from specrag_batch.config import ModelConfig\n"
-            "from specrag_batch import engines\n"
+            "from specrag_batch.engines import engine as engines\n"
             "mc = ModelConfig(model='smollm2-135m-instruct', engine_kwargs={'dtype': 'float32'})\n"
             "ids = [[1, 504, 3575, 282, 4649, 314]]\n"
             "def text(e): return e.generate(ids, max_tokens=8, temperature=0.0, top_p=1.0, seed=0)[0].text\n"

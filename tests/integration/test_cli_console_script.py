@@ -88,7 +88,7 @@ def test_a_run_prints_prefects_info_records_only_to_its_api_not_the_console():
 
     code = (
         "import logging\n"
-        "from specrag_batch import cli\n"
+        "from specrag_batch.cli import commands as cli\n"
         "got = []\n"
         "class Api(logging.Handler):\n"
         "    def emit(self, record): got.append(record.getMessage())\n"

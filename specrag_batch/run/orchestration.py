@@ -30,7 +30,6 @@ from ..config.execution import ExecutionConfig, StoppableThreadPoolTaskRunner
 from ..index.search import check_index
 from ..engines.models import check_config_models
 from ..core.redaction import install_log_filter
-from .report import report_run
 from .reuse import config_for_shards
 from .manifest import build_manifest, computed_part, count_failed_rows, new_run_id, write_manifest
 from .planning import (check_foreign_outputs, check_layout, exception_reason, plan_run, plan_shards,
@@ -150,6 +149,14 @@ def verify_shard_task(drafted: dict, job: ShardJob, keep_drafts: bool = False) -
     if res.status == "ok" and not keep_drafts:
         resume.discard(job.drafts_prefix, drafted["output"])
     return out
+
+
+def _report_run(output_uri: str, manifest: dict) -> dict:
+    """:func:`specrag_batch.run.report.report_run`, imported when the run ends: the report's
+    plotting stack (matplotlib) is not loaded while shards run."""
+    from .report import report_run
+
+    return report_run(output_uri, manifest)
 
 
 def _engine_failure(results: list[ShardResult]) -> BaseException | None:
@@ -284,7 +291,7 @@ def speculative_rag_flow(input_uri: str, output_uri: str, config: dict | None = 
     manifest = build_manifest(cfg, run_id, input_uri, output_uri, results, skipped,
                               seconds=time.perf_counter() - t0, engines=usage,
                               engine_load_seconds=engine_load, execution=ex.model_dump(mode="json"),
-                              report=lambda m: report_run(output_uri, m))
+                              report=lambda m: _report_run(output_uri, m))
     write_manifest(output_uri, manifest)
     if manifest["failed_shards"] and key.get("run_id") == run_id:
         resume.release_output(output_uri, run_id)  # every shard failed: no key refuses a corrected run

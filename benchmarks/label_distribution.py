@@ -317,6 +317,18 @@ def seconds_per_row(out: Path, stems: dict) -> dict:
     return res
 
 
+def host_info(cfg: RunConfig) -> dict:
+    """Date, host, CPU and models of a run (for the figures' provenance)."""
+    import os
+    import platform
+    from datetime import date
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").exists() else platform.machine()
+    return {"date": date.today().isoformat(), "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(),
+            "drafter": cfg.drafter.model, "verifier": cfg.verifier.model}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
@@ -324,6 +336,9 @@ def main(argv=None) -> int:
     ap.add_argument("--arms", default=",".join(RUN_ARMS), help="run arms of the reported rows (default: both)")
     ap.add_argument("--rows", type=int, default=100, help="reported rows per dataset (400 for climate_fever_400)")
     ap.add_argument("--block", type=int, default=10, help="reported rows per cell")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="stop after this many reported rows per dataset (cells keep --rows' names: "
+                         "re-read a stopped run's whole blocks)")
     ap.add_argument("--tuning-rows", type=int, default=decision.TUNING_ROWS)
     ap.add_argument("--shared", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "label_distribution"))
@@ -341,7 +356,7 @@ def main(argv=None) -> int:
     rows_of = {n: decision.reported_rows(n, shared, sizes[n]) for n in names}
     run: dict = {n: {arm: [] for arm in run_arms} for n in names}
     stems: dict = {n: {} for n in names}
-    for start in range(0, max(sizes.values()), a.block):
+    for start in range(0, min(max(sizes.values()), a.limit or max(sizes.values())), a.block):
         for arm in run_arms:
             for name in names:
                 block = rows_of[name][start:start + a.block]
@@ -355,6 +370,7 @@ def main(argv=None) -> int:
         cells = {n: {arm: recs[:n_rows[n]] for arm, recs in c.items()} for n, c in cells.items()}
         res = analyse(cells, prior_on)
         res["tuning_gain_rows"] = gain
+        res["run"] = host_info(base)
         res["seconds_per_row"] = {n: seconds_per_row(out, stems[n]) for n in names}
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(res, indent=2, default=str))

@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +51,9 @@ class Recording:
         return getattr(self.engine, name)
 
 
-def measure(cfg, name: str, rows: list[dict]) -> dict:
-    """Draft ``rows`` once, then score their drafts with each method (module docstring)."""
+def measure(cfg, name: str, rows: list[dict], engine=None) -> dict:
+    """Draft ``rows`` once, then score their drafts with each method (module docstring), on
+    ``engine`` (default: the config's drafter)."""
     import pyarrow as pa
 
     from specrag_batch.datasets import INPUT_SCHEMA
@@ -67,7 +66,7 @@ def measure(cfg, name: str, rows: list[dict]) -> dict:
     import label_distribution as ld
 
     cfg = ld.arm_config(cfg, "label", len(rows))
-    engine = Recording(LazyEngine(cfg.drafter, cfg.seed))
+    engine = Recording(engine or LazyEngine(cfg.drafter, cfg.seed))
     records = process_rows(validate_table(pa.Table.from_pylist(rows, schema=INPUT_SCHEMA), name), cfg,
                            drafter=engine, verifier=engine, info=RunInfo(run_id="cost", source_file=name))
     records = ld.with_choices(records, rows)
@@ -108,11 +107,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "label_scoring_cost"))
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
-    res = {"date": date.today().isoformat(), "host_cpu": platform.processor() or platform.machine(),
-           "config": Path(a.config).name, "drafter": cfg.drafter.model, "datasets": {}}
+    import label_distribution as ld
+
+    res = {**ld.host_info(cfg), "config": Path(a.config).name, "datasets": {}}
     for name in ("climate_fever", "arc_challenge"):
         res["datasets"][name] = measure(cfg, name, decision.tuning_rows(name, Path(a.shared))[:a.rows])
-    lines = [f"Label scoring cost ({res['date']}, {res['drafter']}, {res['host_cpu']})", "",
+    lines = [f"Label scoring cost ({res['date']}, drafter {res['drafter']}, host {res['host']}: "
+             f"{res['cpu']}, {res['cores']} cores shared)", "",
              "| data | rows | drafts | drafting s/row | method | s/row | requests/draft | same argmax |",
              "|---|---|---|---|---|---|---|---|"]
     for name, d in res["datasets"].items():

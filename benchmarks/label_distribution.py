@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 import decision  # noqa: E402
 import decision_stats  # noqa: E402
+from label_sources import host_info, stored_standard, with_stored_standard  # noqa: E402,F401
 from specrag_batch import labels  # noqa: E402
 from specrag_batch.config import RunConfig, load_config  # noqa: E402
 
@@ -317,18 +318,6 @@ def seconds_per_row(out: Path, stems: dict) -> dict:
     return res
 
 
-def host_info(cfg: RunConfig) -> dict:
-    """Date, host, CPU and models of a run (for the figures' provenance)."""
-    import os
-    import platform
-    from datetime import date
-
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").exists() else platform.machine()
-    return {"date": date.today().isoformat(), "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(),
-            "drafter": cfg.drafter.model, "verifier": cfg.verifier.model}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
@@ -339,6 +328,9 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None,
                     help="stop after this many reported rows per dataset (cells keep --rows' names: "
                          "re-read a stopped run's whole blocks)")
+    ap.add_argument("--standard-from", default=None,
+                    help="a decision cell archive (.tar.xz) whose `standard` rows stand in for the "
+                         "standard arm when standard-label is not run")
     ap.add_argument("--tuning-rows", type=int, default=decision.TUNING_ROWS)
     ap.add_argument("--shared", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "label_distribution"))
@@ -368,9 +360,13 @@ def main(argv=None) -> int:
         cells = {n: with_derived(base, r) for n, r in run.items()}
         n_rows = {n: min(len(v) for v in r.values()) for n, r in run.items()}
         cells = {n: {arm: recs[:n_rows[n]] for arm, recs in c.items()} for n, c in cells.items()}
+        if a.standard_from:
+            cells = {n: with_stored_standard(c, stored_standard(Path(a.standard_from), n)) for n, c in cells.items()}
         res = analyse(cells, prior_on)
         res["tuning_gain_rows"] = gain
         res["run"] = host_info(base)
+        if a.standard_from:
+            res["standard_from"] = Path(a.standard_from).name
         res["seconds_per_row"] = {n: seconds_per_row(out, stems[n]) for n in names}
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(res, indent=2, default=str))

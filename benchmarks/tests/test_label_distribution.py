@@ -85,3 +85,26 @@ def test_derive_default_refuses_a_verifier_term():
 
     with pytest.raises(ValueError, match="derived only"):
         ld.derive_default(small_config(**{"selection.use_self_consistency": True}), [])
+
+
+def test_stored_standard_rows_are_paired_by_query_id(tmp_path):
+    import io
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist([{"query_id": "b", "answer": "R", "correct": True},
+                                         {"query_id": "z", "answer": "S", "correct": False}]), buf)
+    archive = tmp_path / "m.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        info = tarfile.TarInfo("claims/standard/abc/part-0000.parquet")
+        info.size = len(buf.getvalue())
+        tar.addfile(info, io.BytesIO(buf.getvalue()))
+    stored = ld.stored_standard(archive, "claims")
+    assert set(stored) == {"b", "z"} and ld.stored_standard(archive, "other") == {}
+    arms = {"label": [{"query_id": q} for q in "abc"], "default": [{"query_id": q, "x": 1} for q in "abc"]}
+    got = ld.with_stored_standard(arms, stored)
+    assert [r["query_id"] for r in got["label"]] == ["b"] == [r["query_id"] for r in got["default"]]
+    assert got["standard"] == [stored["b"]]

@@ -163,8 +163,11 @@ def calibrated_auroc(records: list[dict]) -> float | None:
 
 
 def recall(records: list[dict]) -> dict:
+    """Per gold claim label: recall and rows, over the ``claim`` rows of ``records`` (a record
+    without ``task`` counts as a claim); {} when there are none."""
+    claims = [r for r in records if r.get("task", "claim") == "claim"]
     return {k: {"recall": v[0], "n": v[1]} for k, v in labels.per_label_recall(
-        [(r.get("gold") or [""])[0] for r in records], [r.get("answer") for r in records]).items()}
+        [(r.get("gold") or [""])[0] for r in claims], [r.get("answer") for r in claims]).items()}
 
 
 def analyse(cells: dict, prior_on: bool) -> dict:
@@ -188,7 +191,10 @@ def analyse(cells: dict, prior_on: bool) -> dict:
                             "score": auroc_of([r["score"] for r in arms["default"]], ok["default"]),
                             "calibrated": calibrated_auroc(arms["default"])}
         if "label" in arms and "label-batch" in arms:
-            fig["recall"] = {"before": recall(arms["label"]), "after": recall(arms["label-batch"])}
+            fig["recall"] = {"before": recall(arms["label"]), "after": recall(arms["label-batch"]),
+                             **({"default": recall(arms["default"])} if "default" in arms else {})}
+            if not fig["recall"]["before"]:
+                del fig["recall"]
         out["datasets"][name] = fig
     return out
 
@@ -208,9 +214,11 @@ def tables(res: dict) -> str:
         if "auroc" in fig:
             lines += ["", "AUROC: " + ", ".join(f"{k} {f(v)}" for k, v in fig["auroc"].items())]
         if "recall" in fig:
-            lines += ["", "| gold label | recall before | after | n |", "|---|---|---|---|"]
-            lines += [f"| {k} | {f(v['recall'])} | {f(fig['recall']['after'].get(k, {}).get('recall'))} | {v['n']} |"
-                      for k, v in fig["recall"]["before"].items()]
+            lines += ["", "| gold label | recall, defaults | label distribution (before) | after the prior | n |",
+                      "|---|---|---|---|---|"]
+            rec = fig["recall"]
+            lines += [f"| {k} | {f(rec.get('default', {}).get(k, {}).get('recall'))} | {f(v['recall'])} | "
+                      f"{f(rec['after'].get(k, {}).get('recall'))} | {v['n']} |" for k, v in rec["before"].items()]
         lines.append("")
     for name, sec in (res.get("seconds_per_row") or {}).items():
         lines.append(f"Engine seconds per row, {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in sec.items()))

@@ -28,6 +28,8 @@ def test_paired_comparison_auroc_and_recall():
     assert fig["auroc"]["label_probability"] is None  # every row right: no AUROC
     assert fig["recall"]["before"]["R"] == {"recall": 0.5, "n": 2} and fig["recall"]["after"]["R"]["recall"] == 1.0
     assert "label-batch_vs_default: +50.0 points" in ld.tables(res)
+    choice = [{**r, "task": "choice"} for r in _recs(["S"], ["S"])]
+    assert "recall" not in ld.analyse({"arc": {"label": choice, "label-batch": choice}}, False)["datasets"]["arc"]
 
 
 def test_pooled_counts_the_claims_of_the_400_set_once():

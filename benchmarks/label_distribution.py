@@ -339,6 +339,8 @@ def main(argv=None) -> int:
     ap.add_argument("--standard-from", default=None,
                     help="a decision cell archive (.tar.xz) whose `standard` rows stand in for the "
                          "standard arm when standard-label is not run")
+    ap.add_argument("--analyse-only", action="store_true",
+                    help="run no engine: figures from the reported cells present (a stopped run's blocks)")
     ap.add_argument("--tuning-rows", type=int, default=decision.TUNING_ROWS)
     ap.add_argument("--shared", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "label_distribution"))
@@ -363,6 +365,8 @@ def main(argv=None) -> int:
                 if not block:
                     continue
                 stem = f"{name}-{sizes[name]}-{start}-{arm}"
+                if a.analyse_only and not (out / "cells" / f"{stem}.jsonl").exists():
+                    continue
                 run[name][arm] += run_cell(base, arm, name, block, out / "cells" / f"{stem}.jsonl")
                 stems[name][stem] = len(block)
         cells = {n: with_derived(base, r) for n, r in run.items()}

@@ -6,8 +6,21 @@ how likely each label ℓ is as the answer:
 
     log P(ℓ | Q, δ, β) = Σ_i log P(t_i | prompt, β, "\\nAnswer:", t_<i)
 
-over the tokens t of ``" " + ℓ`` (the whole label, so labels sharing their first tokens, as
-``NOT_ENOUGH_INFO`` and ``NOT_SUPPORTED``, are told apart). The prefix is the draft's prompt
+over the tokens t of ``" " + ℓ``. Two methods (``method`` of :func:`score_labels`):
+
+* ``"prefix"`` (the default): each label's tokens up to and including the first one that tells
+  it apart from every other label of the row (:func:`distinguishing_lengths`). When the labels'
+  first tokens differ (the claim labels and option letters of the packaged tokenizers) that is
+  the first token alone, so a draft costs ONE request asking for every label's first token;
+  labels sharing first tokens, as ``NOT_ENOUGH_INFO`` and ``NOT_SUPPORTED``, are scored on until
+  they part (a label that is a prefix of another is scored whole). Restricted to the row's
+  labels this is the probability of decoding that label: once a label is the only one left its
+  remaining tokens are forced, so they add nothing to the distribution over the labels.
+* ``"whole_label"``: every token of every label (one request per distinct label-token prefix;
+  four claim labels of the Qwen tokenizer: 8 requests per draft). Kept for measurement
+  (``benchmarks/label_scoring_cost.py``).
+
+The prefix is the draft's prompt
 followed by its rationale re-encoded as text and the answer marker, ``" <β>\\nAnswer:"``, so a
 draft that wrote no answer line, wrote free text or was cut at its token budget gets a
 distribution too. Each (prefix + the label's first i tokens) is one request asking for the
@@ -17,7 +30,7 @@ requests of one draft share its prefix through vLLM's prefix cache.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..core.parsing import ANSWER_RE
 from .prompts import encode_plain
@@ -35,12 +48,35 @@ def label_prefix(tokenizer, prompt_ids: Sequence[int], rationale: str) -> list[i
     return list(prompt_ids) + encode_plain(tokenizer, (" " + r if r else "") + ANSWER_MARKER)
 
 
+METHODS = ("prefix", "whole_label")
+"""How many tokens of each label are scored (module docstring)."""
+
+
+def distinguishing_lengths(tokens: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """Per label, how many of its tokens tell it apart from every other label of ``tokens``
+    (label -> its token ids): 1 + the longest common prefix with any other label, capped at the
+    label's length (a label that is a prefix of another, or equal to one, counts whole).
+    A single label: 1 (0 for an empty token list)."""
+    out = {}
+    for lab, toks in tokens.items():
+        common = 0
+        for other, o in tokens.items():
+            if other != lab:
+                n = 0
+                while n < min(len(toks), len(o)) and toks[n] == o[n]:
+                    n += 1
+                common = max(common, n)
+        out[lab] = min(len(toks), common + 1)
+    return out
+
+
 def score_labels(engine: EngineLike, prompts: Sequence[Sequence[int]], drafts: Sequence[Draft],
                  labels_of: Callable[[int], list[str]], *, max_model_len: int,
-                 desc: str = "label scores") -> int:
+                 desc: str = "label scores", method: str = "prefix") -> int:
     """Set ``label_logprobs`` (label -> log P(label | Q, δ, β), nats, summed over the label's
-    tokens; module docstring) on each draft whose ``labels_of(i)`` is not empty, in ONE
-    batched engine call over the chunk.
+    scored tokens: its distinguishing prefix under ``method="prefix"``, all of them under
+    ``"whole_label"``; module docstring) on each draft whose ``labels_of(i)`` is not empty, in
+    ONE batched engine call over the chunk.
 
     Args:
         prompts: the drafter prompt (token ids) of each draft, aligned with ``drafts``.
@@ -52,7 +88,10 @@ def score_labels(engine: EngineLike, prompts: Sequence[Sequence[int]], drafts: S
     ``draft_processing_error``) is skipped.
 
     Raises:
-        ValueError: ``prompts`` and ``drafts`` differ in length; whatever the engine raises."""
+        ValueError: ``prompts`` and ``drafts`` differ in length, or ``method`` is not one of
+            :data:`METHODS`; whatever the engine raises."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if len(prompts) != len(drafts):
         raise ValueError(f"{len(prompts)} prompts but {len(drafts)} drafts")
     tokenizer = engine.tokenizer
@@ -65,6 +104,9 @@ def score_labels(engine: EngineLike, prompts: Sequence[Sequence[int]], drafts: S
             continue
         prefix = label_prefix(tokenizer, prompts[i], draft.rationale)
         tokens = {lab: continuation.setdefault(lab, encode_plain(tokenizer, " " + lab)) for lab in labels}
+        if method == "prefix":
+            keep = distinguishing_lengths(tokens)
+            tokens = {lab: toks[:keep[lab]] for lab, toks in tokens.items()}
         if len(prefix) + max(len(t) for t in tokens.values()) > max_model_len:
             continue
         for lab, toks in tokens.items():

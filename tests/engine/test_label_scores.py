@@ -1,5 +1,6 @@
 """``selection.label_distribution`` on the real vLLM engine (SmolLM2-135M, 2 claim rows): each
-draft's label log-probs are the engine's own log-probs of the whole label after
+draft's label log-probs are the engine's own log-probs of each label's distinguishing tokens
+(``method="prefix"``: SmolLM2's claim labels part at their first token) after
 ``prompt + " <rationale>\\nAnswer:"`` (recomputed here by a separate prompt_logprobs call), and
 the row's answer is the mixture's argmax. The fake-engine pipeline:
 tests/integration/test_label_distribution.py."""
@@ -13,7 +14,7 @@ from specrag_batch.run import pipeline
 from specrag_batch.engines.engine import get_engine
 from specrag_batch.stages.prompts import encode_plain
 from specrag_batch.core.schema import validate_table
-from specrag_batch.stages.label_scoring import label_prefix
+from specrag_batch.stages.label_scoring import distinguishing_lengths, label_prefix
 
 from ..conftest import sample_rows, small_config
 
@@ -34,7 +35,7 @@ class Recording:
         return getattr(self.engine, name)
 
 
-def test_label_logprobs_are_the_engines_whole_label_logprobs():
+def test_label_logprobs_are_the_engines_logprobs_of_each_labels_distinguishing_tokens():
     cfg = small_config(**{"selection.label_distribution": True, "sampling.strategy": "random",
                           "selection.use_self_consistency": False, "selection.use_self_reflection": False})
     engine = get_engine(cfg.drafter, cfg.seed)
@@ -46,8 +47,10 @@ def test_label_logprobs_are_the_engines_whole_label_logprobs():
     got = {e["label"]: e["logprob"] for e in draft["label_logprobs"]}
     assert list(got) == cfg.claim_labels
     prefix = label_prefix(engine.tokenizer, prompt, draft["rationale"])
+    conts = {label: encode_plain(engine.tokenizer, " " + label) for label in cfg.claim_labels}
+    keep = distinguishing_lengths(conts)
     for label in cfg.claim_labels:
-        cont = encode_plain(engine.tokenizer, " " + label)
+        cont = conts[label][:keep[label]]
         lps = engine.prompt_logprobs([prefix + cont])[0]
         assert got[label] == pytest.approx(sum(lps[len(prefix):]), abs=0.05), label  # another kernel path
     for r in records:

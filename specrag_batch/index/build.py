@@ -212,8 +212,8 @@ def _tune(index, vectors: list, user_queries: list[str] | None, embedding_model:
         rows, exclude = tuning.holdout([len(v) for v in vectors], holdout, seed + 1)
         passages = np.concatenate([np.asarray(v[r], dtype=np.float32) for v, r in zip(vectors, rows)])
         queries = tuning.question_like(vectors, passages, exclude, seed + 3)
-        return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k, seed=seed + 2,
-                           source=tuning.QUESTION_LIKE)
+        return tuning.tune(index, vectors, queries, exclude=exclude, unchanged=passages, target=target, k=k,
+                           seed=seed + 2, source=tuning.QUESTION_LIKE)
     from .embed_shards import embed
 
     queries = embed(embedding_model, user_queries)

@@ -1,8 +1,8 @@
 """Operating-point rules compared on a built index, without building it again (issue 51).
 
 Loads an index ``benchmarks/index_recall.py`` built and cached (``--work``): the 1M synthetic
-``IVF4096,Flat`` (``--synthetic 1000000``) or the real passages' ``IVF512,Flat`` / ``HNSW32``,
-with the corpus's vectors, and the queries the build was never tuned on (new generator points;
+``IVF4096,Flat`` (``--synthetic 1000000``) or the real passages' ``IVF512,Flat`` (HNSW's points
+come from ``index_recall.py``'s builds), with the corpus's vectors, and the queries the build was never tuned on (new generator points;
 the real questions). A pool of held-out queries is made once the way ``index build`` makes them
 (:func:`specrag_batch.index.tuning.holdout`, :func:`~specrag_batch.index.tuning.question_like`
 and the unchanged passages); each rule (:data:`RULES`) is then applied to ``--draws`` seeded
@@ -15,7 +15,7 @@ top k of the vectors in the lists it probes, and it probes its ``nprobe`` neares
 passage of its exact top k (or one as similar as the k-th: duplicates) is found at ``nprobe``
 exactly when its list is among the query's ``nprobe`` nearest centroids. Each query's share at
 every nprobe follows from the rank of each such passage's list among its centroids (checked
-against a FAISS search at one value: ``check``). HNSW is searched at each value tried.
+against a FAISS search at one value: ``check``).
 
     python benchmarks/index_retune.py --synthetic 1000000     # minutes; the index is loaded, not built
     python benchmarks/index_retune.py                         # the real passages (IVF and HNSW)
@@ -214,6 +214,62 @@ def ivf_tables(index, vecs, pool_size, new_q, cache: Path):
     return shares, tables, np.load(files["new"])
 
 
+def build_point(index, vecs, shares: IvfShares, new: np.ndarray, new_q: np.ndarray, holdout: int = 1000,
+                seed: int = 0) -> dict:
+    """The point ``index build`` (seed ``seed``) picks under the rule in force, from tables of
+    the build's own held-out queries (its seeds; the same values ``tuning.tune`` finds), and the
+    new queries' recall there: from the table and from a FAISS search."""
+    from specrag_batch.index import dense, tuning
+
+    rows, exclude = tuning.holdout([len(vecs)], holdout, seed + 1)
+    passages = np.asarray(vecs[rows[0]], dtype=np.float32)
+    kinds = {"question-like": tuning.question_like([vecs], passages, exclude, seed + 3), "unchanged": passages}
+    folds = tuning.split(len(passages), seed + 2, tuning.FOLDS)
+    z = tuning.joint_z(len(kinds) * len(folds))
+    picks = {}
+    for name, q in kinds.items():
+        table = shares.table(q, truth(vecs, q, exclude)[0])
+        picks[name] = [tuning._smallest(lambda v: tuning.lower_bound(table[f, v] / K, z), 1, shares.nlist, 0.95)
+                       for f in folds]
+    value = max(v for p in picks.values() for v in p)
+    ids = dense.search(index, new_q, K, nprobe=value)[1]
+    t = tuning.similarities([vecs], new_q, tuning.exact_neighbours([vecs], new_q, K)[1])
+    return {"rule": tuning.RULE, "z": round(z, 3), "picks": picks, "nprobe": value,
+            "new_recall_table": round(float(new[:, value].mean() / K), 4),
+            "new_recall_faiss": round(tuning.recall(tuning.similarities([vecs], new_q, ids), t), 4)}
+
+
+def product_tune(index, vecs, new_q: np.ndarray, holdout: int = 1000, seed: int = 0) -> dict:
+    """``tuning.tune`` itself on the loaded index, with the held-out queries ``index build``
+    (seed ``seed``) makes (``build._tune``), and a FAISS search of the new queries at its point."""
+    from specrag_batch.index import dense, tuning
+
+    t0 = time.perf_counter()
+    rows, exclude = tuning.holdout([len(vecs)], holdout, seed + 1)
+    passages = np.asarray(vecs[rows[0]], dtype=np.float32)
+    moved = tuning.question_like([vecs], passages, exclude, seed + 3)
+    op = tuning.tune(index, [vecs], moved, exclude=exclude, unchanged=passages, seed=seed + 2,
+                     source=tuning.QUESTION_LIKE)
+    ids = dense.search(index, new_q, K, nprobe=op["value"])[1]
+    t = tuning.similarities([vecs], new_q, tuning.exact_neighbours([vecs], new_q, K)[1])
+    return {"operating_point": op, "new_recall_faiss": round(tuning.recall(tuning.similarities([vecs], new_q, ids), t), 4),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def topic_mates(vecs, shares: IvfShares, new_q: np.ndarray, a: float, m: int, n: int, nprobe: int = 873,
+                count: int = 1000) -> dict:
+    """Recall at ``nprobe`` of the first ``count`` new generator points, as they are (a new point
+    has all ``m`` passages of its topic in the corpus) and with one of its topic's passages left
+    out of its results (``m - 1``, as a held-out passage has)."""
+    q = new_q[:count]
+    topic = np.random.default_rng([0, 3]).integers(0, -(-n // m), len(new_q))[:count]  # index_synthetic.queries
+    mate = topic * m + np.random.default_rng(9).integers(0, m, count)
+    full = shares.table(q, truth(vecs, q, None)[0])
+    less = shares.table(q, truth(vecs, q, mate)[0])
+    return {"nprobe": nprobe, "queries": count, "new_points": round(float(full[:, nprobe].mean() / K), 4),
+            "new_points_one_mate_left_out": round(float(less[:, nprobe].mean() / K), 4)}
+
+
 def check(index, vecs, queries, new, value) -> dict:
     """The table's recall of the first 300 new queries at ``value`` against a FAISS search."""
     from specrag_batch.index import dense, tuning
@@ -234,14 +290,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--draws", type=int, default=40)
     ap.add_argument("--target", type=float, default=0.95)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--tune", action="store_true", help="run tuning.tune itself on the loaded index (the "
+                    "build's held-out queries; slower: it searches at each value tried) instead of the rules")
     ap.add_argument("--cache", type=Path, default=None, help="where the tables are kept (default: --work)")
     args = ap.parse_args(argv)
     args.cache = args.cache or args.work
     from benchmarks import index_recall_tables  # noqa: F401 - benchmarks importable
     from benchmarks import index_synthetic as syn
 
+    from benchmarks.index_recall import host
+
     t0 = time.perf_counter()
-    result = {"target": args.target, "draws": args.draws, "pool": args.pool}
+    result = {**host(), "target": args.target, "draws": args.draws, "pool": args.pool}
     if args.synthetic:
         n = args.synthetic
         index, meta = load_index(args.work / f"index-synthetic-{n}")
@@ -250,11 +310,22 @@ def main(argv=None) -> dict:
         real_p = np.load(args.work / f"passages-{cal['n']}.npy")
         new_q = syn.queries(syn.fit(real_p), n, args.new, cal["a"], cal["m"], 0)
         print(f"loaded in {time.perf_counter() - t0:.0f} s", flush=True)
+        if args.tune:
+            result.update(index_type=meta["dense"]["index_type"], passages=n, new_queries=len(new_q),
+                          tune=product_tune(index, vecs, new_q))
+            print(json.dumps(result["tune"]), flush=True)
+            (args.out or ROOT / "benchmarks" / "index_retune_tune.json").write_text(json.dumps(result, indent=2) + "\n")
+            return result
         shares, tables, new = ivf_tables(index, vecs, args.pool, new_q, args.cache)
         result.update(index_type=meta["dense"]["index_type"], passages=n, new_queries=len(new_q),
                       check=check(index, vecs, new_q, new, 873))
         print(json.dumps(result["check"]), flush=True)
         result["rules"] = simulate(tables, new, 1, shares.nlist, args.target, args.draws)
+        result["build"] = build_point(index, vecs, shares, new, new_q)
+        print(json.dumps(result["build"]), flush=True)
+        result["topic_mates"] = {**topic_mates(vecs, shares, new_q, cal["a"], cal["m"], n),
+                                 "held_out_passages": round(float(tables["same"][:, 873].mean() / K), 4)}
+        print(json.dumps(result["topic_mates"]), flush=True)
     else:
         n = 14637
         vecs = np.load(args.work / f"passages-{n}.npy").astype(np.float32)

@@ -375,8 +375,8 @@ def search_defaults(meta: dict) -> tuple[int, int]:
 
 def describe(op: dict | None, index_type: str = "") -> str:
     """One line saying the operating point ``op`` (what ``index build`` and ``index info``
-    print): the tuning half's recall and its lower bound, and the recall of the check half it
-    was not tuned on; an unreached target is said with the best recall reached."""
+    print): the recall at it and its lower bound, and the out-of-fold recall (decision 013's
+    points: the check half's); an unreached target is said with the best recall reached."""
     if not op:
         return (f"no operating point (built before recall was measured at build): searched at nprobe "
                 f"{DEFAULT_NPROBE} / efSearch {DEFAULT_EF_SEARCH}; rebuild to measure it")

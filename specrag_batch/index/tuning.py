@@ -223,7 +223,8 @@ def tune(index, shards: Sequence[np.ndarray], queries: np.ndarray, *, exclude: n
     :data:`FOLDS` queries), ``picks`` (per kind, each fold's value), ``queries_per_second``
     (searching ``queries`` at ``value``), ``queries``, ``tuned_on``, ``folds``, ``rule``,
     ``source`` (one per kind, joined by `` + ``), ``exact`` (``Flat``: recall 1.0 by
-    construction) and ``tried`` (each value searched, the lowest mean and fold bound there)."""
+    construction) and ``tried`` (each value searched, the lowest mean and fold bound of the
+    kinds searched there)."""
     name, lo, hi = search_parameter(index)
     n = int(index.ntotal)
     kk = max(0, min(k, n - (1 if exclude is not None else 0)))
@@ -259,9 +260,8 @@ def tune(index, shards: Sequence[np.ndarray], queries: np.ndarray, *, exclude: n
     def mean(a):
         return float(a.mean()) if len(a) else 1.0
 
-    def worst(v):
-        return (min(mean(shares(i, v)) for i in range(len(kinds))),
-                min(bound(i, f, v) for i in range(len(kinds)) for f in folds))
+    def worst(v, kinds_at=range(len(kinds))):
+        return (min(mean(shares(i, v)) for i in kinds_at), min(bound(i, f, v) for i in kinds_at for f in folds))
 
     recall_, bound_ = worst(value)
     out_of_fold = [shares(i, max([p for j, p in enumerate(picks[i]) if j != m] or [value]))[f]
@@ -275,7 +275,7 @@ def tune(index, shards: Sequence[np.ndarray], queries: np.ndarray, *, exclude: n
             "picks": picks, "queries_per_second": round(len(queries) / seconds, 1) if seconds > 0 else None,
             "queries": int(len(queries)), "tuned_on": int(len(queries)) * len(kinds), "folds": len(folds),
             "rule": RULE, "source": source + (f" + {UNCHANGED}" if unchanged is not None else ""), "exact": exact,
-            "tried": [[v, *(round(x, 4) for x in worst(v))] for v in values]}
+            "tried": [[v, *(round(x, 4) for x in worst(v, [i for i, w in measured if w == v]))] for v in values]}
 
 
 def _is_exact(index) -> bool:

@@ -64,13 +64,13 @@ def build_index(corpus_uri: str, index_uri: str, embedding_model: str = "all-Min
         seed: seed of the training sample.
         progress: :data:`Progress` callback; ``log``: one line per event (shards skipped).
         target_recall: recall@``recall_k`` (0-1] against exact search the operating point
-            must reach: the smallest nprobe (IVF) or efSearch (HNSW) whose 95% lower
-            confidence bound of recall on half the held-out queries does; the other half
-            reports the recall of queries it was not tuned on (:func:`.tuning.tune`); recorded
-            in ``meta["dense"]["operating_point"]``.
+            must reach: the nprobe (IVF) or efSearch (HNSW) whose lower confidence bound of
+            recall reaches it on each of two folds of each kind of held-out query, the bounds
+            joint at 95% (:func:`.tuning.tune`, decision 014); recorded in
+            ``meta["dense"]["operating_point"]``.
         holdout: held-out queries measuring it: passages sampled (seed ``seed + 1``) from the
             corpus, each moved off itself to sit between passages
-            (:func:`.tuning.question_like`), or that many of the queries of ``queries_uri`` (a
+            (:func:`.tuning.question_like`) and searched unchanged too, or that many of the queries of ``queries_uri`` (a
             Parquet file with a ``query`` column, embedded with ``embedding_model``).
 
     Raises:
@@ -212,8 +212,8 @@ def _tune(index, vectors: list, user_queries: list[str] | None, embedding_model:
         rows, exclude = tuning.holdout([len(v) for v in vectors], holdout, seed + 1)
         passages = np.concatenate([np.asarray(v[r], dtype=np.float32) for v, r in zip(vectors, rows)])
         queries = tuning.question_like(vectors, passages, exclude, seed + 3)
-        return tuning.tune(index, vectors, queries, exclude=exclude, target=target, k=k, seed=seed + 2,
-                           source=tuning.QUESTION_LIKE)
+        return tuning.tune(index, vectors, queries, exclude=exclude, unchanged=passages, target=target, k=k,
+                           seed=seed + 2, source=tuning.QUESTION_LIKE)
     from .embed_shards import embed
 
     queries = embed(embedding_model, user_queries)

@@ -6,19 +6,19 @@ Held-out queries are the user's queries (``index build --queries``, embedded wit
 model) or, by default, question-like queries made from a seeded sample of the corpus's own
 passages (:data:`HOLDOUT`, fewer for a small corpus): each passage moved off itself along the
 corpus's covariance by the distance at which passages have their nearest neighbour
-(:func:`question_like`), its own passage left out of its lists. A passage taken unchanged sits
-on an indexed vector and overstates the recall of queries that sit between passages, such as
-questions. Each query is searched exactly (``IndexFlatIP`` over the same vectors, block by
-block) and approximately; recall@k is the share of the exact top k the approximate top k holds
+(:func:`question_like`), its own passage left out of its lists. Each query is searched
+exactly (``IndexFlatIP`` over the same vectors, block by block) and approximately; recall@k is the share of the exact top k the approximate top k holds
 (a returned passage as similar as the exact k-th counts, so duplicate passages are no misses).
 
-The queries are split in two disjoint halves (:func:`split`). The searched parameter is
-``nprobe`` for IVF indexes (1 to ``nlist``) and ``efSearch`` for HNSW (``k`` to
-:data:`EF_SEARCH_MAX`); the operating point is its smallest value at which the one-sided 95%
-lower confidence bound of the tuning half's mean recall (:func:`lower_bound`) reaches the
-target: doubled until reached, then bisected (recall grows with either; for IVF-Flat it never
-falls). The other half is then searched at that value: its recall is that of queries the point
-was not tuned on. ``Flat`` is exact: recall 1.0 by construction.
+The searched parameter is ``nprobe`` for IVF indexes (1 to ``nlist``) and ``efSearch`` for
+HNSW (``k`` to :data:`EF_SEARCH_MAX`). By default two kinds of held-out queries are measured:
+the question-like ones and the same passages unchanged (a query drawn like the passages). Each
+kind is split into :data:`FOLDS` disjoint folds (:func:`split`); the operating point is the
+largest, over kinds and folds, of the smallest value whose lower confidence bound of the
+fold's mean recall (:func:`lower_bound`) reaches the target, the bounds holding for all folds
+at once at 95% (:func:`joint_z`, Bonferroni). Each fold's recall at the value the other fold
+picked is the recall of queries that did not choose it (``check``). ``Flat`` is exact: recall
+1.0 by construction (docs/decisions/014-operating-point-cross-fitted.md).
 
 ``meta.json``'s ``dense.operating_point`` records the result; a run and
 :func:`~specrag_batch.index.search.get_retriever` search with it unless told otherwise
@@ -47,11 +47,18 @@ HOLDOUT = 1000
 """Held-out queries sampled from the corpus by default (all passages of a smaller corpus)."""
 EF_SEARCH_MAX = 4096
 CONFIDENCE_Z = 1.645
-"""z of the one-sided 95% lower confidence bound the operating point's recall must reach."""
-RULE = "smallest value whose one-sided 95% lower confidence bound of recall on the tuning half reaches the target"
+"""z of a one-sided 95% lower confidence bound (:func:`lower_bound`'s default)."""
+CONFIDENCE = 0.95
+"""Confidence with which the bounds of all folds of all kinds of held-out queries hold at once."""
+FOLDS = 2
+"""Disjoint folds of each kind of held-out queries, each of which the operating point must hold on."""
+RULE = ("largest over kinds of held-out queries and 2 disjoint folds of the smallest value whose lower bound "
+        "of recall reaches the target, the bounds holding jointly at 95% (Bonferroni)")
 """The rule :func:`tune` picks the operating point by (recorded in meta.json)."""
 QUESTION_LIKE = "corpus passages moved off by the nearest-neighbour distance"
 """``source`` of held-out queries made by :func:`question_like` (the default)."""
+UNCHANGED = "the same passages unchanged"
+"""``source`` of the second kind of default held-out queries (the passages themselves)."""
 _EXACT_BLOCK = 65_536
 SPECTRUM_SAMPLE = 65_536
 """Corpus vectors (at most) whose covariance the question-like held-out queries move along."""
@@ -154,92 +161,121 @@ def lower_bound(shares: np.ndarray, z: float = CONFIDENCE_Z) -> float:
     return float(shares.mean() - z * shares.std(ddof=1) / np.sqrt(len(shares)))
 
 
-def split(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint halves of ``count`` held-out queries (seeded): the rows the operating point is
-    tuned on (the larger half) and the rows it is checked on; sorted row numbers."""
+def split(count: int, seed: int, folds: int = 2) -> list[np.ndarray]:
+    """``folds`` disjoint folds (seeded) covering ``count`` held-out queries, the larger first;
+    sorted row numbers."""
     order = np.random.default_rng(seed).permutation(count)
-    half = (count + 1) // 2
-    return np.sort(order[:half]), np.sort(order[half:])
+    return [np.sort(f) for f in np.array_split(order, folds)]
+
+
+def joint_z(tests: int, confidence: float = CONFIDENCE) -> float:
+    """z of one-sided lower bounds that hold for ``tests`` samples at once with ``confidence``
+    (Bonferroni: each at ``1 - (1 - confidence) / tests``); 1.645 for one test at 95%."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(1 - (1 - confidence) / max(1, tests))
+
+
+def _smallest(bound: Callable[[int], float], lo: int, hi: int, target: float) -> int:
+    """The smallest value in [lo, hi] whose ``bound`` reaches ``target`` (doubled until reached,
+    then bisected: recall grows with nprobe / efSearch); when none does, the smallest value
+    giving the best bound of those tried."""
+    value, previous, tried = lo, None, {}
+
+    def at(v: int) -> float:
+        tried.setdefault(v, bound(v))
+        return tried[v]
+
+    while at(value) < target and value < hi:
+        previous, value = value, min(hi, value * 2)
+    if at(value) >= target and previous is not None:
+        below, above = previous, value
+        while above - below > 1:
+            mid = (below + above) // 2
+            below, above = (below, mid) if at(mid) >= target else (mid, above)
+        return above
+    if at(value) >= target:
+        return value
+    best = max(tried.values())
+    return min(v for v, b in tried.items() if b == best)
 
 
 def tune(index, shards: Sequence[np.ndarray], queries: np.ndarray, *, exclude: np.ndarray | None = None,
-         target: float = TARGET_RECALL, k: int = RECALL_K, source: str = "corpus sample", seed: int = 0,
-         log: Callable[[str], None] | None = None) -> dict:
+         unchanged: np.ndarray | None = None, target: float = TARGET_RECALL, k: int = RECALL_K,
+         source: str = "corpus sample", seed: int = 0, log: Callable[[str], None] | None = None) -> dict:
     """The operating point of ``index`` (built over ``shards``) on ``queries`` (float32 (q, d),
-    L2-normalised; ``exclude[i]``: the row of the passage query ``i`` is, left out of its
-    lists).
+    L2-normalised; ``exclude[i]``: the row of the passage query ``i`` is made from, left out of
+    its lists) and, when given, on the ``unchanged`` held-out passages (rows ``exclude``).
 
-    The queries are split (:func:`split`, ``seed``) into a tuning half and a check half. The
-    operating point is the smallest search parameter whose recall@``k`` against exact search on
-    the tuning half has a one-sided 95% lower confidence bound (:func:`lower_bound`) of at least
-    ``target``; when none has, the smallest giving the best bound. The check half, never used to
-    choose, is searched at it: its recall is what queries the point was not tuned on get.
+    Each kind of held-out query is split (:func:`split`, ``seed``) into :data:`FOLDS` disjoint
+    folds. The operating point is the **largest**, over kinds and folds, of the smallest search
+    parameter whose recall@``k`` against exact search on that fold has a one-sided lower bound
+    (:func:`lower_bound`) of at least ``target``, the bounds holding for all those folds at once
+    with 95% confidence (:func:`joint_z`): a point no single sample chose alone (cross-fitting),
+    for queries between passages (questions) and queries drawn like the passages alike (a fold
+    reaching no value gives the smallest with its best bound). ``check``: each fold's recall at
+    the value the other folds picked (queries that did not choose it).
 
     Returns ``meta.json``'s ``dense.operating_point``: ``parameter`` (``nprobe``, ``efSearch``
-    or None), ``value``, ``recall`` and ``recall_lower_bound`` (tuning half), ``k``,
-    ``target``, ``reached`` (the bound reaches the target), ``check`` (``queries``, ``recall``,
-    ``recall_lower_bound`` of the check half at ``value``; None for fewer than 2 queries),
-    ``queries_per_second`` (searching all queries in one call at ``value``), ``queries``,
-    ``tuned_on`` (tuning-half size), ``rule``, ``source``, ``exact`` (True for an index
-    searching exhaustively, recall 1.0 by construction) and ``tried`` (each value searched, its
-    recall and lower bound on the tuning half)."""
+    or None), ``value``, ``recall`` (the lowest mean recall of a kind at ``value``),
+    ``recall_lower_bound`` (the lowest fold bound), ``z``, ``k``, ``target``, ``reached``,
+    ``check`` (``queries``, ``recall``, ``recall_lower_bound`` at 95%; None for fewer than
+    :data:`FOLDS` queries), ``picks`` (per kind, each fold's value), ``queries_per_second``
+    (searching ``queries`` at ``value``), ``queries``, ``tuned_on``, ``folds``, ``rule``,
+    ``source`` (one per kind, joined by `` + ``), ``exact`` (``Flat``: recall 1.0 by
+    construction) and ``tried`` (each value searched, the lowest mean and fold bound of the
+    kinds searched there)."""
     name, lo, hi = search_parameter(index)
     n = int(index.ntotal)
     kk = max(0, min(k, n - (1 if exclude is not None else 0)))
     depth = max(1, min(n, kk + (1 if exclude is not None else 0)))
     exact = _is_exact(index)
-    fit, check = split(len(queries), seed) if len(queries) >= 2 else (np.arange(len(queries)), np.arange(0))
-    truth = None if exact else similarities(shards, queries, top_k(exact_neighbours(shards, queries, depth)[1],
-                                                                     exclude, kk))
-    measured: dict[int | None, tuple[np.ndarray, np.ndarray, float]] = {}
+    kinds = [queries] + ([unchanged] if unchanged is not None else [])
+    folds = split(len(queries), seed, FOLDS) if len(queries) >= FOLDS else [np.arange(len(queries))]
+    z = joint_z(len(kinds) * len(folds))
+    truths = [None if exact else similarities(shards, q, top_k(exact_neighbours(shards, q, depth)[1], exclude, kk))
+              for q in kinds]
+    measured: dict[tuple[int, int | None], tuple[np.ndarray, float]] = {}
 
-    def measure(value: int | None) -> float:
-        """The lower bound of the tuning half's recall at ``value``."""
-        if value not in measured:
+    def shares(kind: int, value: int | None) -> np.ndarray:
+        """Each query's recall of kind ``kind`` at ``value`` (searched once)."""
+        if (kind, value) not in measured:
             params = {"nprobe": value} if name == "nprobe" else {"ef_search": value} if name else {}
             t0 = time.perf_counter()
-            ids = dense.search(index, queries, depth, **params)[1]
+            ids = dense.search(index, kinds[kind], depth, **params)[1]
             seconds = time.perf_counter() - t0
-            if exact:
-                shares = np.ones(len(queries))
-                measured[value] = (shares[fit], shares[check], seconds)
-            else:
-                found = similarities(shards, queries, top_k(ids, exclude, kk))
-                measured[value] = (recall_shares(found[fit], truth[fit]), recall_shares(found[check], truth[check]),
-                                   seconds)
-        return lower_bound(measured[value][0])
+            found = None if exact else similarities(shards, kinds[kind], top_k(ids, exclude, kk))
+            measured[kind, value] = (np.ones(len(ids)) if exact else recall_shares(found, truths[kind]), seconds)
+        return measured[kind, value][0]
 
-    if name is None:
-        value = None
-        measure(None)
-    else:
-        lo = max(lo, kk) if name == "efSearch" else lo
-        value, previous = lo, None
-        while measure(value) < target and value < hi:
-            previous, value = value, min(hi, value * 2)
-        if measure(value) >= target and previous is not None:  # the smallest value in (previous, value]
-            below, above = previous, value
-            while above - below > 1:
-                mid = (below + above) // 2
-                below, above = (below, mid) if measure(mid) >= target else (mid, above)
-            value = above
-        elif measure(value) < target:  # unreachable: the smallest value giving the best bound
-            best = max(measure(v) for v in measured)
-            value = min(v for v in measured if measure(v) == best)
-    fit_shares, check_shares, seconds = measured[value]
+    def bound(kind: int, fold: np.ndarray, value: int | None) -> float:
+        return lower_bound(shares(kind, value)[fold], z)
 
-    def mean(shares):
-        return float(shares.mean()) if len(shares) else 1.0
+    lo = max(lo, kk) if name == "efSearch" else lo
+    picks = [[None if name is None else _smallest(lambda v: bound(i, f, v), lo, hi, target) for f in folds]
+             for i in range(len(kinds))]
+    value = max(picks[0] + [v for p in picks[1:] for v in p]) if name else None
+    values = sorted({v for kind, v in measured}, key=lambda v: -1 if v is None else v)
 
-    bound = lower_bound(fit_shares)
-    return {"parameter": name, "value": value, "recall": round(mean(fit_shares), 4),
-            "recall_lower_bound": round(bound, 4), "k": kk, "target": target, "reached": bound >= target,
-            "check": {"queries": int(len(check)), "recall": round(mean(check_shares), 4),
-                      "recall_lower_bound": round(lower_bound(check_shares), 4)} if len(check) else None,
-            "queries_per_second": round(len(queries) / seconds, 1) if seconds > 0 else None,
-            "queries": int(len(queries)), "tuned_on": int(len(fit)), "rule": RULE, "source": source, "exact": exact,
-            "tried": [[v, round(mean(measured[v][0]), 4), round(lower_bound(measured[v][0]), 4)]
-                      for v in sorted(measured, key=lambda v: -1 if v is None else v)]}
+    def mean(a):
+        return float(a.mean()) if len(a) else 1.0
+
+    def worst(v, kinds_at=range(len(kinds))):
+        return (min(mean(shares(i, v)) for i in kinds_at), min(bound(i, f, v) for i in kinds_at for f in folds))
+
+    recall_, bound_ = worst(value)
+    out_of_fold = [shares(i, max([p for j, p in enumerate(picks[i]) if j != m] or [value]))[f]
+                   for i in range(len(kinds)) for m, f in enumerate(folds)] if len(folds) > 1 else []
+    oof = np.concatenate(out_of_fold) if out_of_fold else np.zeros(0)
+    seconds = measured[0, value][1]
+    return {"parameter": name, "value": value, "recall": round(recall_, 4), "recall_lower_bound": round(bound_, 4),
+            "z": round(z, 3), "k": kk, "target": target, "reached": bound_ >= target,
+            "check": {"queries": int(len(oof)), "recall": round(mean(oof), 4),
+                      "recall_lower_bound": round(lower_bound(oof), 4)} if len(oof) else None,
+            "picks": picks, "queries_per_second": round(len(queries) / seconds, 1) if seconds > 0 else None,
+            "queries": int(len(queries)), "tuned_on": int(len(queries)) * len(kinds), "folds": len(folds),
+            "rule": RULE, "source": source + (f" + {UNCHANGED}" if unchanged is not None else ""), "exact": exact,
+            "tried": [[v, *(round(x, 4) for x in worst(v, [i for i, w in measured if w == v]))] for v in values]}
 
 
 def _is_exact(index) -> bool:
@@ -339,22 +375,25 @@ def search_defaults(meta: dict) -> tuple[int, int]:
 
 def describe(op: dict | None, index_type: str = "") -> str:
     """One line saying the operating point ``op`` (what ``index build`` and ``index info``
-    print): the tuning half's recall and its lower bound, and the recall of the check half it
-    was not tuned on; an unreached target is said with the best recall reached."""
+    print): the recall at it and its lower bound, and the out-of-fold recall (decision 013's
+    points: the check half's); an unreached target is said with the best recall reached."""
     if not op:
         return (f"no operating point (built before recall was measured at build): searched at nprobe "
                 f"{DEFAULT_NPROBE} / efSearch {DEFAULT_EF_SEARCH}; rebuild to measure it")
     k, qps = op["k"], op.get("queries_per_second")
     speed = f", {qps:,.0f} queries/s" if qps else ""
     tuned_on = op.get("tuned_on", op["queries"])
-    on = f"on {tuned_on} of {op['queries']} held-out queries ({op['source']})"
+    on = (f"on {op['queries']} held-out queries ({op['source']}) in {op['folds']} folds" if "folds" in op else
+          f"on {tuned_on} of {op['queries']} held-out queries ({op['source']})")
     if op.get("exact"):
         return (f"exact search ({index_type or 'Flat'}): recall@{k} 1.0 by construction{speed}, on "
                 f"{op['queries']} held-out queries ({op['source']})")
     at = f" at {op['parameter']} {op['value']}" if op.get("parameter") else ""
-    bound = f", 95% lower bound {op['recall_lower_bound']:.3f}" if "recall_lower_bound" in op else ""
+    joint = "joint 95% lower bound" if "folds" in op else "95% lower bound"
+    bound = f", {joint} {op['recall_lower_bound']:.3f}" if "recall_lower_bound" in op else ""
     check = op.get("check")
-    checked = (f"; {check['recall']:.3f} on the other {check['queries']}, not tuned on" if check else "")
+    checked = ((f"; out of fold {check['recall']:.3f} on {check['queries']}" if "folds" in op else
+                f"; {check['recall']:.3f} on the other {check['queries']}, not tuned on") if check else "")
     if op["reached"]:
         return f"recall@{k} {op['recall']:.3f}{at} (target {op['target']}{bound}){speed}, {on}{checked}"
     return (f"target recall@{k} {op['target']} not reached by {index_type or 'this index'}: best "

@@ -116,20 +116,6 @@ def embed_all(work: Path, passages: list[tuple[str, str]], questions: list[str])
     return embedded(work, "passages", texts), embedded(work, "questions", questions)
 
 
-def _old_pick(recall_at, lo: int, hi: int, target: float) -> int:
-    """The rule before issue 51's fix: the smallest value whose mean recall on unchanged
-    held-out passages reaches the target (doubling, then bisecting)."""
-    value, previous = lo, None
-    while recall_at(value) < target and value < hi:
-        previous, value = value, min(hi, value * 2)
-    if recall_at(value) >= target and previous is not None:
-        below, above = previous, value
-        while above - below > 1:
-            mid = (below + above) // 2
-            below, above = (below, mid) if recall_at(mid) >= target else (mid, above)
-        value = above
-    return value
-
 
 def evaluate(index_uri: str, shards: list, queries: np.ndarray, truth: np.ndarray, params: dict) -> dict:
     """recall@10 (ties found) and queries/s of the index at ``params`` (none: its operating point)."""
@@ -177,7 +163,7 @@ def measure_index(corpus: Path, out: Path, index_type: str | None, shards: list,
             return cache[value]
 
         _, lo, hi = tuning.search_parameter(index)
-        value = _old_pick(recall_at, K if key == "ef_search" else lo, hi, target)
+        value = tuning.smallest_reaching(recall_at, K if key == "ef_search" else lo, hi, target)
         row["at_old_rule"] = {"value": value, "passages_recall": round(recall_at(value), 4),
                               **{name: evaluate(str(out), shards, vecs, truth_, {key: value})
                                  for name, (vecs, truth_) in evals.items()}}

@@ -116,23 +116,12 @@ def lower(shares: np.ndarray, z: float) -> float:
     return tuning.lower_bound(shares, z)
 
 
-def pick(bound_at, lo: int, hi: int, target: float) -> int:
-    """``tuning.tune``'s search: double until the bound reaches the target, then bisect."""
-    value, previous = lo, None
-    while bound_at(value) < target and value < hi:
-        previous, value = value, min(hi, value * 2)
-    if bound_at(value) >= target and previous is not None:
-        below, above = previous, value
-        while above - below > 1:
-            mid = (below + above) // 2
-            below, above = (below, mid) if bound_at(mid) >= target else (mid, above)
-        value = above
-    return value
-
-
 def point(table: np.ndarray, rows: np.ndarray, lo: int, hi: int, target: float, z: float) -> int:
-    """The smallest value (:func:`pick`) whose lower bound on ``rows`` of ``table`` reaches the target."""
-    return pick(lambda v: lower(table[rows, v] / K, z), lo, hi, target)
+    """The smallest value (the build's search, :func:`specrag_batch.index.tuning.smallest_reaching`)
+    whose lower bound on ``rows`` of ``table`` reaches the target."""
+    from specrag_batch.index import tuning
+
+    return tuning.smallest_reaching(lambda v: lower(table[rows, v] / K, z), lo, hi, target)
 
 
 RULES = {

@@ -176,7 +176,7 @@ def joint_z(tests: int, confidence: float = CONFIDENCE) -> float:
     return NormalDist().inv_cdf(1 - (1 - confidence) / max(1, tests))
 
 
-def _smallest(bound: Callable[[int], float], lo: int, hi: int, target: float) -> int:
+def smallest_reaching(bound: Callable[[int], float], lo: int, hi: int, target: float) -> int:
     """The smallest value in [lo, hi] whose ``bound`` reaches ``target`` (doubled until reached,
     then bisected: recall grows with nprobe / efSearch); when none does, the smallest value
     giving the best bound of those tried."""
@@ -252,7 +252,7 @@ def tune(index, shards: Sequence[np.ndarray], queries: np.ndarray, *, exclude: n
         return lower_bound(shares(kind, value)[fold], z)
 
     lo = max(lo, kk) if name == "efSearch" else lo
-    picks = [[None if name is None else _smallest(lambda v: bound(i, f, v), lo, hi, target) for f in folds]
+    picks = [[None if name is None else smallest_reaching(lambda v: bound(i, f, v), lo, hi, target) for f in folds]
              for i in range(len(kinds))]
     value = max(picks[0] + [v for p in picks[1:] for v in p]) if name else None
     values = sorted({v for kind, v in measured}, key=lambda v: -1 if v is None else v)
